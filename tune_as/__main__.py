@@ -1,0 +1,3 @@
+from tune_as.search import main
+
+raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""`python -m tune_as.search --task TASK`: the CLI. It parses arguments and calls `run_search`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from tune_as.errors import UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tune_as.search",
+        description="Search loss hyper-parameters for a task with Ray Tune + Optuna + ASHA, tracked in MLflow.",
+    )
+    p.add_argument("--task", required=True, help="task name (see docs/tasks.md), e.g. clinc_oos, eurlex, digits")
+    p.add_argument("--losses", default=None,
+                   help="comma-separated losses (default: every loss that applies to the task's kind)")
+    p.add_argument("--trials-per-loss", type=int, default=None,
+                   help="Optuna trials per loss (default: the search space file's value)")
+    p.add_argument("--max-epochs", type=float, default=None, help="override the task's epochs (ASHA's max_t)")
+    p.add_argument("--backbone", default=None,
+                   help="HF model id or local path, or 'minilm' / 'tiny' (offline); default: the task's")
+    p.add_argument("--encoder", choices=["finetune", "frozen"], default="finetune",
+                   help="finetune the backbone, or train a head on cached frozen features")
+    p.add_argument("--max-length", type=int, default=None, help="token length (default: the task's)")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="local folder of train/validation/test.jsonl[.gz] or HF save_to_disk (default: HF hub)")
+    p.add_argument("--max-train-samples", type=int, default=None, help="subsample the training split")
+    p.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="task option, repeatable (the jsonl task: kind=, text_field=, label_field=, ...)")
+    p.add_argument("--search-space", type=Path, default=None,
+                   help="search space YAML (default: search_spaces/<task>.yaml)")
+    p.add_argument("--seed", type=int, default=0, help="seed for Optuna, data order and model init")
+    p.add_argument("--gpus-per-trial", type=float, default=None,
+                   help="GPUs per trial (0.5 packs two trials per GPU; default 1 when the cluster has GPUs, else 0)")
+    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial")
+    p.add_argument("--max-concurrent", type=int, default=None,
+                   help="cap on concurrent trials (default: what the cluster's resources allow, at most 8)")
+    p.add_argument("--eval-every-steps", type=int, default=None,
+                   help="evaluate every N optimizer steps (default: once per epoch)")
+    p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
+                   help="Ray cluster address ('auto', HOST:6379 or ray://HOST:10001); default: a local Ray "
+                        "(env RAY_ADDRESS)")
+    p.add_argument("--storage-path", type=Path, default=Path("tune_as_results"),
+                   help="where Ray Tune keeps trial checkpoints and the Optuna study (shared storage on clusters)")
+    p.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
+                   help="MLflow tracking URI (default: sqlite:///mlflow.db; env MLFLOW_TRACKING_URI)")
+    p.add_argument("--experiment", default=None, help="MLflow experiment name (default: the task name)")
+    p.add_argument("--name", default=None, help="search name: the folder under --storage-path (default: task)")
+    p.add_argument("--resume", action="store_true", help="resume the search --name from its last state")
+    p.add_argument("--max-failures", type=int, default=2, help="retries of a crashed trial from its checkpoint")
+    p.add_argument("--grace-period", type=float, default=1.0, help="ASHA grace period, in epochs")
+    p.add_argument("--reduction-factor", type=float, default=3.0, help="ASHA reduction factor")
+    p.add_argument("--no-asha", action="store_true", help="run every trial to the end (no early stopping)")
+    p.add_argument("--dashboard-host", default="127.0.0.1",
+                   help="bind the local Ray dashboard here (binding wider than loopback prints a warning)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny backbone, small data, few steps: the whole pipeline in well under a minute")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from tune_as.tuning import SearchRequest, run_search
+
+    try:
+        request = SearchRequest.from_args(args)
+        run_search(request)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

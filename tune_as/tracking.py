@@ -1,0 +1,206 @@
+"""MLflow tracking, driven from the Ray driver only (a Tune callback calls this), so SQLite never sees
+concurrent writers. Schema: docs/architecture.md ("MLflow schema").
+
+Every write goes through a FIFO queue: when the tracking server is unreachable, the operations stay queued
+and are retried, in order, on the next callback (and for up to `final_flush_s` at the end of the search). The
+search itself never fails because MLflow is briefly away.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tune_as.errors import UserError
+
+# Fail fast instead of MLflow's default minutes of blocking retries: our own queue retries instead.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+import mlflow  # noqa: E402
+from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+log = logging.getLogger(__name__)
+DEFAULT_URI = "sqlite:///mlflow.db"
+ROLE, TASK, LOSS, TRIAL, SEARCH, METRIC = (
+    "tune_as.role", "tune_as.task", "tune_as.loss", "tune_as.trial_id", "tune_as.search_id", "tune_as.metric")
+LAST_STEP, ERROR, NODE = "tune_as.last_step", "tune_as.error", "tune_as.node_id"
+NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", "hostname", "node_ip", "pid",
+               "experiment_tag", "config", "time_this_iter_s", "time_total_s", "timestamp", "time_since_restore",
+               "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint", "training_iteration"}
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with any password replaced: never print or log credentials."""
+    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", uri)
+
+
+def _is_outage(exc: Exception) -> bool:
+    text = f"{type(exc).__name__} {exc}"
+    return any(s in text for s in ("ConnectionError", "Connection refused", "Max retries", "timed out",
+                                   "Timeout", "API request", "TEMPORARILY_UNAVAILABLE", "database is locked"))
+
+
+class MlflowTracker:
+    def __init__(self, uri: str | None, experiment: str, search_id: str, final_flush_s: float = 120.0) -> None:
+        self.uri = uri or DEFAULT_URI
+        self.experiment = experiment
+        self.search_id = search_id
+        self.final_flush_s = final_flush_s
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment_id: str | None = None
+        self.parent_id: str | None = None
+        self.runs: dict[str, str] = {}  # Ray trial id -> MLflow run id
+        self.trial_tags: dict[str, dict[str, str]] = {}
+        self.last_step: dict[str, int] = {}
+        self.pending: deque[tuple[str, Callable[[], None]]] = deque()
+        self.outage_since: float | None = None
+
+    # -- set-up (synchronous: errors here are the user's to see) -----------------------------------------
+    def check_reachable(self) -> None:
+        try:
+            self.client.search_experiments(max_results=1)
+        except Exception as exc:  # noqa: BLE001 - any failure means "cannot use this URI"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"MLflow tracking URI {redact_uri(self.uri)} is not usable: expected a reachable "
+                            f"tracking server or database, got {first[:300]}") from None
+
+    def start_search(self, params: dict[str, Any], tags: dict[str, str]) -> str:
+        """Find (on resume) or create the experiment and the parent run of this search."""
+        exp = self.client.get_experiment_by_name(self.experiment)
+        self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(self.experiment)
+        found = self.client.search_runs([self.experiment_id], max_results=1,
+                                        filter_string=f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` = 'search'")
+        if found:
+            self.parent_id = found[0].info.run_id
+            self.client.update_run(self.parent_id, status="RUNNING")
+        else:
+            run = self.client.create_run(self.experiment_id, run_name=self.search_id,
+                                         tags={ROLE: "search", SEARCH: self.search_id, **tags})
+            self.parent_id = run.info.run_id
+            self.client.log_batch(self.parent_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        return self.parent_id
+
+    # -- queued operations ------------------------------------------------------------------------------
+    def _enqueue(self, what: str, op: Callable[[], None]) -> None:
+        self.pending.append((what, op))
+        self.flush()
+
+    def flush(self, deadline: float | None = None) -> bool:
+        """Run queued operations in order; stop at the first outage. True when the queue is empty."""
+        while self.pending:
+            what, op = self.pending[0]
+            try:
+                op()
+            except Exception as exc:  # noqa: BLE001
+                if not _is_outage(exc):
+                    log.warning("MLflow: dropped %s: %s", what, exc)
+                    self.pending.popleft()
+                    continue
+                if self.outage_since is None:
+                    self.outage_since = time.monotonic()
+                    log.warning("MLflow unreachable (%s); buffering writes and retrying", str(exc)[:200])
+                if deadline is None or time.monotonic() > deadline:
+                    return False
+                time.sleep(2.0)
+                continue
+            self.pending.popleft()
+            if self.outage_since is not None:
+                log.warning("MLflow reachable again after %.0f s; replaying buffered writes",
+                            time.monotonic() - self.outage_since)
+                self.outage_since = None
+        return True
+
+    def _child(self, trial_id: str) -> str:
+        """The run of a trial: from memory, else from MLflow (after a driver restart), else a new one."""
+        if trial_id in self.runs:
+            return self.runs[trial_id]
+        found = self.client.search_runs([self.experiment_id], max_results=1, filter_string=(
+            f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{TRIAL}` = '{trial_id}'"))
+        if found:
+            run = found[0]
+            self.last_step[trial_id] = int(run.data.tags.get(LAST_STEP, 0))
+        else:
+            run = self.client.create_run(self.experiment_id, run_name=trial_id, tags={
+                "mlflow.parentRunId": self.parent_id, SEARCH: self.search_id, TRIAL: trial_id,
+                **self.trial_tags.get(trial_id, {})})
+        self.runs[trial_id] = run.info.run_id
+        return run.info.run_id
+
+    def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str]) -> None:
+        self.trial_tags[trial_id] = tags
+
+        def op() -> None:
+            new = trial_id not in self.runs
+            run_id = self._child(trial_id)
+            self.client.update_run(run_id, status="RUNNING")
+            if new:  # MLflow accepts re-logging an identical param after a driver restart
+                params = [Param(k, str(v)[:6000]) for k, v in sorted(config.items()) if v is not None]
+                self.client.log_batch(run_id, params=params)
+        self._enqueue(f"start of {trial_id}", op)
+
+    def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        step = int(result.get("training_iteration", 0))
+        if step <= self.last_step.get(trial_id, 0):
+            return  # replayed after a restore from checkpoint: already logged
+        self.last_step[trial_id] = step
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, step) for k, v in result.items()
+                   if k not in NON_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)]
+        tags = [RunTag(LAST_STEP, str(step))]
+        if result.get("node_id"):
+            tags.append(RunTag(NODE, str(result["node_id"])))
+        if result.get("error"):
+            tags.append(RunTag(ERROR, str(result["error"])[:5000]))
+
+        def op() -> None:
+            self.client.log_batch(self._child(trial_id), metrics=metrics, tags=tags)
+        self._enqueue(f"result {step} of {trial_id}", op)
+
+    def trial_ended(self, trial_id: str, status: str, error: str | None = None,
+                    artifacts: list[Path] | None = None, tags: dict[str, str] | None = None) -> None:
+        staged = None
+        if artifacts:  # copy now: Ray may delete the checkpoint before MLflow is reachable again
+            staged = Path(tempfile.mkdtemp(prefix="tune_as_art_"))
+            for path in artifacts:
+                shutil.copy2(path, staged / path.name)
+
+        def op() -> None:
+            run_id = self._child(trial_id)
+            extra = dict(tags or {})
+            if error:
+                extra[ERROR] = error.strip().splitlines()[-1][:5000] if error.strip() else "error"
+            if extra:
+                self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in extra.items()])
+            if staged is not None:
+                for path in sorted(staged.iterdir()):
+                    self.client.log_artifact(run_id, str(path))
+                shutil.rmtree(staged, ignore_errors=True)
+            self.client.set_terminated(run_id, status)
+        self._enqueue(f"end of {trial_id}", op)
+
+    def search_ended(self, status: str) -> bool:
+        """Close the parent run and wait (bounded) for buffered writes. False if some could not be written."""
+        parent = self.parent_id
+
+        def op() -> None:
+            if parent:
+                self.client.set_terminated(parent, status)
+        self._enqueue("end of search", op)
+        done = self.flush(deadline=time.monotonic() + self.final_flush_s)
+        if not done:
+            log.error("MLflow: %d writes could not be delivered to %s", len(self.pending), redact_uri(self.uri))
+        return done
+
+
+def mlflow_version() -> str:
+    return str(mlflow.__version__)

@@ -1,0 +1,307 @@
+"""One trial: fine-tune (or train a head) for a (task, loss) pair and report at every evaluation point.
+
+The loop is plain torch; Ray reaches it through a `Reporter` (tune_as.tuning adapts `ray.tune.report`), so it
+can be run and tested without Ray. Schedules are functions of *training progress* = samples seen / samples
+planned, so AS-Speed (fewer optimizer steps for the same samples) gets the same learning-rate curve and the
+same AS warm-up as softmax: the optimizer-step counter only advances the schedules, it does not define them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from tune_as.config import TrialConfig
+from tune_as.losses import build_loss
+
+STATE_FILE = "trial_state.pt"
+PMARGIN_FILE = "pmargin.npy"
+
+
+class Reporter(Protocol):
+    def report(self, metrics: dict[str, Any], checkpoint_dir: Path) -> None: ...
+
+
+@dataclass
+class LoopState:
+    """Everything needed to resume exactly where a checkpoint was taken."""
+
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    samples_seen: int = 0
+    optimizer_steps: int = 0
+    train_seconds: float = 0.0
+    best_val: float = -math.inf
+    best: dict[str, float] = field(default_factory=dict)  # test_<m> and best_val_<m> of the best-val model
+    window: dict[str, float] = field(default_factory=lambda: {"loss": 0.0, "batches": 0, "rows": 0, "masked": 0})
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def lr_factor(progress: float, warmup: float) -> float:
+    """Linear warm-up to 1 over the first `warmup` fraction of training, then linear decay to 0."""
+    if warmup > 0 and progress < warmup:
+        return progress / warmup
+    return max(0.0, (1.0 - progress) / max(1e-12, 1.0 - warmup))
+
+
+def autocast_for(cfg: TrialConfig, device: torch.device) -> tuple[Any, bool]:
+    """(autocast context, needs grad scaler). Mixed precision on GPU; fp32 on CPU unless asked."""
+    precision = cfg.precision
+    if precision == "auto":
+        precision = "fp32" if device.type != "cuda" else ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
+    if precision == "fp32":
+        return nullcontext(), False
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype), precision == "fp16"
+
+
+def p_margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """p_t - max non-target p per counted row (Section 4.5); multi-label: min positive p - max negative p."""
+    probs = torch.softmax(logits.float(), dim=-1).reshape(-1, logits.shape[-1])  # (R, C)
+    if labels.shape == logits.shape:  # multi-hot
+        pos = labels.reshape(probs.shape).bool()
+        keep = pos.any(1)
+        lo = probs.masked_fill(~pos, math.inf).amin(1)
+        hi = probs.masked_fill(pos, -math.inf).amax(1)
+        return (lo - hi)[keep]
+    flat = labels.reshape(-1)
+    keep = flat != -100
+    probs, flat = probs[keep], flat[keep]
+    p_t = probs.gather(1, flat[:, None]).squeeze(1)
+    return p_t - probs.scatter(1, flat[:, None], -math.inf).amax(1)
+
+
+class Trial:
+    """The state of one running trial; `run()` drives it to the end (or until ASHA stops the process)."""
+
+    def __init__(self, config: dict[str, Any], data: Any, task: Any, reporter: Reporter,
+                 restore_dir: Path | None = None) -> None:
+        from tune_as.tasks import build_model
+
+        self.cfg = cfg = TrialConfig.from_dict(config)
+        self.data, self.task, self.reporter = data, task, reporter
+        seed_everything(cfg.seed)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.loss_fn = build_loss(cfg.loss, **cfg.loss_params)
+        self.target_delta = getattr(self.loss_fn, "delta", None)
+        head = "cosine" if self.loss_fn.needs_cosine_head else "linear"
+        self.model = build_model(data, head=head, seed=cfg.seed).to(self.device)
+        self.optimizer = torch.optim.AdamW(self._param_groups(), lr=cfg.lr)
+        self.autocast, use_scaler = autocast_for(cfg, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type) if use_scaler else None
+        self.accumulator = self.loss_fn.make_accumulator()
+        self.n_train = len(data.train)
+        self.total_samples = max(1, int(round(cfg.epochs * self.n_train)))
+        self.eval_batch = max(cfg.batch_size, 64)
+        self.state = LoopState()
+        self.pmargin: np.ndarray | None = None
+        if restore_dir is not None:
+            self._load(restore_dir)
+
+    def _param_groups(self) -> list[dict[str, Any]]:
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+        return [{"params": decay, "weight_decay": self.cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    # -- schedules -------------------------------------------------------------------------------------
+    @property
+    def progress(self) -> float:
+        return self.state.samples_seen / self.total_samples
+
+    def _apply_schedules(self) -> None:
+        if self.target_delta is not None:  # AS warm-up: delta = 1 (plain cross-entropy) for the first r
+            self.loss_fn.delta = 1.0 if self.progress < self.cfg.warmup_r else self.target_delta
+        factor = lr_factor(self.progress, self.cfg.lr_warmup)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr * factor
+
+    # -- training --------------------------------------------------------------------------------------
+    def _batches(self) -> Iterator[torch.Tensor]:
+        """Micro-batch indices from the current position; the epoch's order depends on (seed, epoch) only."""
+        while self.state.samples_seen < self.total_samples:
+            gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.state.epoch)
+            order = torch.randperm(self.n_train, generator=gen)
+            starts = range(self.state.batch_in_epoch * self.cfg.batch_size, self.n_train, self.cfg.batch_size)
+            for start in starts:
+                if self.state.samples_seen >= self.total_samples:
+                    return
+                yield order[start:start + self.cfg.batch_size]
+            self.state.epoch += 1
+            self.state.batch_in_epoch = 0
+
+    def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def run(self) -> None:
+        every = self.cfg.eval_every_steps
+        micro, cycle_rows, cycle_masked = 0, 0, 0
+        steps = self.accumulator.steps if self.accumulator else 1
+        self.model.train()
+        tic = time.perf_counter()
+        for idx in self._batches():
+            self._apply_schedules()
+            batch = self._to_device(self.data.train.batch(idx))
+            with self.autocast:
+                logits = self.model(batch)
+            out = self.loss_fn(logits.float(), batch["labels"])
+            if not torch.isfinite(out.loss):
+                self.state.train_seconds += time.perf_counter() - tic
+                return self._fail(f"non-finite training loss ({out.loss.item()}) at optimizer step "
+                                  f"{self.state.optimizer_steps}; lower the lr or the loss's scale/margin")
+            scaled = out.loss / steps
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            n_rows, n_masked = int(out.n_rows), int(out.n_masked)
+            if self.accumulator:
+                self.accumulator.observe(n_rows, n_masked)
+            micro, cycle_rows, cycle_masked = micro + 1, cycle_rows + n_rows, cycle_masked + n_masked
+            window = self.state.window
+            window["loss"] += float(out.loss)
+            window["batches"] += 1
+            window["rows"] += n_rows
+            window["masked"] += n_masked
+            self.state.samples_seen += len(idx)
+            self.state.batch_in_epoch += 1
+            end_of_data = self.state.samples_seen >= self.total_samples
+            epoch_done = self.state.batch_in_epoch * self.cfg.batch_size >= self.n_train
+            if not (micro >= steps or end_of_data or epoch_done):
+                continue
+            # a cycle never spans an epoch boundary, so every evaluation sees a settled model
+            stepped = self._optimizer_step(skip=cycle_rows == cycle_masked)
+            micro, cycle_rows, cycle_masked = 0, 0, 0
+            if self.accumulator:
+                self.accumulator.cycle_start()
+                steps = self.accumulator.steps
+            at_step = every is not None and stepped and self.state.optimizer_steps % every == 0
+            if end_of_data or (every is None and epoch_done) or at_step:
+                self.state.train_seconds += time.perf_counter() - tic
+                self._evaluate_and_report(steps)
+                self.model.train()
+                tic = time.perf_counter()
+
+    def _optimizer_step(self, skip: bool) -> bool:
+        """Skip the update when every row of the cycle was masked: the accumulated gradient is exactly zero
+        and AdamW would still move the weights through its momentum and weight decay. True if it stepped."""
+        if not skip:
+            if self.scaler:
+                self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+            if self.scaler:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.state.optimizer_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return not skip
+
+    # -- evaluation ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, split: Any) -> tuple[dict[str, float], float, np.ndarray]:
+        """Task metrics, mean loss (the trial's own loss at its searched delta) and p_margin over `split`."""
+        self.model.eval()
+        if self.target_delta is not None:
+            self.loss_fn.delta = self.target_delta
+        preds, margins, loss_sum, rows = [], [], 0.0, 0
+        for start in range(0, len(split), self.eval_batch):
+            batch = self._to_device(split.batch(torch.arange(start, min(start + self.eval_batch, len(split)))))
+            with self.autocast:
+                logits = self.model(batch).float()
+            out = self.loss_fn(logits, batch["labels"])
+            n = int(out.n_rows)
+            loss_sum += float(out.loss) * n
+            rows += n
+            preds.append(self.task.predict(logits).cpu())
+            margins.append(p_margin(logits, batch["labels"]).cpu())
+        scores = self.task.score(preds, split)
+        return scores, loss_sum / max(1, rows), torch.cat(margins).numpy()
+
+    def _evaluate_and_report(self, steps: int) -> None:
+        tic = time.perf_counter()
+        val, val_loss, _ = self.evaluate(self.data.validation)
+        primary = self.task.metrics[0]
+        if val[primary] > self.state.best_val:  # test only ever follows the validation choice
+            self.state.best_val = val[primary]
+            self.state.best = {f"best_val_{m}": v for m, v in val.items()}
+            if self.data.test is not None:
+                test, _, self.pmargin = self.evaluate(self.data.test)
+                self.state.best.update({f"test_{m}": v for m, v in test.items()})
+        w = self.state.window
+        metrics: dict[str, Any] = {
+            **{f"val_{m}": v for m, v in val.items()},
+            **self.state.best,
+            "val_loss": val_loss,
+            "train_loss": w["loss"] / max(1, w["batches"]),
+            "masked_ratio": w["masked"] / max(1, w["rows"]),
+            "accum_steps": steps,
+            "optimizer_steps": self.state.optimizer_steps,
+            "samples_seen": self.state.samples_seen,
+            "epoch": self.state.samples_seen / self.n_train,
+            "train_seconds": self.state.train_seconds,
+            "eval_seconds": time.perf_counter() - tic,
+        }
+        self.state.window = LoopState().window
+        self._report(metrics)
+
+    def _fail(self, error: str) -> None:
+        """A diverged trial ends with an error result instead of raising: a retry from the last checkpoint
+        would diverge again, so the searcher is told the trial failed and the search goes on."""
+        self._report({"error": error, "optimizer_steps": self.state.optimizer_steps,
+                      "samples_seen": self.state.samples_seen, "epoch": self.state.samples_seen / self.n_train,
+                      "train_seconds": self.state.train_seconds}, checkpoint=False)
+
+    def _report(self, metrics: dict[str, Any], checkpoint: bool = True) -> None:
+        ckpt = Path(tempfile.mkdtemp(prefix="tune_as_ckpt_"))
+        try:
+            if checkpoint:
+                self._save(ckpt)
+            self.reporter.report(metrics, ckpt)
+        finally:
+            shutil.rmtree(ckpt, ignore_errors=True)
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def _save(self, path: Path) -> None:
+        torch.save({
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "accumulator": self.accumulator.state_dict() if self.accumulator else None,
+            "loop": self.state.__dict__,
+            "rng": torch.get_rng_state(),
+        }, path / STATE_FILE)
+        if self.pmargin is not None:
+            np.save(path / PMARGIN_FILE, self.pmargin)
+
+    def _load(self, path: Path) -> None:
+        saved = torch.load(path / STATE_FILE, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        if self.scaler and saved["scaler"]:
+            self.scaler.load_state_dict(saved["scaler"])
+        if self.accumulator and saved["accumulator"]:
+            self.accumulator.load_state_dict(saved["accumulator"])
+        self.state = LoopState(**saved["loop"])
+        torch.set_rng_state(saved["rng"])
+        if (path / PMARGIN_FILE).exists():
+            self.pmargin = np.load(path / PMARGIN_FILE)
+
+
+def run_trial(config: dict[str, Any], data: Any, task: Any, reporter: Reporter, restore_dir: Path | None = None) -> None:
+    Trial(config, data, task, reporter, restore_dir).run()
