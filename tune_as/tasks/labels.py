@@ -1,0 +1,46 @@
+"""Label name <-> id mapping fitted on the training split."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+class LabelMap:
+    """Ids follow the dataset's own ClassLabel order when it has one, else the sorted training labels
+    (numeric order for integer labels, so GLUE's "0"/"1" keep 1 = the positive class for F1)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        self.ids = {name: i for i, name in enumerate(self.names)}
+
+    @classmethod
+    def fit(cls, values: Iterable[Any], order: Sequence[str] | None = None, origin: str = "train") -> LabelMap:
+        seen = {v for v in values if v is not None}
+        if not seen:
+            raise ValueError(f"{origin}: expected labelled training rows, found no labels")
+        if order is not None:
+            return cls([str(n) for n in order])
+        kinds = {type(v) for v in seen}
+        if kinds <= {int, bool}:
+            return cls([str(v) for v in sorted(seen)])
+        if kinds == {str}:
+            return cls(sorted(seen))
+        found = ", ".join(sorted(k.__name__ for k in kinds))
+        raise ValueError(f"{origin}: expected labels that are all strings or all integers, found {found}")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def encode(self, values: Iterable[Any], split: str, origin: str) -> list[int]:
+        out = []
+        for value in values:
+            key = str(value)
+            if key not in self.ids:
+                shown = ", ".join(self.names[:10]) + (", ..." if len(self.names) > 10 else "")
+                raise ValueError(
+                    f"label {value!r} in the {split} split ({origin}) does not occur in the training split; "
+                    f"expected one of the {len(self.names)} training labels ({shown})"
+                )
+            out.append(self.ids[key])
+        return out
