@@ -1,0 +1,97 @@
+"""AS-Speed: adaptive gradient accumulation from the masked-row ratio (AS-Softmax paper, Section 3.3, Eq. 19).
+
+    steps_accum = lambda * N_all / (N_all - N_masked)                                    (Eq. 19)
+
+re-evaluated when an accumulation cycle begins, from the rows observed since the previous evaluation,
+rounded to an integer (Python's ``round``, half to even) and then restricted as the paper says:
+(i) never below the previous value, (ii) at most 1 above it, (iii) at most ``max_steps``; at least 1.
+
+A cycle in which every row was masked (N_masked = N_all > 0) makes Eq. 19 infinite: the restrictions
+then give previous + 1 (capped). Such a cycle leaves an all-zero gradient, so ``any_unmasked`` is
+False and the training loop skips the optimizer step. Evaluations with no observed row keep ``steps``.
+
+Usage in a training loop::
+
+    acc = AdaptiveAccumulation(lam=0.5, max_steps=5)
+    while training:
+        acc.cycle_start()
+        for _ in range(acc.steps):
+            out = loss_fn(model(batch), labels); out.loss.backward()
+            acc.observe(out.n_rows, out.n_masked)
+        if acc.any_unmasked:
+            optimizer.step()
+        optimizer.zero_grad()
+
+``observe`` accepts 0-dim tensors and only adds them up (no device sync); the sums are read once per
+cycle, in ``cycle_start`` / ``any_unmasked``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torch import Tensor
+
+Count = int | Tensor
+
+
+class AdaptiveAccumulation:
+    def __init__(self, lam: float, max_steps: int) -> None:
+        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not (math.isfinite(lam) and lam > 0):
+            raise ValueError(f"lam must be a finite number > 0, got {lam!r}")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
+        self.lam = float(lam)
+        self.max_steps = max_steps
+        self._steps = 1
+        self._n_all: Count = 0  # rows observed since the last evaluation
+        self._n_masked: Count = 0
+
+    @property
+    def steps(self) -> int:
+        """Micro-batches to accumulate in the current cycle (1 = no accumulation)."""
+        return self._steps
+
+    @property
+    def any_unmasked(self) -> bool:
+        """Whether a row observed since the last evaluation was unmasked, i.e. the gradient can be non-zero."""
+        return int(self._n_all) > int(self._n_masked)
+
+    def observe(self, n_rows: Count, n_masked: Count) -> None:
+        """Count one micro-batch: rows that counted and rows that were masked (``LossOutput`` fields)."""
+        self._n_all = self._n_all + n_rows
+        self._n_masked = self._n_masked + n_masked
+
+    def cycle_start(self) -> int:
+        """Re-evaluate Eq. 19 with the three restrictions from the rows observed since the last call."""
+        n_all, n_masked = int(self._n_all), int(self._n_masked)
+        if not 0 <= n_masked <= n_all:
+            raise ValueError(f"observed n_masked must be in [0, n_rows], got n_masked={n_masked}, n_rows={n_all}")
+        if n_all > 0:
+            # Every row masked: Eq. 19 is infinite and the restrictions give previous + 1 (capped).
+            wanted = round(self.lam * n_all / (n_all - n_masked)) if n_masked < n_all else self.max_steps
+            self._steps = max(1, min(max(wanted, self._steps), self._steps + 1, self.max_steps))
+        self._n_all, self._n_masked = 0, 0
+        return self._steps
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "lam": self.lam,
+            "max_steps": self.max_steps,
+            "steps": self._steps,
+            "n_all": int(self._n_all),
+            "n_masked": int(self._n_masked),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if (state["lam"], state["max_steps"]) != (self.lam, self.max_steps):
+            raise ValueError(
+                f"checkpoint has lam={state['lam']}, max_steps={state['max_steps']}; "
+                f"this accumulator has lam={self.lam}, max_steps={self.max_steps}"
+            )
+        self._steps = int(state["steps"])
+        self._n_all, self._n_masked = int(state["n_all"]), int(state["n_masked"])
+
+    def __repr__(self) -> str:
+        return f"AdaptiveAccumulation(lam={self.lam}, max_steps={self.max_steps}, steps={self._steps})"

@@ -1,0 +1,78 @@
+"""AS-Softmax: adaptive sparse softmax (AS-Softmax paper, Section 3.2, Eq. 5-7).
+
+With p = softmax(o) over all C classes, a competitor i != t is dropped (z_i = 0) once it trails the
+target by the margin, p_t - p_i >= delta (Eq. 5-6); the target is never dropped. Then (Eq. 7)
+
+    L = -log( exp(o_t) / sum_j z_j exp(o_j) ) = log sum_{j: z_j = 1} exp(o_j) - o_t
+
+A row whose competitors are all dropped has loss exactly 0 and no gradient: it is "masked".
+delta in [0, 1]; delta = 1 is cross-entropy (up to competitors with p_i < 2^-64, whose terms are below
+fp32 resolution). Shapes: x (M, C) float, t (M,) int64 -> losses (M,), masked (M,) bool.
+
+Speed: one softmax (one exp pass) in forward, kept for backward, which is then a single multiply:
+dL/do_i = z_i p_i / sum_j z_j p_j - [i = t]. ``F.cross_entropy`` computes exp in forward and again in
+backward. The per-row threshold is turned into the scalar 1 by dividing each row by
+d = p_t - delta, so that one in-place ``torch.threshold_`` drops the competitors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._base import DeltaMixin, Loss
+
+
+class _ASSoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, t: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+        t1 = t[:, None]
+        p = torch.softmax(x, dim=1)  # (M, C)
+        p_t = p.gather(1, t1)  # (M, 1)
+        # d > 0 always: rows with p_t <= delta drop nothing; the floor keeps r = p / d finite.
+        floor = 2.0 ** (-64 if x.dtype != torch.float64 else -500)
+        d = (p_t - delta).clamp_(min=floor)
+        r = p.div_(d)  # (M, C): competitor i is kept iff r_i > 1, i.e. p_t - p_i < delta
+        torch.threshold_(r, 1.0, 0.0)
+        r_t = p_t / d
+        r.scatter_(1, t1, r_t)  # the target is never dropped
+        s = r.sum(dim=1, keepdim=True)  # kept probability mass / d
+        # log p_t without underflow: the argmax is always kept, so max(r) * d = max(p) = 1 / sum exp(o - max o)
+        log_p_t = x.gather(1, t1) - x.amax(dim=1, keepdim=True) + torch.log(r.amax(dim=1, keepdim=True) * d)
+        # Only the target left: the loss is exactly 0. (d at the floor means nothing could be dropped.)
+        masked = ((s == r_t) & (d > floor)).squeeze(1)
+        loss = torch.where(masked, 0.0, (torch.log(s * d) - log_p_t).squeeze(1))
+        ctx.save_for_backward(r, s, t1)
+        ctx.mark_non_differentiable(masked)
+        return loss, masked
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_masked: Tensor | None) -> tuple[Tensor, None, None]:
+        r, s, t1 = ctx.saved_tensors
+        g = grad[:, None]  # (M, 1)
+        out = r * (g / s)  # z_i p_i / sum_j z_j p_j, times the upstream gradient
+        out.scatter_add_(1, t1, -g)
+        return out, None, None
+
+
+def as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) -> tuple[Tensor, Tensor]:
+    """Per-row AS-Softmax losses (M,) and the masked-row flags (M,)."""
+    loss, masked = _ASSoftmaxFunction.apply(logits, target, delta)
+    return loss, masked
+
+
+class ASSoftmaxLoss(DeltaMixin, Loss):
+    name = "as_softmax"
+    kinds = frozenset({"multiclass", "token"})
+
+    def __init__(self, delta: float = 0.3) -> None:
+        super().__init__()
+        self.delta = delta
+
+    def hparams(self) -> dict[str, float | int | str]:
+        return {"delta": self.delta}
+
+    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        return as_softmax_loss(x, t, delta=self.delta)

@@ -1,0 +1,27 @@
+"""1.5-entmax loss (Peters et al. 2019, alpha = 1.5), via the ``entmax`` package (sort-based, exact).
+
+    p* = 1.5-entmax(z) = argmax_{p in simplex} p.z + H^T_{1.5}(p),   [p*]_i = [z_i / 2 - tau]_+^2
+    L  = (p* - e_t).z + H^T_{1.5}(p*),   the Fenchel-Young loss of p*
+
+ignore_index rows are filtered by the base class before ``entmax`` sees them. Computed in fp32.
+Shapes: x (M, C), t (M,) -> (M,).
+"""
+
+from __future__ import annotations
+
+from entmax import entmax15_loss as _entmax_entmax15_loss
+from torch import Tensor
+
+from ._base import Loss
+
+
+def entmax15_loss(logits: Tensor, target: Tensor) -> Tensor:
+    return _entmax_entmax15_loss(logits, target)
+
+
+class Entmax15Loss(Loss):
+    name = "entmax15"
+    kinds = frozenset({"multiclass", "token"})
+
+    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
+        return entmax15_loss(x, t), None

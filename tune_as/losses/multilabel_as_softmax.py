@@ -1,0 +1,47 @@
+"""Multi-label AS-Softmax (AS-Softmax paper, Eq. 15-18), with p = softmax over the C logits.
+
+    z_i = 0 for a negative i once p_t^min - p_i >= delta   (Eq. 15, 17; p_t^min: lowest positive p)
+    z_t = 0 for a positive t once p_t - p_i^max >= delta   (Eq. 16, 17; p_i^max: highest negative p)
+    L = log(1 + sum_{i in Omega_neg} z_i exp(o_i)) + log(1 + sum_{t in Omega_pos} z_t exp(-o_t))   (Eq. 18)
+
+A row with every z = 0 has loss exactly 0 (masked). A row without positives (or without negatives)
+has nothing to compare with: all its factors stay 1 and its loss is Eq. 14.
+delta in [0, 1]. Shapes: x (N, C), y (N, C) multi-hot -> losses (N,), masked (N,) bool.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._base import DeltaMixin, Loss
+from .multilabel_softmax import multilabel_softmax_loss
+
+
+def multilabel_as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) -> tuple[Tensor, Tensor]:
+    pos = target > 0.5  # (N, C)
+    p = torch.softmax(logits, dim=1).detach()  # the factors z are constants, as in Eq. 7
+    p_pos_min = torch.where(pos, p, 2.0).amin(dim=1, keepdim=True)  # 2: no positive
+    p_neg_max = torch.where(pos, -1.0, p).amax(dim=1, keepdim=True)  # -1: no negative
+    p_pos_min = torch.where(p_pos_min > 1.0, -1.0, p_pos_min)  # no positive: keep every negative
+    p_neg_max = torch.where(p_neg_max < 0.0, 2.0, p_neg_max)  # no negative: keep every positive
+    neg_keep = p_pos_min - p < delta  # z_i, read on negatives
+    pos_keep = p - p_neg_max < delta  # z_t, read on positives
+    masked = ~torch.where(pos, pos_keep, neg_keep).any(dim=1)
+    loss = multilabel_softmax_loss(logits, target, neg_keep=neg_keep, pos_keep=pos_keep)
+    return loss, masked
+
+
+class MultilabelASSoftmaxLoss(DeltaMixin, Loss):
+    name = "multilabel_as_softmax"
+    kinds = frozenset({"multilabel"})
+
+    def __init__(self, delta: float = 0.3) -> None:
+        super().__init__()
+        self.delta = delta
+
+    def hparams(self) -> dict[str, float | int | str]:
+        return {"delta": self.delta}
+
+    def multilabel_rows(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        return multilabel_as_softmax_loss(x, y, delta=self.delta)

@@ -1,0 +1,40 @@
+"""Multi-label Sparse-Softmax: the top-k idea of Sparse-Softmax (Sun et al. 2021, Eq. 4-5) applied to Eq. 14.
+
+    L = log(1 + sum_{i in Omega_neg^k} exp(o_i)) + log(1 + sum_{t in Omega_pos} exp(-o_t))
+
+Omega_neg^k: the k highest-scoring negative classes (all negatives when there are at most k). As in
+Eq. 5, where only the strongest competitors stay in the normalizer, the top-k cut applies to the
+competitors (negatives); every positive keeps its term. k is an int in [1, 100000]; k >= C is
+``multilabel_softmax``. Shapes: x (N, C), y (N, C) multi-hot -> (N,).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._base import Loss, check_int
+from .multilabel_softmax import log1p_sum_exp
+
+
+def multilabel_sparse_softmax_loss(logits: Tensor, target: Tensor, *, k: int) -> Tensor:
+    pos = target > 0.5  # (N, C)
+    neg = torch.where(pos, -torch.inf, logits)
+    if k < logits.shape[1]:
+        neg = neg.topk(k, dim=1, sorted=False).values  # (N, k); -inf where fewer than k negatives
+    return log1p_sum_exp(neg) + log1p_sum_exp(torch.where(pos, -logits, -torch.inf))
+
+
+class MultilabelSparseSoftmaxLoss(Loss):
+    name = "multilabel_sparse_softmax"
+    kinds = frozenset({"multilabel"})
+
+    def __init__(self, k: int = 10) -> None:
+        super().__init__()
+        self.k = check_int("k", k, 1, 100_000)
+
+    def hparams(self) -> dict[str, float | int | str]:
+        return {"k": self.k}
+
+    def multilabel_rows(self, x: Tensor, y: Tensor) -> tuple[Tensor, None]:
+        return multilabel_sparse_softmax_loss(x, y, k=self.k), None

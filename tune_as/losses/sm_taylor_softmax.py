@@ -1,0 +1,36 @@
+"""SM-Taylor softmax: soft margin with the Taylor exponential (softmax-alternatives paper, Sec. 2.4, Eq. 3 + 8).
+
+    p_t = f^n(z_t - m) / (sum_{j != t} f^n(z_j) + f^n(z_t - m)),   L = -log p_t
+
+f^n is the order-n Taylor expansion of exp (Eq. 3). Exact gradient (autograd). m in [0, 10],
+n an even int in [2, 16]; m = 0 is ``taylor_softmax`` with ``backward="finite"``.
+Shapes: x (M, C), t (M,) -> (M,).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._base import Loss, check_int, check_range
+from .taylor_softmax import taylor_probs
+
+
+def sm_taylor_softmax_loss(logits: Tensor, target: Tensor, *, m: float, n: int) -> Tensor:
+    return -torch.log(taylor_probs(logits, target, n, margin=m).gather(1, target[:, None])).squeeze(1)
+
+
+class SMTaylorSoftmaxLoss(Loss):
+    name = "sm_taylor_softmax"
+    kinds = frozenset({"multiclass", "token"})
+
+    def __init__(self, m: float = 0.6, n: int = 2) -> None:
+        super().__init__()
+        self.m = check_range("m", m, 0.0, 10.0)
+        self.n = check_int("n", n, 2, 16, even=True)
+
+    def hparams(self) -> dict[str, float | int | str]:
+        return {"m": self.m, "n": self.n}
+
+    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
+        return sm_taylor_softmax_loss(x, t, m=self.m, n=self.n), None

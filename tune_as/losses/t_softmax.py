@@ -1,0 +1,32 @@
+"""T-Softmax: cross-entropy on temperature-scaled logits (AS-Softmax paper, Appendix A.3, Eq. 20).
+
+    p_i = exp(o_i / tau) / sum_j exp(o_j / tau),   L = -log p_t
+
+tau in (0, 100]; tau = 1 is plain softmax. Shapes: x (M, C), t (M,) -> (M,).
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._base import Loss, check_range
+
+
+def t_softmax_loss(logits: Tensor, target: Tensor, *, tau: float) -> Tensor:
+    return F.cross_entropy(logits / tau if tau != 1.0 else logits, target, reduction="none")
+
+
+class TSoftmaxLoss(Loss):
+    name = "t_softmax"
+    kinds = frozenset({"multiclass", "token"})
+
+    def __init__(self, tau: float = 1.0) -> None:
+        super().__init__()
+        self.tau = check_range("tau", tau, 0.0, 100.0, lo_open=True)
+
+    def hparams(self) -> dict[str, float | int | str]:
+        return {"tau": self.tau}
+
+    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
+        return t_softmax_loss(x, t, tau=self.tau), None
