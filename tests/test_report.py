@@ -1,0 +1,261 @@
+"""tune_as.report against a real `mlflow server`: selection, every table's rows and "-" cells, figures, the
+report run, confirmation statistics, and bad input (one line, exit code 2)."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import free_port
+
+from tune_as.report import build_report, main
+from tune_as.report_select import paired_diff, row_of
+
+ROLE, TASK, LOSS, METRIC = "tune_as.role", "tune_as.task", "tune_as.loss", "tune_as.metric"
+
+
+@dataclass
+class Trial:
+    loss: str
+    params: dict[str, str]
+    val: list[float]  # val_<metric> at evaluation points 1..n
+    test: float
+    steps: int  # optimizer steps at the last evaluation point
+    seconds: float
+    seed: int = 0
+    status: str = "FINISHED"
+    log_best: bool = True  # False: the run lacks best_val_<m>, the report must fall back to max(val_<m>)
+    pmargin: bool = False
+
+
+def log_search(client, exp_id: str, task: str, metric: str, trials: list[Trial], tmp: Path) -> dict[str, str]:
+    """A parent run and one child run per trial, exactly in the schema of docs/architecture.md."""
+    from mlflow.entities import Metric, Param
+
+    parent = client.create_run(exp_id, tags={ROLE: "search", TASK: task, METRIC: f"val_{metric}",
+                                             "tune_as.mode": "max", "tune_as.search_id": uuid.uuid4().hex})
+    client.log_param(parent.info.run_id, "task", task)
+    ids = {}
+    for i, t in enumerate(trials):
+        run = client.create_run(exp_id, tags={"mlflow.parentRunId": parent.info.run_id, ROLE: "trial", TASK: task,
+                                              LOSS: t.loss, "tune_as.trial_id": f"t{i}", METRIC: f"val_{metric}"})
+        rid = run.info.run_id
+        n = len(t.val)
+        series = {
+            f"val_{metric}": t.val,
+            "val_loss": [2.0 - v - 0.01 * (k % 2) for k, v in enumerate(t.val)],  # anti-correlated, not exactly
+            "masked_ratio": [0.0 if "as_" not in t.loss else 0.1 * k for k in range(1, n + 1)],
+            "optimizer_steps": [t.steps * k // n for k in range(1, n + 1)],
+            "train_seconds": [t.seconds * k / n for k in range(1, n + 1)],
+            f"test_{metric}": [t.test] * n,
+        }
+        if t.log_best:
+            series[f"best_val_{metric}"] = list(np.maximum.accumulate(t.val))
+        params = {"task": task, "loss": t.loss, "backbone": "tiny", "encoder": "frozen", "seed": str(t.seed),
+                  "epochs": "5", "batch_size": "32", "lr": "2e-05", "max_length": "32", "warmup_r": "0.0",
+                  "git_commit": uuid.uuid4().hex[:8], **t.params}
+        client.log_batch(rid, metrics=[Metric(k, float(v), 1_700_000_000_000 + s, s)
+                                       for k, vs in series.items() for s, v in enumerate(vs, 1)],
+                         params=[Param(k, v) for k, v in params.items()])
+        if t.pmargin:
+            path = tmp / "pmargin.npy"
+            np.save(path, np.random.default_rng(i).uniform(-1, 1, 200))
+            client.log_artifact(rid, str(path))
+        client.set_terminated(rid, t.status)
+        ids[f"{t.loss}:{i}"] = rid
+    client.set_terminated(parent.info.run_id)
+    return ids
+
+
+# sst5: accuracy. The numbers are chosen so that each selection rule changes the answer when broken.
+SST5 = [
+    # softmax: lr=2e-05 has the single best run (0.55) but mean 0.50 over its two seeds; lr=5e-05 wins on mean.
+    Trial("softmax", {"lr": "2e-05"}, [0.40, 0.55, 0.50], 0.60, 300, 100.0, seed=0),
+    Trial("softmax", {"lr": "2e-05"}, [0.40, 0.45, 0.44], 0.60, 300, 100.0, seed=1),
+    Trial("softmax", {"lr": "5e-05"}, [0.45, 0.50, 0.52], 0.49, 300, 100.0, pmargin=True),
+    # as_softmax: delta=0.3 has the best TEST metric, delta=0.2 the best validation metric (read from the
+    # val_accuracy history: no best_val_accuracy logged); the FAILED run is best on both and must not count.
+    Trial("as_softmax", {"loss.delta": "0.1", "warmup_r": "0.1"}, [0.50, 0.60, 0.58], 0.50, 290, 90.0),
+    Trial("as_softmax", {"loss.delta": "0.30000000000000004", "warmup_r": "0.0"}, [0.50, 0.58, 0.57], 0.70,
+          290, 90.0),
+    Trial("as_softmax", {"loss.delta": "0.2", "warmup_r": "0.1"}, [0.55, 0.61, 0.60], 0.52, 280, 87.0,
+          log_best=False, pmargin=True),
+    Trial("as_softmax", {"loss.delta": "0.5", "warmup_r": "0.1"}, [0.90, 0.95], 0.95, 100, 30.0, status="FAILED"),
+    # as_speed: equal validation metric; the one with fewer optimizer steps wins although it started later.
+    Trial("as_speed", {"loss.delta": "0.3", "loss.lam": "0.5", "loss.max_steps": "2"}, [0.5, 0.57], 0.55, 250, 80.0),
+    Trial("as_speed", {"loss.delta": "0.3", "loss.lam": "1.0", "loss.max_steps": "4"}, [0.5, 0.57], 0.54, 200, 78.0),
+]
+# conll2003: f1, only softmax and t_softmax: the AS rows must show "-" in this column.
+CONLL = [
+    Trial("softmax", {}, [0.80, 0.85, 0.90], 0.88, 600, 200.0),
+    Trial("t_softmax", {"loss.tau": "0.5"}, [0.80, 0.86, 0.89], 0.87, 600, 230.0),
+    Trial("t_softmax", {"loss.tau": "2.0"}, [0.70, 0.80, 0.91], 0.86, 600, 220.0),
+]
+
+
+@dataclass
+class Store:
+    uri: str
+    experiments: list[str]
+    runs: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def store(mlflow_server, tmp_path_factory: pytest.TempPathFactory) -> Store:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(mlflow_server.uri)
+    tmp = tmp_path_factory.mktemp("report-store")
+    suffix = uuid.uuid4().hex[:6]
+    names = [f"report-sst5-{suffix}", f"report-conll-{suffix}"]
+    runs = log_search(client, client.create_experiment(names[0]), "sst5", "accuracy", SST5, tmp)
+    runs |= log_search(client, client.create_experiment(names[1]), "conll2003", "f1", CONLL, tmp)
+    return Store(mlflow_server.uri, names, runs)
+
+
+@pytest.fixture(scope="module")
+def report(store: Store, tmp_path_factory: pytest.TempPathFactory):
+    import optuna
+
+    tmp = tmp_path_factory.mktemp("report")
+    storage = tmp / "optuna.db"
+    study = optuna.create_study(study_name="sst5-as_softmax", storage=f"sqlite:///{storage}", direction="maximize")
+    study.optimize(lambda trial: trial.suggest_float("delta", 0.05, 0.5), n_trials=3)
+    return build_report(store.experiments, tmp / "out", store.uri, optuna_storage=storage)
+
+
+def table(report, name: str) -> dict[str, dict[str, str]]:
+    """A table as {row: {column: cell}}."""
+    t = next(t for t in report.tables if t.name == name)
+    return {row[0]: dict(zip(t.header[1:], row[1:], strict=True)) for row in t.rows}
+
+
+@pytest.mark.slow
+def test_selection_uses_mean_validation_metric_never_test(report, store: Store) -> None:
+    cells = report.cells
+    # as_softmax: best validation (0.61, from the val history) is delta=0.2; best test (0.70) is delta=0.3.
+    assert cells["sst5", "as_softmax"].params["loss.delta"] == "0.2"
+    assert cells["sst5", "as_softmax"].n_trials == 3  # the FAILED run is left out
+    # softmax: repeats of one setting are averaged: lr=5e-05 (0.52) beats lr=2e-05 (mean 0.50, best seed 0.55).
+    assert cells["sst5", "softmax"].params["lr"] == "5e-05"
+    assert sorted(r.run_id for r in cells["sst5", "softmax"].runs) == [store.runs["softmax:2"]]
+    # as_speed: equal validation metric, fewer optimizer steps wins.
+    assert cells["sst5", "as_speed"].params["loss.lam"] == "1.0"
+    assert cells["conll2003", "t_softmax"].params["loss.tau"] == "2.0"
+
+
+@pytest.mark.slow
+def test_tables_rows_and_missing_cells(report) -> None:
+    t6 = table(report, "table6")
+    assert list(t6)[:9] == ["softmax", "t_softmax", "sparse_softmax", "sparsemax", "entmax15", "label_smoothing",
+                            "am_softmax", "as_softmax", "as_speed"]
+    assert list(t6["softmax"]) == ["sst5", "conll2003"]  # the paper's column order
+    assert t6["as_softmax"] == {"sst5": "delta=0.2, warmup_r=0.1 [3 trials]", "conll2003": "-"}
+    assert t6["softmax"]["sst5"] == "lr=5e-05 [3 trials]"
+    assert t6["as_speed"]["sst5"] == "delta=0.3, lam=1, max_steps=4 [2 trials]"
+    assert t6["sparsemax"] == {"sst5": "-", "conll2003": "-"}
+
+    t2 = table(report, "table2")
+    assert t2["as_softmax"] == {"sst5 accuracy": "52.00", "conll2003 f1": "-"}
+    assert t2["softmax"] == {"sst5 accuracy": "49.00", "conll2003 f1": "88.00"}
+    assert t2["t_softmax"] == {"sst5 accuracy": "-", "conll2003 f1": "86.00"}
+
+    t3 = table(report, "table3")
+    assert t3["softmax"] == {"sst5": "100", "conll2003": "200"}
+    assert t3["as_softmax"] == {"sst5": "-13%", "conll2003": "-"}
+    assert t3["t_softmax"] == {"sst5": "-", "conll2003": "+10%"}
+
+    t4 = table(report, "table4")
+    val = np.array(SST5[5].val)
+    loss = 2.0 - val - 0.01 * (np.arange(3) % 2)
+    assert t4["as_softmax"]["sst5"] == f"{np.corrcoef(loss, val)[0, 1]:.3f}"
+    assert float(t4["softmax"]["conll2003"]) < -0.9
+    assert t4["am_softmax"] == {"sst5": "-", "conll2003": "-"}
+
+
+@pytest.mark.slow
+def test_files_figures_and_report_run(report, store: Store) -> None:
+    from mlflow import MlflowClient
+
+    out = report.out
+    for name in ("table6", "table2", "table3", "table4"):
+        assert (out / f"{name}.md").read_text().count("\n| ") == 2 + 9  # header, separator, the 9 paper rows
+        assert (out / f"{name}.csv").read_text().splitlines()[0].startswith("loss,")
+    pngs = {p.name for p in out.glob("*.png")}
+    assert {"fig1_masked_ratio_sst5.png", "fig2_delta_sst5.png", "fig3_curves_sst5.png", "fig4_pmargin_sst5.png",
+            "fig3_curves_conll2003.png", "optuna_history_sst5-as_softmax.png"} <= pngs
+    assert all((out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    # conll2003 has no AS-Softmax trials: figures 1 and 2 say so instead of drawing empty axes.
+    assert any(n.startswith("figure 1 (conll2003): skipped") for n in report.notes)
+    assert "fig1_masked_ratio_conll2003.png" not in pngs
+
+    client = MlflowClient(store.uri)
+    run = client.get_run(report.report_run_id)
+    assert run.data.tags[ROLE] == "report"
+    logged = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
+    assert {"report/table6.csv", "report/fig4_pmargin_sst5.png", "report/report.md"} <= logged
+
+
+@pytest.mark.slow
+def test_cli_prints_tables_and_optuna_note(store: Store, tmp_path: Path, capsys) -> None:
+    rc = main(["--experiment", store.experiments[0], "--tracking-uri", store.uri, "--out", str(tmp_path / "o"),
+               "--optuna-storage", str(tmp_path / "absent.db")])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert "Table 6" in printed and "Table 4" in printed
+    assert "optuna view: skipped, no Optuna study file" in printed
+
+
+BAD_INPUT = [
+    ("unknown experiment", lambda s, tmp: ["--experiment", "no-such-experiment", "--tracking-uri", s.uri],
+     "expected an MLflow experiment named 'no-such-experiment'"),
+    ("empty experiment", lambda s, tmp: ["--experiment", s.empty, "--tracking-uri", s.uri],
+     "expected finished trial runs"),
+    ("unreachable server", lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"http://127.0.0.1:{free_port()}"],
+     "expected a reachable MLflow tracking server"),
+    ("missing sqlite file", lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"sqlite:///{tmp}/none.db"],
+     "expected an MLflow SQLite store"),
+    ("negative --confirm", lambda s, tmp: ["--experiment", "x", "--confirm", "-1"], "expected --confirm N with N >= 0"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("case", "argv", "expected"), BAD_INPUT, ids=[c[0] for c in BAD_INPUT])
+def test_bad_input_one_line_exit_2(case, argv, expected, store: Store, tmp_path: Path, capsys) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(store.uri)
+    store.empty = f"report-empty-{uuid.uuid4().hex[:6]}"
+    exp = client.create_experiment(store.empty)
+    client.set_terminated(client.create_run(exp, tags={ROLE: "search"}).info.run_id)  # a parent, no trials
+    out = tmp_path / "out"
+    rc = main([*argv(store, tmp_path), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith(f"error: {expected}") and err.count("\n") == 1, err
+    assert "received" in err
+    assert not out.exists()  # nothing written on bad input
+
+
+def test_paired_difference_t_interval() -> None:
+    a = {"0": 0.60, "1": 0.70, "2": 0.65}
+    b = {"0": 0.50, "1": 0.62, "2": 0.60, "9": 0.99}  # seed 9 has no pair and is ignored
+    d = paired_diff(a, b)
+    diffs = [0.10, 0.08, 0.05]
+    mean, sd = sum(diffs) / 3, float(np.std(diffs, ddof=1))
+    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, df=2)
+    assert (d.n, d.mean) == (3, pytest.approx(mean))
+    assert (d.low, d.high) == (pytest.approx(mean - half), pytest.approx(mean + half))
+    assert d.verdict == "better"
+    assert paired_diff({"0": 0.5}, {"0": 0.4}).verdict == "too few seeds"
+    assert paired_diff({"0": 0.5, "1": 0.4}, {"0": 0.45, "1": 0.45}).verdict == "no significant difference"
+
+
+def test_multilabel_losses_share_the_paper_rows() -> None:
+    assert row_of("multilabel_as_softmax", {"multilabel_as_softmax", "bce"}) == "as_softmax"
+    assert row_of("multilabel_as_softmax", {"multilabel_as_softmax", "as_softmax"}) == "multilabel_as_softmax"
+    assert row_of("bce", {"bce"}) == "bce"

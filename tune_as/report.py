@@ -1,0 +1,277 @@
+"""`python -m tune_as.report --experiment TASK`: select settings from MLflow, write tables and figures.
+
+Reads the runs a search wrote (schema: docs/architecture.md), selects one setting per task x loss on the
+validation metric (tune_as.report_select), writes the paper's Tables 6/2/3/4 as Markdown and CSV and its
+Figures 1-4 as PNG into --out, prints the tables, and logs everything to a report run in MLflow
+(tag tune_as.role=report). `--confirm N` re-runs each selected setting with N new seeds (docs/report.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tune_as.errors import UserError
+from tune_as.report_select import PAPER_TASKS, Cell, Confirmation, TrialRun, new_seeds, order, select
+from tune_as.report_tables import Table, confirmation_table, table2, table3, table4, table6
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+
+ROLE, TASK, LOSS, METRIC = "tune_as.role", "tune_as.task", "tune_as.loss", "tune_as.metric"
+HISTORY_KEYS = ("val_loss", "masked_ratio", "optimizer_steps")
+
+
+@dataclass
+class Report:
+    out: Path
+    cells: dict[tuple[str, str], Cell]
+    tables: list[Table]
+    figures: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    confirmations: dict[tuple[str, str], Confirmation] = field(default_factory=dict)
+    report_run_id: str = ""
+
+
+def redact(uri: str) -> str:
+    """Never print a password that is part of a tracking URI."""
+    return re.sub(r"//[^/@]*@", "//***@", uri)
+
+
+def connect(uri: str) -> MlflowClient:
+    """A client for `uri`, or a UserError when nothing answers there (instead of minutes of retries)."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10).close()
+        except urllib.error.HTTPError:
+            pass  # something answered: the client will say more if it is not MLflow
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise UserError(f"expected a reachable MLflow tracking server at {redact(uri)}, received: {reason}") from None
+    elif uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        raise UserError(f"expected an MLflow SQLite store at {uri}, received: no such file")
+    # The report prints its own summary: no per-run links or download progress bars from MLflow.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_ids(client: MlflowClient, names: Sequence[str], uri: str) -> dict[str, str]:
+    """Experiment id -> name, for names (or ids) given on the command line."""
+    found = {}
+    for name in names:
+        exp = client.get_experiment_by_name(name)
+        if exp is None or exp.lifecycle_stage == "deleted":
+            existing = sorted(e.name for e in client.search_experiments(max_results=50))
+            raise UserError(f"expected an MLflow experiment named {name!r} at {redact(uri)} "
+                            f"(existing: {', '.join(existing) or 'none'}), received no such experiment")
+        found[exp.experiment_id] = exp.name
+    return found
+
+
+def search_all(client: MlflowClient, ids: Sequence[str], role: str) -> list[Run]:
+    runs: list[Run] = []
+    token = None
+    while True:
+        page = client.search_runs(list(ids), f"tags.`{ROLE}` = '{role}'", max_results=1000, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def history(client: MlflowClient, run_id: str, keys: Sequence[str]) -> dict[str, list[tuple[int, float]]]:
+    out = {}
+    for key in keys:
+        points = sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key))
+        out[key] = list({s: v for s, _, v in points}.items())  # a re-logged step keeps its latest value
+    return out
+
+
+def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[str]) -> list[TrialRun]:
+    """The FINISHED runs with tag tune_as.role=role; FAILED, KILLED and RUNNING ones are counted in a note."""
+    runs, skipped = [], 0
+    for run in search_all(client, ids, role):
+        tags, metrics = run.data.tags, run.data.metrics
+        metric = tags.get(METRIC, "").removeprefix("val_")
+        if run.info.status != "FINISHED" or not metric:
+            skipped += 1
+            continue
+        best = metrics.get(f"best_val_{metric}")
+        if best is None:
+            values = [v for _, v in history(client, run.info.run_id, [f"val_{metric}"])[f"val_{metric}"]]
+            if not values:
+                skipped += 1
+                continue
+            best = max(values)
+        runs.append(TrialRun(run.info.run_id, tags.get(TASK, run.data.params.get("task", "")),
+                             tags.get(LOSS, run.data.params.get("loss", "")), dict(run.data.params), metric,
+                             best, dict(metrics), run.info.start_time or 0, run.info.experiment_id))
+    if skipped:
+        notes.append(f"{skipped} {role} run(s) not FINISHED or without a validation metric were left out")
+    return runs
+
+
+def pmargins(client: MlflowClient, cells: dict[tuple[str, str], Cell], task: str, tmp: Path) -> dict[str, np.ndarray]:
+    from mlflow.exceptions import MlflowException
+
+    found = {}
+    for row in ("softmax", "as_softmax"):
+        if (task, row) in cells:
+            run_id = cells[task, row].runs[0].run_id
+            try:
+                found[row] = np.load(client.download_artifacts(run_id, "pmargin.npy", str(tmp)))
+            except (MlflowException, OSError):
+                continue
+    return found
+
+
+def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: list[TrialRun], n: int,
+            uri: str, names: dict[str, str], search_args: Sequence[str], notes: list[str]
+            ) -> dict[tuple[str, str], Confirmation]:
+    """Re-run every selected setting with n new seeds (runs already logged for those seeds are reused)."""
+    from tune_as import tuning
+    from tune_as.search import build_parser
+
+    seeds = {t: [str(s) for s in new_seeds((r.seed for r in trials if r.task == t), n)] for t, _ in cells}
+    done = trial_runs(client, list(names), "confirmation", notes)
+    for task in sorted(seeds):
+        task_cells = [c for (t, _), c in cells.items() if t == task]
+        have = {(r.setting, r.seed) for r in done if r.task == task}
+        configs = [tuning.config_from_params({**c.params, "seed": s}) for c in task_cells for s in seeds[task]
+                   if (c.runs[0].setting, s) not in have]
+        if configs:
+            first = task_cells[0]
+            argv = ["--task", task, "--mlflow-uri", uri, "--experiment", names[first.runs[0].experiment_id]]
+            for key in ("backbone", "encoder", "data_dir", "max_train_samples"):  # as the trials ran
+                if first.params.get(key, "None") != "None":
+                    argv += [f"--{key.replace('_', '-')}", first.params[key]]
+            args = build_parser().parse_args([*argv, *search_args])
+            tuning.run_fixed_trials(tuning.SearchRequest.from_args(args), configs, role="confirmation")
+    done = trial_runs(client, list(names), "confirmation", notes)
+    found = {}
+    for key, c in cells.items():
+        metric = f"test_{c.runs[0].metric}"
+        by_seed = {r.seed: r.last[metric] for r in done if r.task == c.task and r.setting == c.runs[0].setting
+                   and r.seed in seeds[c.task] and metric in r.last}
+        if by_seed:
+            found[key] = Confirmation(c.task, c.row, metric, by_seed)
+    return found
+
+
+def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confirm_seeds: int = 0,
+                 optuna_storage: Path | None = None, search_args: Sequence[str] = ()) -> Report:
+    """Read, select, tabulate, draw, log. Raises UserError before writing anything on bad input."""
+    from tune_as import report_figures as figs
+
+    client = connect(tracking_uri)
+    names = experiment_ids(client, experiments, tracking_uri)
+    notes: list[str] = []
+    trials = trial_runs(client, list(names), "trial", notes)
+    if not trials:
+        raise UserError(f"expected finished trial runs (tag {ROLE}=trial) in experiment(s) "
+                        f"{', '.join(names.values())}, received none: run `python -m tune_as.search` first")
+    cells = select(trials)
+    histories = {r.run_id: history(client, r.run_id, (f"val_{r.metric}", *HISTORY_KEYS))
+                 for c in cells.values() for r in c.runs}
+    report = Report(out, cells, [table6(cells), table2(cells), table3(cells), table4(cells, histories)], notes=notes)
+    if confirm_seeds > 0:
+        report.confirmations = confirm(client, cells, trials, confirm_seeds, tracking_uri, names, search_args, notes)
+        report.tables.append(confirmation_table(report.confirmations))
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for task in order({t for t, _ in cells}, PAPER_TASKS):
+            deltas = {row: float(cells[task, row].params["loss.delta"]) for row in ("as_softmax",)
+                      if (task, row) in cells and "loss.delta" in cells[task, row].params}
+            storage = optuna_storage or Path("tune_as_results") / task / "optuna.db"
+            drawn = [figs.fig1_masked_ratio(task, cells, histories, out), figs.fig2_delta(task, trials, out),
+                     figs.fig3_curves(task, cells, histories, out),
+                     figs.fig4_pmargin(task, pmargins(client, cells, task, Path(tmp)), deltas, out),
+                     figs.optuna_history(storage, f"{task}-as_softmax", out)]
+            report.figures += [d for d in drawn if isinstance(d, Path)]
+            notes += [d for d in drawn if isinstance(d, str)]
+    write(report)
+    run = client.create_run(next(iter(names)), run_name="report",
+                            tags={ROLE: "report", "tune_as.experiments": ",".join(names.values())})
+    client.log_artifacts(run.info.run_id, str(out), "report")
+    client.set_terminated(run.info.run_id)
+    report.report_run_id = run.info.run_id
+    return report
+
+
+def write(report: Report) -> None:
+    parts = ["# tune_as report", ""]
+    for table in report.tables:
+        (report.out / f"{table.name}.md").write_text(table.markdown())
+        (report.out / f"{table.name}.csv").write_text(table.csv())
+        parts.append(table.markdown())
+    parts += ["## Figures", ""] + [f"![{p.stem}]({p.name})\n" for p in report.figures]
+    parts += ["## Notes", ""] + [f"- {n}" for n in report.notes]
+    (report.out / "report.md").write_text("\n".join(parts) + "\n")
+
+
+def show(report: Report) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
+    console = Console()
+    for table in report.tables:
+        rich_table = RichTable(*map(escape, table.header), title=table.title)
+        for row in table.rows:
+            rich_table.add_row(*map(escape, row))
+        console.print(rich_table)
+    for note in report.notes:
+        console.print(f"note: {escape(note)}")
+    console.print(f"wrote {len(report.tables)} tables and {len(report.figures)} figures to {report.out}; "
+                  f"MLflow report run {report.report_run_id}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tune_as.report", description=__doc__.splitlines()[0])
+    p.add_argument("--experiment", required=True,
+                   help="MLflow experiment: the task name, or the --experiment the search used "
+                        "(comma-separated for several, one column per task)")
+    p.add_argument("--out", type=Path, default=Path("tune_as_report"), help="folder for tables and figures")
+    p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"),
+                   help="MLflow tracking URI (default: env MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    p.add_argument("--confirm", type=int, default=0, metavar="N",
+                   help="re-run each selected setting with N new seeds and compare with softmax")
+    p.add_argument("--optuna-storage", type=Path, default=None,
+                   help="the search's Optuna SQLite file (default: tune_as_results/<task>/optuna.db)")
+    p.add_argument("--search-args", default="",
+                   help="for --confirm: the search's data options, e.g. \"--data-dir DIR --max-train-samples 2000\"")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.confirm < 0:
+            raise UserError(f"expected --confirm N with N >= 0, received {args.confirm}")
+        report = build_report([e.strip() for e in args.experiment.split(",") if e.strip()], args.out,
+                              args.tracking_uri, args.confirm, args.optuna_storage, shlex.split(args.search_args))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    show(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""Pure selection logic for the report: trial runs in, one selected setting per task x loss out.
+
+No MLflow here: `tune_as.report` turns MLflow runs into `TrialRun`s, everything below is plain Python so
+the rules (best mean validation metric, ties by fewer optimizer steps, test metrics never consulted) are
+easy to read and test.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+# Params that identify a run, not a setting: runs differing only in these are repeats of one setting.
+NOT_HYPERPARAMS = frozenset({"seed", "git_commit"})
+
+# Row order of the paper's Tables 2-6; losses the paper does not have follow in alphabetical order.
+PAPER_ROWS = (
+    "softmax", "t_softmax", "sparse_softmax", "sparsemax", "entmax15", "label_smoothing",
+    "am_softmax", "as_softmax", "as_speed",
+)
+# Column order of the paper's tables (then GLUE, Table 8); other tasks follow alphabetically.
+PAPER_TASKS = (
+    "sst5", "clinc_oos", "conll2003", "sighan2015", "eurlex", "wos46985",
+    "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "cola",
+)
+MULTILABEL_PREFIX = "multilabel_"
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """One finished child run, as read from MLflow (schema: docs/architecture.md)."""
+
+    run_id: str
+    task: str
+    loss: str
+    params: dict[str, str]
+    metric: str  # the selection metric without prefix, e.g. "accuracy" (tag tune_as.metric minus "val_")
+    best_val: float  # best value of val_<metric> over the run's evaluation points
+    last: dict[str, float]  # last logged value of every metric
+    start_time: int = 0
+    experiment_id: str = ""
+
+    @property
+    def seed(self) -> str:
+        return self.params.get("seed", "")
+
+    @property
+    def setting(self) -> tuple[tuple[str, str], ...]:
+        """The hyper-parameters, as a hashable key that ignores seed and commit ("1e-5" == "1e-05")."""
+        return tuple(sorted((k, canonical(v)) for k, v in self.params.items() if k not in NOT_HYPERPARAMS))
+
+    def test_metrics(self) -> dict[str, float]:
+        return {k.removeprefix("test_"): v for k, v in self.last.items() if k.startswith("test_")}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The selected setting of one task x loss, and the runs behind it."""
+
+    task: str
+    row: str  # table row: the loss, with "multilabel_" folded into the paper's row (see `row_of`)
+    loss: str
+    runs: tuple[TrialRun, ...]  # the repeats (seeds) of the selected setting
+    n_trials: int  # finished trials of this task x loss that competed
+    shown: tuple[str, ...]  # params worth showing in Table 6: loss.* plus what varied across trials
+    val: float = field(init=False)
+    steps: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "val", statistics.fmean(r.best_val for r in self.runs))
+        object.__setattr__(self, "steps", mean_last(self.runs, "optimizer_steps"))
+
+    @property
+    def params(self) -> dict[str, str]:
+        return self.runs[0].params
+
+    def mean(self, key: str) -> float:
+        return mean_last(self.runs, key)
+
+
+def canonical(value: str) -> str:
+    try:
+        return repr(float(value))
+    except ValueError:
+        return value
+
+
+def mean_last(runs: Iterable[TrialRun], key: str) -> float:
+    """Mean over runs of a metric's last value; NaN when no run logged it."""
+    values = [r.last[key] for r in runs if key in r.last]
+    return statistics.fmean(values) if values else math.nan
+
+
+def row_of(loss: str, losses_in_task: set[str]) -> str:
+    """`multilabel_as_softmax` is the AS-Softmax row on a multi-label task, as in the paper's Table 2,
+    unless the task also has the plain loss (then both keep their own rows)."""
+    plain = loss.removeprefix(MULTILABEL_PREFIX)
+    if loss != plain and plain in PAPER_ROWS and plain not in losses_in_task:
+        return plain
+    return loss
+
+
+def order(names: Iterable[str], canonical: Sequence[str]) -> list[str]:
+    names = set(names)
+    return [n for n in canonical if n in names] + sorted(names - set(canonical))
+
+
+def select(runs: Sequence[TrialRun]) -> dict[tuple[str, str], Cell]:
+    """Per (task, row): the setting with the best mean validation metric over its repeats; ties go to
+    fewer optimizer steps, then to the earlier run. Test metrics are never read here."""
+    by_cell: dict[tuple[str, str], list[TrialRun]] = defaultdict(list)
+    for task in {r.task for r in runs}:
+        losses = {r.loss for r in runs if r.task == task}
+        for r in runs:
+            if r.task == task:
+                by_cell[(task, row_of(r.loss, losses))].append(r)
+    cells: dict[tuple[str, str], Cell] = {}
+    for (task, row), trials in by_cell.items():
+        groups: dict[tuple[tuple[str, str], ...], list[TrialRun]] = defaultdict(list)
+        for r in sorted(trials, key=lambda r: (r.start_time, r.run_id)):
+            groups[r.setting].append(r)
+        candidates = [
+            Cell(task, row, g[0].loss, tuple(g), len(trials), shown_params(trials)) for g in groups.values()
+        ]
+        # min() keeps the first of equals, and candidates are in start order: the earlier setting wins.
+        cells[(task, row)] = min(candidates, key=lambda c: (-c.val, nan_last(c.steps)))
+    return cells
+
+
+def nan_last(x: float) -> float:
+    return math.inf if math.isnan(x) else x
+
+
+def shown_params(trials: Sequence[TrialRun]) -> tuple[str, ...]:
+    keys = {k for r in trials for k in r.params if k not in NOT_HYPERPARAMS}
+    varied = {k for k in keys if len({r.params.get(k) for r in trials}) > 1}
+    return tuple(sorted(k for k in keys if k.startswith("loss.") or k in varied))
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """Confirmation runs of one task x row: the selected setting re-run with new seeds."""
+
+    task: str
+    row: str
+    metric: str  # test_<m> compared
+    by_seed: dict[str, float]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.by_seed.values())
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.by_seed.values()) if len(self.by_seed) > 1 else math.nan
+
+
+@dataclass(frozen=True)
+class PairedDiff:
+    """Mean over shared seeds of (loss - softmax), with a 95% Student-t interval."""
+
+    n: int
+    mean: float
+    low: float
+    high: float
+
+    @property
+    def verdict(self) -> str:
+        if math.isnan(self.low):
+            return "too few seeds"
+        if self.low > 0:
+            return "better"
+        return "worse" if self.high < 0 else "no significant difference"
+
+
+def paired_diff(a: dict[str, float], b: dict[str, float], level: float = 0.95) -> PairedDiff:
+    """Paired by seed: the same seed gives both losses the same data order and initialisation."""
+    from scipy import stats
+
+    seeds = sorted(set(a) & set(b))
+    d = [a[s] - b[s] for s in seeds]
+    if len(d) < 2:
+        m = d[0] if d else math.nan
+        return PairedDiff(len(d), m, math.nan, math.nan)
+    m, sd = statistics.fmean(d), statistics.stdev(d)
+    half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1)) * sd / math.sqrt(len(d))
+    return PairedDiff(len(d), m, m - half, m + half)
+
+
+def new_seeds(used: Iterable[str], n: int) -> list[int]:
+    """N seeds that no trial of the search used: the N integers after the largest seed seen."""
+    ints = [int(s) for s in used if s.lstrip("-").isdigit()]
+    start = max(ints, default=-1) + 1
+    return list(range(start, start + n))

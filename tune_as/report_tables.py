@@ -1,0 +1,175 @@
+"""The paper's tables (6, 2, 3, 4) and the confirmation table, built from selected cells.
+
+Rows are losses in the paper's order, columns are tasks; a loss the search did not cover for a task
+shows "-", as in the paper. "n/a" means the cell exists but the value cannot be computed (e.g. a
+correlation over fewer than 3 evaluation points).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tune_as.report_select import PAPER_ROWS, PAPER_TASKS, Cell, Confirmation, order, paired_diff
+
+MISSING = "-"
+NA = "n/a"
+BASELINE = "softmax"
+
+# One run's metric histories: metric name -> [(step, value), ...] in step order.
+History = Mapping[str, Sequence[tuple[int, float]]]
+Cells = Mapping[tuple[str, str], Cell]
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # file stem, e.g. "table6"
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", "", "| " + " | ".join(self.header) + " |",
+                 "|" + "|".join(" --- " for _ in self.header) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def csv(self) -> str:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(self.header)
+        writer.writerows(self.rows)
+        return buf.getvalue()
+
+
+def layout(cells: Cells) -> tuple[list[str], list[str]]:
+    """Table rows (the paper's losses, then any other loss seen) and columns (tasks seen)."""
+    tasks = order({t for t, _ in cells}, PAPER_TASKS)
+    rows = order({r for _, r in cells} | set(PAPER_ROWS), PAPER_ROWS)
+    return tasks, rows
+
+
+def fmt_value(v: str) -> str:
+    """Params are strings in MLflow: shorten floats (0.30000000000000004 -> 0.3), keep the rest."""
+    try:
+        x = float(v)
+    except ValueError:
+        return v
+    return v if v.lstrip("-").isdigit() else f"{x:.3g}"
+
+
+def pct(x: float) -> str:
+    return NA if math.isnan(x) else f"{100 * x:.2f}"
+
+
+def table6(cells: Cells) -> Table:
+    tasks, rows = layout(cells)
+
+    def cell(c: Cell) -> str:
+        params = ", ".join(f"{k.removeprefix('loss.')}={fmt_value(c.params[k])}" for k in c.shown) or "defaults"
+        repeats = f", mean of {len(c.runs)} runs" if len(c.runs) > 1 else ""
+        return f"{params} [{c.n_trials} trial{'s' if c.n_trials > 1 else ''}{repeats}]"
+
+    body = [[row] + [cell(cells[t, row]) if (t, row) in cells else MISSING for t in tasks] for row in rows]
+    return Table("table6", "Table 6: selected hyper-parameters (best mean validation metric)", ["loss"] + tasks,
+                 body)
+
+
+def test_metric_columns(cells: Cells, tasks: Sequence[str]) -> list[tuple[str, str]]:
+    """(task, metric) pairs: the selection metric first, then the task's other test metrics."""
+    columns = []
+    for t in tasks:
+        task_cells = [c for (task, _), c in cells.items() if task == t]
+        first = task_cells[0].runs[0].metric
+        others = sorted({m for c in task_cells for r in c.runs for m in r.test_metrics()} - {first})
+        columns += [(t, m) for m in [first, *others]]
+    return columns
+
+
+def table2(cells: Cells) -> Table:
+    tasks, rows = layout(cells)
+    columns = test_metric_columns(cells, tasks)
+    body = [[row] + [pct(cells[t, row].mean(f"test_{m}")) if (t, row) in cells else MISSING for t, m in columns]
+            for row in rows]
+    return Table("table2", "Table 2: test metric of the selected setting (best-validation checkpoint), in %",
+                 ["loss"] + [f"{t} {m}" for t, m in columns], body)
+
+
+def table3(cells: Cells) -> Table:
+    tasks, rows = layout(cells)
+
+    def cell(t: str, row: str) -> str:
+        if (t, row) not in cells:
+            return MISSING
+        secs = cells[t, row].mean("train_seconds")
+        base = cells[t, BASELINE].mean("train_seconds") if (t, BASELINE) in cells else math.nan
+        if math.isnan(secs):
+            return NA
+        if row == BASELINE or math.isnan(base) or base <= 0:
+            return f"{secs:.0f}" if row == BASELINE else f"{secs:.0f}s"
+        change = round(100 * (secs / base - 1))
+        return "0" if change == 0 else f"{change:+d}%"
+
+    return Table("table3", "Table 3: training time, seconds for softmax and relative to softmax for the rest",
+                 ["loss"] + tasks, [[row] + [cell(t, row) for t in tasks] for row in rows])
+
+
+def pearson(history: History, metric: str) -> float:
+    """Pearson r between val_loss and val_<metric> over the evaluation points both were logged at."""
+    loss = dict(history.get("val_loss", ()))
+    pairs = [(loss[s], v) for s, v in history.get(f"val_{metric}", ()) if s in loss]
+    if len(pairs) < 3:
+        return math.nan
+    x, y = np.array(pairs, dtype=float).T
+    if x.std() == 0 or y.std() == 0:
+        return math.nan
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def table4(cells: Cells, histories: Mapping[str, History]) -> Table:
+    tasks, rows = layout(cells)
+
+    def cell(t: str, row: str) -> str:
+        if (t, row) not in cells:
+            return MISSING
+        c = cells[t, row]
+        rs = [r for r in (pearson(histories.get(run.run_id, {}), run.metric) for run in c.runs) if not math.isnan(r)]
+        return f"{float(np.mean(rs)):.3f}" if rs else NA
+
+    return Table("table4", "Table 4: Pearson correlation between validation loss and validation metric",
+                 ["loss"] + tasks, [[row] + [cell(t, row) for t in tasks] for row in rows])
+
+
+def confirmation_table(confirmations: Mapping[tuple[str, str], Confirmation]) -> Table:
+    """Mean ± std over the confirmation seeds, and the paired difference to softmax with a 95% t-interval."""
+    tasks = order({t for t, _ in confirmations}, PAPER_TASKS)
+    rows = order({r for _, r in confirmations}, PAPER_ROWS)
+    header = ["loss"]
+    for t in tasks:
+        metric = next(c.metric for (task, _), c in confirmations.items() if task == t)
+        header += [f"{t} {metric} mean ± std", f"{t} Δ vs softmax [95% CI]"]
+    body = []
+    for row in rows:
+        line = [row]
+        for t in tasks:
+            c = confirmations.get((t, row))
+            if c is None:
+                line += [MISSING, MISSING]
+                continue
+            std = NA if math.isnan(c.std) else f"{100 * c.std:.2f}"
+            line.append(f"{100 * c.mean:.2f} ± {std} (n={len(c.by_seed)})")
+            base = confirmations.get((t, BASELINE))
+            if row == BASELINE or base is None:
+                line.append("reference" if row == BASELINE else MISSING)
+                continue
+            d = paired_diff(c.by_seed, base.by_seed)
+            interval = NA if math.isnan(d.low) else f"[{100 * d.low:+.2f}, {100 * d.high:+.2f}]"
+            line.append(f"{100 * d.mean:+.2f} {interval} {d.verdict}")
+        body.append(line)
+    return Table("confirmation", "Confirmation: selected settings re-run with new seeds (test metric, in %)",
+                 header, body)
