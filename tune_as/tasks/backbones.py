@@ -42,12 +42,12 @@ def train_tiny_tokenizer(corpus: Iterable[str], char_level: bool) -> Any:
     if char_level:
         # Characters are the words of a spelling-correction task: keep every training character.
         tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-        trainer: Any = trainers.WordLevelTrainer(special_tokens=SPECIALS, min_frequency=1)
+        trainer: Any = trainers.WordLevelTrainer(special_tokens=SPECIALS, min_frequency=1, show_progress=False)
         tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         corpus = (" ".join("".join(text.split())) for text in corpus)
     else:
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        trainer = trainers.WordPieceTrainer(vocab_size=TINY_VOCAB, special_tokens=SPECIALS)
+        trainer = trainers.WordPieceTrainer(vocab_size=TINY_VOCAB, special_tokens=SPECIALS, show_progress=False)
         tok.normalizer = normalizers.BertNormalizer(lowercase=False)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.train_from_iterator(corpus, trainer=trainer)
@@ -59,7 +59,7 @@ def train_tiny_tokenizer(corpus: Iterable[str], char_level: bool) -> Any:
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]",
+        sep_token="[SEP]", mask_token="[MASK]", model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
 
 

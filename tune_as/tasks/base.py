@@ -111,7 +111,7 @@ class Task:
         return LabelMap.fit(self.label_values(train), train.class_names.get(name), train.origin)
 
     def has_labels(self, raw: RawSplit) -> bool:
-        return any(v is not None for v in raw.field(self.fields["label"]))
+        return any(v is not None and v != -1 for v in raw.field(self.fields["label"]))  # -1: hidden (GLUE)
 
     def label_values(self, raw: RawSplit) -> list[Any]:
         return raw.field(self.fields["label"])
@@ -125,6 +125,8 @@ class Task:
 
     def package(self, splits: dict[str, Split], labels: LabelMap, spec: DataSpec, info: dict[str, Any],
                 notes: tuple[str, ...]) -> PreparedData:
+        for split in splits.values():
+            split.label_names = labels.names
         return PreparedData(self.name, self.kind, spec, splits["train"], splits["validation"],
                             splits.get("test"), labels.names, info, notes)
 

@@ -80,6 +80,7 @@ class Split:
     lengths: token counts; when set, `seq_columns` are trimmed to the longest row of the batch and an
     "attention_mask" is built. pixel_norm: (scale, mean, std) turning uint8 pixels into standardized floats.
     meta: per-row Python values the metrics need (gold tag strings, source/target sentences).
+    label_names: the class names (token metrics turn predicted ids back into tags / characters).
     """
 
     columns: dict[str, Tensor]
@@ -88,6 +89,7 @@ class Split:
     ragged: Ragged | None = None
     pixel_norm: tuple[float, float, float] | None = None
     meta: dict[str, list[Any]] = field(default_factory=dict)
+    label_names: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         if self.ragged is not None:

@@ -122,6 +122,8 @@ def encode_split(encoder: nn.Module, split: Split, token: bool, description: str
         flat_labels = labels[labels != -100]  # row-major order = per_row order
         offsets = torch.zeros(n + 1, dtype=torch.long)
         offsets[1:] = torch.cumsum(torch.tensor([len(r) for r in per_row]), 0)
-        return Split({}, ragged=Ragged(torch.cat(per_row), flat_labels, offsets), meta=split.meta)
+        return Split({}, ragged=Ragged(torch.cat(per_row), flat_labels, offsets), meta=split.meta,
+                     label_names=split.label_names)
     assert pooled is not None
-    return Split({"features": pooled, "labels": split.columns["labels"]}, meta=split.meta)
+    return Split({"features": pooled, "labels": split.columns["labels"]}, meta=split.meta,
+                 label_names=split.label_names)

