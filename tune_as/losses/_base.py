@@ -91,6 +91,9 @@ class Loss(nn.Module):
     kinds: ClassVar[frozenset[str]]
     needs_cosine_head: ClassVar[bool] = False
 
+    def __init__(self) -> None:  # no hyper-parameters unless a subclass declares them
+        super().__init__()
+
     def hparams(self) -> dict[str, float | int | str]:
         return {}
 

@@ -3,7 +3,7 @@
     p* = 1.5-entmax(z) = argmax_{p in simplex} p.z + H^T_{1.5}(p),   [p*]_i = [z_i / 2 - tau]_+^2
     L  = (p* - e_t).z + H^T_{1.5}(p*),   the Fenchel-Young loss of p*
 
-ignore_index rows are filtered by the base class before ``entmax`` sees them. Computed in fp32.
+``entmax`` never sees -100 nor -inf logits (see ``sparsemax.py``). Computed in fp32.
 Shapes: x (M, C), t (M,) -> (M,).
 """
 
@@ -13,10 +13,11 @@ from entmax import entmax15_loss as _entmax_entmax15_loss
 from torch import Tensor
 
 from ._base import Loss
+from .sparsemax import finite_padding
 
 
 def entmax15_loss(logits: Tensor, target: Tensor) -> Tensor:
-    return _entmax_entmax15_loss(logits, target)
+    return _entmax_entmax15_loss(finite_padding(logits), target)
 
 
 class Entmax15Loss(Loss):

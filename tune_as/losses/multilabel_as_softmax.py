@@ -4,8 +4,9 @@
     z_t = 0 for a positive t once p_t - p_i^max >= delta   (Eq. 16, 17; p_i^max: highest negative p)
     L = log(1 + sum_{i in Omega_neg} z_i exp(o_i)) + log(1 + sum_{t in Omega_pos} z_t exp(-o_t))   (Eq. 18)
 
-A row with every z = 0 has loss exactly 0 (masked). A row without positives (or without negatives)
-has nothing to compare with: all its factors stay 1 and its loss is Eq. 14.
+A row with every z = 0 has loss exactly 0 (masked). Empty sets: a row without positives keeps every
+negative (nothing to compare with, so its loss is Eq. 14); a row without negatives takes p_i^max = 0,
+the probability of an absent class, so that a class padded with a -inf logit changes nothing.
 delta in [0, 1]. Shapes: x (N, C), y (N, C) multi-hot -> losses (N,), masked (N,) bool.
 """
 
@@ -22,9 +23,8 @@ def multilabel_as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) 
     pos = target > 0.5  # (N, C)
     p = torch.softmax(logits, dim=1).detach()  # the factors z are constants, as in Eq. 7
     p_pos_min = torch.where(pos, p, 2.0).amin(dim=1, keepdim=True)  # 2: no positive
-    p_neg_max = torch.where(pos, -1.0, p).amax(dim=1, keepdim=True)  # -1: no negative
+    p_neg_max = torch.where(pos, 0.0, p).amax(dim=1, keepdim=True)  # 0: no negative
     p_pos_min = torch.where(p_pos_min > 1.0, -1.0, p_pos_min)  # no positive: keep every negative
-    p_neg_max = torch.where(p_neg_max < 0.0, 2.0, p_neg_max)  # no negative: keep every positive
     neg_keep = p_pos_min - p < delta  # z_i, read on negatives
     pos_keep = p - p_neg_max < delta  # z_t, read on positives
     masked = ~torch.where(pos, pos_keep, neg_keep).any(dim=1)
