@@ -259,3 +259,85 @@ def test_multilabel_losses_share_the_paper_rows() -> None:
     assert row_of("multilabel_as_softmax", {"multilabel_as_softmax", "bce"}) == "as_softmax"
     assert row_of("multilabel_as_softmax", {"multilabel_as_softmax", "as_softmax"}) == "multilabel_as_softmax"
     assert row_of("bce", {"bce"}) == "bce"
+
+
+# -- from a real search ----------------------------------------------------------------------------------
+@dataclass
+class RealSearch:
+    uri: str
+    experiment: str
+    storage: Path
+
+
+@pytest.fixture(scope="module")
+def real_search(mlflow_server, ray_local, tmp_path_factory: pytest.TempPathFactory) -> RealSearch:
+    """A real short search (Ray, Optuna, MLflow callback): digits, softmax and as_softmax, 2 trials each."""
+    from tune_as.search import main as search
+
+    tmp = tmp_path_factory.mktemp("real-search")
+    name = f"report-real-{uuid.uuid4().hex[:6]}"
+    rc = search(["--task", "digits", "--smoke", "--losses", "softmax,as_softmax", "--trials-per-loss", "2",
+                 "--eval-every-steps", "2", "--no-asha", "--mlflow-uri", mlflow_server.uri, "--experiment", name,
+                 "--storage-path", str(tmp / "results")])
+    assert rc == 0
+    return RealSearch(mlflow_server.uri, name, tmp / "results")
+
+
+@pytest.mark.slow
+def test_report_from_a_real_search(real_search: RealSearch, tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    report = build_report([real_search.experiment], tmp_path / "out", real_search.uri,
+                          optuna_storage=real_search.storage)
+    client = MlflowClient(real_search.uri)
+    exp = client.get_experiment_by_name(real_search.experiment)
+    children = client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'trial'")
+    by_loss = {loss: [r for r in children if r.data.tags[LOSS] == loss] for loss in ("softmax", "as_softmax")}
+    assert all(len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"} for runs in by_loss.values())
+
+    t6, t2, t4 = table(report, "table6"), table(report, "table2"), table(report, "table4")
+    assert set(report.cells) == {("digits", "softmax"), ("digits", "as_softmax")}
+    assert {row for row, cells in t6.items() if cells["digits"] != "-"} == {"softmax", "as_softmax"}
+    # softmax has no hyper-parameters: its two trials are repeats of one setting, averaged.
+    assert t6["softmax"]["digits"] == "defaults [2 trials, mean of 2 runs]"
+    test_mean = np.mean([r.data.metrics["test_accuracy"] for r in by_loss["softmax"]])
+    assert t2["softmax"]["digits accuracy"] == f"{100 * test_mean:.2f}"
+    # as_softmax: the selected run is one with the best validation accuracy, and Table 2 shows its test accuracy.
+    chosen = report.cells["digits", "as_softmax"].runs[0]
+    assert chosen.best_val == max(r.data.metrics["best_val_accuracy"] for r in by_loss["as_softmax"])
+    assert t6["as_softmax"]["digits"].startswith(f"delta={float(chosen.params['loss.delta']):.3g}")
+    assert t2["as_softmax"]["digits accuracy"] == f"{100 * chosen.last['test_accuracy']:.2f}"
+    # 2 epochs x 8 steps, evaluated every 2 steps: enough points for a correlation.
+    assert -1.0 <= float(t4["as_softmax"]["digits"]) <= 1.0
+    assert {p.name for p in report.figures} == {
+        "fig1_masked_ratio_digits.png", "fig2_delta_digits.png", "fig3_curves_digits.png",
+        "fig4_pmargin_digits.png", "optuna_history_digits-as_softmax.png"}
+
+
+@pytest.mark.slow
+def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch, tmp_path: Path) -> None:
+    from tune_as import tuning
+
+    if not hasattr(tuning, "run_fixed_trials"):
+        pytest.skip("waiting for tuning.run_fixed_trials")
+    from mlflow import MlflowClient
+
+    report = build_report([real_search.experiment], tmp_path / "out", real_search.uri, confirm_seeds=2,
+                          optuna_storage=real_search.storage, search_args=["--smoke"])
+    client = MlflowClient(real_search.uri)
+    exp = client.get_experiment_by_name(real_search.experiment)
+    trial_seeds = {r.data.params["seed"] for r in client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'trial'")}
+    confirmations = client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'confirmation'")
+    assert len(confirmations) == 4  # 2 losses x 2 seeds
+    seeds = {r.data.params["seed"] for r in confirmations}
+    assert len(seeds) == 2 and not seeds & trial_seeds
+    for (_, row), c in report.confirmations.items():
+        assert sorted(c.by_seed) == sorted(seeds)
+        assert c.row == row
+    conf = table(report, "confirmation")
+    assert conf["softmax"]["digits test_accuracy Δ vs softmax [95% CI]"] == "reference"
+    assert conf["as_softmax"]["digits test_accuracy mean ± std"].endswith("(n=2)")
+    # a second --confirm reuses the runs already logged for those seeds instead of training again
+    build_report([real_search.experiment], tmp_path / "again", real_search.uri, confirm_seeds=2,
+                 search_args=["--smoke"])
+    assert len(client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'confirmation'")) == 4

@@ -9,6 +9,7 @@ Figures 1-4 as PNG into --out, prints the tables, and logs everything to a repor
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -24,7 +25,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tune_as.errors import UserError
-from tune_as.report_select import PAPER_TASKS, Cell, Confirmation, TrialRun, new_seeds, order, select
+from tune_as.report_select import (
+    PAPER_TASKS,
+    Cell,
+    Confirmation,
+    TrialRun,
+    new_seeds,
+    order,
+    same_setting,
+    select,
+)
 from tune_as.report_tables import Table, confirmation_table, table2, table3, table4, table6
 
 if TYPE_CHECKING:
@@ -141,6 +151,23 @@ def pmargins(client: MlflowClient, cells: dict[tuple[str, str], Cell], task: str
     return found
 
 
+def optuna_file(storage: Path, task: str, search_ids: set[str]) -> Path:
+    """The Optuna SQLite file of the task's latest search: `storage` itself, `storage/optuna.db`, or
+    `storage/<search>/optuna.db` where that search's tune_as_search.json names this task and one of the
+    experiment's search ids (the search writes it there; see `python -m tune_as.search --storage-path`)."""
+    if storage.is_file() or (storage / "optuna.db").is_file():
+        return storage if storage.is_file() else storage / "optuna.db"
+    found = []
+    for state in storage.glob("*/tune_as_search.json"):
+        try:
+            info = json.loads(state.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("task") == task and info.get("search_id") in search_ids and (state.parent / "optuna.db").is_file():
+            found.append(state.parent / "optuna.db")
+    return max(found, key=lambda p: p.stat().st_mtime) if found else storage / task / "optuna.db"
+
+
 def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: list[TrialRun], n: int,
             uri: str, names: dict[str, str], search_args: Sequence[str], notes: list[str]
             ) -> dict[tuple[str, str], Confirmation]:
@@ -152,9 +179,8 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
     done = trial_runs(client, list(names), "confirmation", notes)
     for task in sorted(seeds):
         task_cells = [c for (t, _), c in cells.items() if t == task]
-        have = {(r.setting, r.seed) for r in done if r.task == task}
         configs = [tuning.config_from_params({**c.params, "seed": s}) for c in task_cells for s in seeds[task]
-                   if (c.runs[0].setting, s) not in have]
+                   if not any(r.seed == s and same_setting(r, c.runs[0]) for r in done)]
         if configs:
             first = task_cells[0]
             argv = ["--task", task, "--mlflow-uri", uri, "--experiment", names[first.runs[0].experiment_id]]
@@ -167,8 +193,8 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
     found = {}
     for key, c in cells.items():
         metric = f"test_{c.runs[0].metric}"
-        by_seed = {r.seed: r.last[metric] for r in done if r.task == c.task and r.setting == c.runs[0].setting
-                   and r.seed in seeds[c.task] and metric in r.last}
+        by_seed = {r.seed: r.last[metric] for r in done
+                   if r.seed in seeds[c.task] and same_setting(r, c.runs[0]) and metric in r.last}
         if by_seed:
             found[key] = Confirmation(c.task, c.row, metric, by_seed)
     return found
@@ -187,6 +213,7 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
         raise UserError(f"expected finished trial runs (tag {ROLE}=trial) in experiment(s) "
                         f"{', '.join(names.values())}, received none: run `python -m tune_as.search` first")
     cells = select(trials)
+    search_ids = {r.data.tags.get("tune_as.search_id", "") for r in search_all(client, list(names), "search")}
     histories = {r.run_id: history(client, r.run_id, (f"val_{r.metric}", *HISTORY_KEYS))
                  for c in cells.values() for r in c.runs}
     report = Report(out, cells, [table6(cells), table2(cells), table3(cells), table4(cells, histories)], notes=notes)
@@ -198,31 +225,36 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
         for task in order({t for t, _ in cells}, PAPER_TASKS):
             deltas = {row: float(cells[task, row].params["loss.delta"]) for row in ("as_softmax",)
                       if (task, row) in cells and "loss.delta" in cells[task, row].params}
-            storage = optuna_storage or Path("tune_as_results") / task / "optuna.db"
+            storage = optuna_file(optuna_storage or Path("tune_as_results"), task, search_ids)
             drawn = [figs.fig1_masked_ratio(task, cells, histories, out), figs.fig2_delta(task, trials, out),
                      figs.fig3_curves(task, cells, histories, out),
                      figs.fig4_pmargin(task, pmargins(client, cells, task, Path(tmp)), deltas, out),
                      figs.optuna_history(storage, f"{task}-as_softmax", out)]
             report.figures += [d for d in drawn if isinstance(d, Path)]
             notes += [d for d in drawn if isinstance(d, str)]
-    write(report)
+    written = write(report)
     run = client.create_run(next(iter(names)), run_name="report",
                             tags={ROLE: "report", "tune_as.experiments": ",".join(names.values())})
-    client.log_artifacts(run.info.run_id, str(out), "report")
+    for path in written:  # only this report's files, not whatever else lies in --out
+        client.log_artifact(run.info.run_id, str(path), "report")
     client.set_terminated(run.info.run_id)
     report.report_run_id = run.info.run_id
     return report
 
 
-def write(report: Report) -> None:
-    parts = ["# tune_as report", ""]
+def write(report: Report) -> list[Path]:
+    """Each table as Markdown and CSV, and report.md with everything; returns every file of this report."""
+    parts, written = ["# tune_as report", ""], list(report.figures)
     for table in report.tables:
-        (report.out / f"{table.name}.md").write_text(table.markdown())
-        (report.out / f"{table.name}.csv").write_text(table.csv())
+        for path, text in ((report.out / f"{table.name}.md", table.markdown()),
+                           (report.out / f"{table.name}.csv", table.csv())):
+            path.write_text(text)
+            written.append(path)
         parts.append(table.markdown())
     parts += ["## Figures", ""] + [f"![{p.stem}]({p.name})\n" for p in report.figures]
     parts += ["## Notes", ""] + [f"- {n}" for n in report.notes]
     (report.out / "report.md").write_text("\n".join(parts) + "\n")
+    return [*written, report.out / "report.md"]
 
 
 def show(report: Report) -> None:
@@ -253,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confirm", type=int, default=0, metavar="N",
                    help="re-run each selected setting with N new seeds and compare with softmax")
     p.add_argument("--optuna-storage", type=Path, default=None,
-                   help="the search's Optuna SQLite file (default: tune_as_results/<task>/optuna.db)")
+                   help="the search's Optuna SQLite file, or its --storage-path (default: tune_as_results, "
+                        "where the task's latest search of this experiment is found)")
     p.add_argument("--search-args", default="",
                    help="for --confirm: the search's data options, e.g. \"--data-dir DIR --max-train-samples 2000\"")
     return p

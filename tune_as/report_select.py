@@ -130,6 +130,13 @@ def select(runs: Sequence[TrialRun]) -> dict[tuple[str, str], Cell]:
     return cells
 
 
+def same_setting(run: TrialRun, ref: TrialRun) -> bool:
+    """`run` has `ref`'s hyper-parameters. Params `run` has beyond `ref`'s are ignored: a run rebuilt from
+    `ref`'s params may log defaults that the search did not set explicitly."""
+    theirs = dict(run.setting)
+    return run.task == ref.task and run.loss == ref.loss and all(theirs.get(k) == v for k, v in ref.setting)
+
+
 def nan_last(x: float) -> float:
     return math.inf if math.isnan(x) else x
 

@@ -111,7 +111,8 @@ def table3(cells: Cells) -> Table:
         if math.isnan(secs):
             return NA
         if row == BASELINE or math.isnan(base) or base <= 0:
-            return f"{secs:.0f}" if row == BASELINE else f"{secs:.0f}s"
+            seconds = f"{secs:.0f}" if secs >= 10 else f"{secs:.1f}"
+            return seconds if row == BASELINE else f"{seconds}s"
         change = round(100 * (secs / base - 1))
         return "0" if change == 0 else f"{change:+d}%"
 
