@@ -3,6 +3,8 @@ report run, confirmation statistics, and bad input (one line, exit code 2)."""
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 import uuid
 from dataclasses import dataclass
@@ -185,6 +187,11 @@ def test_files_figures_and_report_run(report, store: Store) -> None:
     for name in ("table6", "table2", "table3", "table4"):
         assert (out / f"{name}.md").read_text().count("\n| ") == 2 + 9  # header, separator, the 9 paper rows
         assert (out / f"{name}.csv").read_text().splitlines()[0].startswith("loss,")
+    selection = {(r["task"], r["row"]): r for r in csv.DictReader((out / "selection.csv").open())}
+    assert set(selection) == set(report.cells)
+    assert selection["sst5", "softmax"]["run_ids"] == store.runs["softmax:2"]
+    assert float(selection["sst5", "as_softmax"]["val_mean"]) == pytest.approx(0.61)
+    assert json.loads(selection["sst5", "as_speed"]["params"])["loss.lam"] == "1.0"
     pngs = {p.name for p in out.glob("*.png")}
     assert {"fig1_masked_ratio_sst5.png", "fig2_delta_sst5.png", "fig3_curves_sst5.png", "fig4_pmargin_sst5.png",
             "fig3_curves_conll2003.png", "optuna_history_sst5-as_softmax.png"} <= pngs
@@ -197,7 +204,7 @@ def test_files_figures_and_report_run(report, store: Store) -> None:
     run = client.get_run(report.report_run_id)
     assert run.data.tags[ROLE] == "report"
     logged = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
-    assert {"report/table6.csv", "report/fig4_pmargin_sst5.png", "report/report.md"} <= logged
+    assert {"report/table6.csv", "report/selection.csv", "report/fig4_pmargin_sst5.png", "report/report.md"} <= logged
 
 
 @pytest.mark.slow

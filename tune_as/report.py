@@ -35,7 +35,7 @@ from tune_as.report_select import (
     same_setting,
     select,
 )
-from tune_as.report_tables import Table, confirmation_table, table2, table3, table4, table6
+from tune_as.report_tables import Table, confirmation_table, selection_csv, table2, table3, table4, table6
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -184,13 +184,13 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
         if configs:
             first = task_cells[0]
             argv = ["--task", task, "--mlflow-uri", uri, "--experiment", names[first.runs[0].experiment_id]]
-            for key in ("backbone", "encoder", "data_dir", "max_train_samples"):  # as the trials ran
-                if first.params.get(key, "None") != "None":
-                    argv += [f"--{key.replace('_', '-')}", first.params[key]]
+            for name in ("backbone", "encoder", "data_dir", "max_train_samples"):  # as the trials ran
+                if first.params.get(name, "None") != "None":
+                    argv += [f"--{name.replace('_', '-')}", first.params[name]]
             args = build_parser().parse_args([*argv, *search_args])
             tuning.run_fixed_trials(tuning.SearchRequest.from_args(args), configs, role="confirmation")
     done = trial_runs(client, list(names), "confirmation", notes)
-    found = {}
+    found: dict[tuple[str, str], Confirmation] = {}
     for key, c in cells.items():
         metric = f"test_{c.runs[0].metric}"
         by_seed = {r.seed: r.last[metric] for r in done
@@ -251,6 +251,8 @@ def write(report: Report) -> list[Path]:
             path.write_text(text)
             written.append(path)
         parts.append(table.markdown())
+    (report.out / "selection.csv").write_text(selection_csv(report.cells))
+    written.append(report.out / "selection.csv")
     parts += ["## Figures", ""] + [f"![{p.stem}]({p.name})\n" for p in report.figures]
     parts += ["## Notes", ""] + [f"- {n}" for n in report.notes]
     (report.out / "report.md").write_text("\n".join(parts) + "\n")

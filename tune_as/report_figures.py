@@ -9,18 +9,23 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tune_as.report_select import PAPER_ROWS, Cell, TrialRun, order
 from tune_as.report_tables import BASELINE, History
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 AS_ROWS = ("as_softmax", "as_speed")
 Cells = Mapping[tuple[str, str], Cell]
 Drawn = Path | str  # the PNG written, or why nothing was
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: never open a window, works without a display
@@ -39,7 +44,7 @@ def joined(history: History, x_key: str, y_key: str) -> tuple[np.ndarray, np.nda
     return x, y
 
 
-def _save(fig, path: Path) -> Path:  # type: ignore[no-untyped-def]
+def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     _pyplot().close(fig)
@@ -133,9 +138,9 @@ def optuna_history(storage: Path, study_name: str, out: Path) -> Drawn:
     study = optuna.load_study(study_name=study_name, storage=url)
     if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
         return f"optuna view: skipped, study {study_name!r} has no completed trial"
-    _pyplot()  # Agg before optuna's plot touches pyplot
+    plt = _pyplot()  # Agg before optuna's plot touches pyplot
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        ax = plot_optimization_history(study)
+        ax = plot_optimization_history(study)  # draws on a new current figure
     ax.set_title(f"Optuna optimization history: {study_name}")
-    return _save(ax.figure, out / f"optuna_history_{study_name}.png")
+    return _save(plt.gcf(), out / f"optuna_history_{study_name}.png")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,24 @@ def table6(cells: Cells) -> Table:
     body = [[row] + [cell(cells[t, row]) if (t, row) in cells else MISSING for t in tasks] for row in rows]
     return Table("table6", "Table 6: selected hyper-parameters (best mean validation metric)", ["loss"] + tasks,
                  body)
+
+
+def selection_csv(cells: Cells) -> str:
+    """Machine-readable Table 6: raw numbers, every hyper-parameter and the MLflow run ids behind each cell."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["task", "row", "loss", "metric", "val_mean", "n_runs", "n_trials", "optimizer_steps",
+                     "train_seconds", "test", "params", "run_ids"])
+    tasks, rows = layout(cells)
+    for t in tasks:
+        for row in rows:
+            if (t, row) in cells:
+                c = cells[t, row]
+                m = c.runs[0].metric
+                params = {k: v for k, v in sorted(c.params.items()) if k not in ("seed", "git_commit")}
+                writer.writerow([t, row, c.loss, m, c.val, len(c.runs), c.n_trials, c.steps, c.mean("train_seconds"),
+                                 c.mean(f"test_{m}"), json.dumps(params), " ".join(r.run_id for r in c.runs)])
+    return buf.getvalue()
 
 
 def test_metric_columns(cells: Cells, tasks: Sequence[str]) -> list[tuple[str, str]]:
