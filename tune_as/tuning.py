@@ -120,7 +120,7 @@ class SearchPlan:
 # -- planning -------------------------------------------------------------------------------------------
 def _positive(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
     if value is not None and (value <= minimum if strict else value < minimum):
-        raise UserError(f"{name}: expected a number {'>' if strict else '>='} {minimum}, got {value}")
+        raise UserError(f"{name}: expected a number {'>' if strict else '>='} {minimum:g}, got {value}")
 
 
 def _check_numbers(r: SearchRequest) -> None:
@@ -210,8 +210,10 @@ def _prepare(task: Any, base: dict[str, Any], r: SearchRequest) -> Any:
     if r.data_dir is not None and not r.data_dir.exists():
         raise UserError(f"--data-dir: expected an existing folder, got {r.data_dir} (not found)")
     cache = r.cache_dir or Path(os.environ.get("TUNE_AS_CACHE", "~/.cache/tune_as")).expanduser()
+    # image tasks have no tokenizer: their max_length is meaningless and the spec keeps its default
+    length = {"max_length": base["max_length"]} if task.uses_backbone else {}
     spec = DataSpec(task=task.name, data_dir=r.data_dir, backbone=base["backbone"], encoder=base["encoder"],
-                    max_length=base["max_length"], max_train_samples=base["max_train_samples"],
+                    **length, max_train_samples=base["max_train_samples"],
                     max_eval_samples=base["max_eval_samples"], seed=r.seed, cache_dir=cache)
     try:
         return task.prepare(spec)
@@ -482,7 +484,7 @@ def _fit(plan: SearchPlan, tracker: tracking.MlflowTracker, resources: dict[str,
         tuner = tune.Tuner(trainable, run_config=run_config, tune_config=tune.TuneConfig(
             metric=metric, mode="max", scheduler=scheduler,
             search_alg=ConcurrencyLimiter(searcher, max_concurrent=_concurrency(r, resources)),
-            num_samples=plan.space.trials_per_loss * len(plan.losses)))
+            num_samples=plan.space.trials_per_loss * len(plan.losses), reuse_actors=True))
     return tuner.fit()
 
 

@@ -1,0 +1,114 @@
+"""End-to-end: the real CLI path with real Ray, real Optuna and a real `mlflow server` on 127.0.0.1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import shared_data
+from mlflow.tracking import MlflowClient
+
+from tune_as.search import main
+from tune_as.tuning import SearchRequest, run_search
+
+pytestmark = pytest.mark.slow
+
+
+def _runs(uri: str, experiment: str) -> tuple[list, list]:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None, f"experiment {experiment} was not created"
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("tune_as.role") == "search"]
+    children = [r for r in runs if r.data.tags.get("tune_as.role") == "trial"]
+    return parents, children
+
+
+def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server, ray_local) -> None:
+    data_dir = shared_data("clinc_oos")
+    best = run_search(SearchRequest(
+        task="clinc_oos", losses=("softmax", "as_softmax"), trials_per_loss=3, smoke=True, data_dir=data_dir,
+        storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri, experiment="e2e-clinc",
+        cache_dir=tmp_path / "cache", max_concurrent=2, verbose=0, asha=False))
+    assert set(best) == {"softmax", "as_softmax"}
+    assert 0.0 <= best["as_softmax"]["score"] <= 1.0 and "loss.delta" in best["as_softmax"]["params"]
+
+    parents, children = _runs(mlflow_server.uri, "e2e-clinc")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    parent = parents[0]
+    assert parent.data.params["losses"] == "softmax,as_softmax"
+    assert parent.data.tags["tune_as.metric"] == "val_accuracy"
+    assert len(children) == 6
+    assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children)
+    assert sorted(c.data.tags["tune_as.loss"] for c in children) == ["as_softmax"] * 3 + ["softmax"] * 3
+    client = MlflowClient(mlflow_server.uri)
+    for child in children:
+        assert child.info.status == "FINISHED"
+        params, metrics = child.data.params, child.data.metrics
+        assert params["task"] == "clinc_oos" and params["backbone"] == "tiny" and len(params["git_commit"]) >= 7
+        for key in ("val_accuracy", "val_loss", "train_loss", "masked_ratio", "optimizer_steps", "samples_seen",
+                    "train_seconds", "test_accuracy", "best_val_accuracy", "accum_steps", "epoch"):
+            assert key in metrics, f"{key} missing from {sorted(metrics)}"
+        history = client.get_metric_history(child.info.run_id, "val_accuracy")
+        assert [m.step for m in history] == [1, 2], "one point per epoch, logged once each"
+        assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["pmargin.npy"]
+        if params["loss"] == "as_softmax":
+            assert 0.05 <= float(params["loss.delta"]) <= 0.5 and "warmup_r" in params
+        else:
+            assert "loss.delta" not in params
+    # the paper's Table 6 setting was evaluated first, as a warm start
+    first_as = min((c for c in children if c.data.params["loss"] == "as_softmax"), key=lambda c: c.info.start_time)
+    assert float(first_as.data.params["loss.delta"]) == 0.3 and float(first_as.data.params["warmup_r"]) == 0.15
+    # seeds vary for a loss with nothing to tune (so both losses are best-of-3)
+    assert sorted(c.data.params["seed"] for c in children if c.data.params["loss"] == "softmax") == ["0", "1", "2"]
+    # the Optuna study is in a database optuna-dashboard can open
+    (search_dir,) = (tmp_path / "results").iterdir()
+    study = optuna.load_study(study_name="clinc_oos-as_softmax", storage=f"sqlite:///{search_dir / 'optuna.db'}")
+    assert len(study.trials) == 3 and all(t.state.name == "COMPLETE" for t in study.trials)
+
+
+ASHA_SPACE = """task: digits
+trials_per_loss: 6
+fixed: {epochs: 4, batch_size: 64}
+losses:
+  softmax:
+    params:
+      lr: {type: categorical, choices: [3.0e-3, 1.0e-7]}
+    paper: {lr: 3.0e-3}
+"""
+
+
+def test_asha_stops_bad_trials_early(tmp_path: Path, mlflow_server, ray_local) -> None:
+    """Sequential trials, half of which cannot learn (lr=1e-7): ASHA must cut some at the first rung."""
+    space = tmp_path / "digits.yaml"
+    space.write_text(ASHA_SPACE)
+    run_search(SearchRequest(
+        task="digits", search_space=space, storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri,
+        experiment="e2e-asha", cache_dir=tmp_path / "cache", max_concurrent=1, grace_period=1.0,
+        reduction_factor=2.0, verbose=0, seed=3))
+    _, children = _runs(mlflow_server.uri, "e2e-asha")
+    assert len(children) == 6
+    stopped = [c for c in children if c.data.tags.get("tune_as.stopped_early") == "true"]
+    full = [c for c in children if "tune_as.stopped_early" not in c.data.tags]
+    assert stopped, "ASHA stopped no trial"
+    assert all(c.data.metrics["epoch"] < 4 for c in stopped)
+    assert all(c.data.metrics["epoch"] == pytest.approx(4) for c in full)
+    assert max(c.data.metrics["best_val_accuracy"] for c in full) > 0.8
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--task", "nosuchtask"], "nosuchtask"),
+    (["--task", "digits", "--losses", "bce"], "bce"),
+    (["--task", "digits", "--trials-per-loss", "0"], "--trials-per-loss: expected a number > 0, got 0"),
+    (["--task", "sst5", "--data-dir", "/nonexistent/dir"], "--data-dir: expected an existing folder"),
+    (["--task", "digits", "--mlflow-uri", "http://127.0.0.1:9"], "is not usable: expected a reachable"),
+])
+def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    storage = tmp_path / "results"
+    code = main([*argv, "--storage-path", str(storage), "--smoke"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("error: ") and message in err and "\n" not in err
+    assert not storage.exists(), "a result folder was created for a search that never started"
