@@ -87,6 +87,7 @@ SST5 = [
     Trial("as_softmax", {"loss.delta": "0.2", "warmup_r": "0.1"}, [0.55, 0.61, 0.60], 0.52, 280, 87.0,
           log_best=False, pmargin=True),
     Trial("as_softmax", {"loss.delta": "0.5", "warmup_r": "0.1"}, [0.90, 0.95], 0.95, 100, 30.0, status="FAILED"),
+    Trial("as_softmax", {"loss.delta": "0.4", "warmup_r": "0.1"}, [math.nan, math.nan], 0.99, 100, 30.0),  # diverged
     # as_speed: equal validation metric; the one with fewer optimizer steps wins although it started later.
     Trial("as_speed", {"loss.delta": "0.3", "loss.lam": "0.5", "loss.max_steps": "2"}, [0.5, 0.57], 0.55, 250, 80.0),
     Trial("as_speed", {"loss.delta": "0.3", "loss.lam": "1.0", "loss.max_steps": "4"}, [0.5, 0.57], 0.54, 200, 78.0),
@@ -141,7 +142,7 @@ def test_selection_uses_mean_validation_metric_never_test(report, store: Store) 
     cells = report.cells
     # as_softmax: best validation (0.61, from the val history) is delta=0.2; best test (0.70) is delta=0.3.
     assert cells["sst5", "as_softmax"].params["loss.delta"] == "0.2"
-    assert cells["sst5", "as_softmax"].n_trials == 3  # the FAILED run is left out
+    assert cells["sst5", "as_softmax"].n_trials == 3  # the FAILED and the diverged (NaN) run are left out
     # softmax: repeats of one setting are averaged: lr=5e-05 (0.52) beats lr=2e-05 (mean 0.50, best seed 0.55).
     assert cells["sst5", "softmax"].params["lr"] == "5e-05"
     assert sorted(r.run_id for r in cells["sst5", "softmax"].runs) == [store.runs["softmax:2"]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -129,11 +130,14 @@ def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[
                 skipped += 1
                 continue
             best = max(values)
+        if math.isnan(best):  # a diverged run must not poison a setting's mean
+            skipped += 1
+            continue
         runs.append(TrialRun(run.info.run_id, tags.get(TASK, run.data.params.get("task", "")),
                              tags.get(LOSS, run.data.params.get("loss", "")), dict(run.data.params), metric,
                              best, dict(metrics), run.info.start_time or 0, run.info.experiment_id))
     if skipped:
-        notes.append(f"{skipped} {role} run(s) not FINISHED or without a validation metric were left out")
+        notes.append(f"{skipped} {role} run(s) not FINISHED or without a finite validation metric were left out")
     return runs
 
 
@@ -176,7 +180,7 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
     from tune_as.search import build_parser
 
     seeds = {t: [str(s) for s in new_seeds((r.seed for r in trials if r.task == t), n)] for t, _ in cells}
-    done = trial_runs(client, list(names), "confirmation", notes)
+    done = trial_runs(client, list(names), "confirmation", [])
     for task in sorted(seeds):
         task_cells = [c for (t, _), c in cells.items() if t == task]
         configs = [tuning.config_from_params({**c.params, "seed": s}) for c in task_cells for s in seeds[task]
@@ -211,7 +215,8 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     trials = trial_runs(client, list(names), "trial", notes)
     if not trials:
         raise UserError(f"expected finished trial runs (tag {ROLE}=trial) in experiment(s) "
-                        f"{', '.join(names.values())}, received none: run `python -m tune_as.search` first")
+                        f"{', '.join(names.values())}, received none ({'; '.join(notes) or 'no trial runs'}): "
+                        "run `python -m tune_as.search` first")
     cells = select(trials)
     search_ids = {r.data.tags.get("tune_as.search_id", "") for r in search_all(client, list(names), "search")}
     histories = {r.run_id: history(client, r.run_id, (f"val_{r.metric}", *HISTORY_KEYS))
