@@ -336,11 +336,21 @@ def _trainable(config: dict[str, Any], data: Any = None, task: Any = None, fill:
         run_trial(config, data, task, _RayReporter(fill), Path(restore_dir) if restore_dir else None)
 
 
-class MlflowCallback(tune.Callback):
-    """Driver-side bridge from Tune's trial events to `tracking.MlflowTracker`."""
+_ACTIVE: dict[str, tracking.MlflowTracker] = {}  # the driver's tracker; callbacks look it up at call time
 
-    def __init__(self, tracker: tracking.MlflowTracker, metric: str, max_epochs: float, role: str = "trial") -> None:
-        self.tracker, self.metric, self.max_epochs, self.role = tracker, metric, max_epochs, role
+
+class MlflowCallback(tune.Callback):
+    """Driver-side bridge from Tune's trial events to `tracking.MlflowTracker`.
+
+    It holds no tracker: Ray pickles the RunConfig's callbacks with the experiment and brings the pickled copy
+    back on `Tuner.restore`, so the callback finds the tracker of the driver process it runs in instead."""
+
+    def __init__(self, metric: str, max_epochs: float, role: str = "trial") -> None:
+        self.metric, self.max_epochs, self.role = metric, max_epochs, role
+
+    @property
+    def tracker(self) -> tracking.MlflowTracker:
+        return _ACTIVE["tracker"]
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         config = {**trial.config, "git_commit": git_commit()}
@@ -429,14 +439,21 @@ def _concurrency(r: SearchRequest, res: dict[str, float]) -> int:
     return max(1, min(8, int(fits)))
 
 
-def run_search(r: SearchRequest) -> dict[str, dict[str, Any]]:
-    """Plan, validate, then run the search; returns the best config per loss (by best validation metric)."""
-    plan = plan_search(r)
-    tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id)
+def _start(r: SearchRequest, experiment: str, search_id: str, exp_dir: Path) -> tuple[tracking.MlflowTracker, dict[str, float]]:
+    """Checks that need the outside world, in order of cost; nothing is written until all pass."""
+    tracker = tracking.MlflowTracker(r.mlflow_uri, experiment, search_id)
     tracker.check_reachable()
     _init_ray(r)
     resources = _resources(r)
-    plan.exp_dir.mkdir(parents=True, exist_ok=True)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    _ACTIVE["tracker"] = tracker
+    return tracker, resources
+
+
+def run_search(r: SearchRequest) -> dict[str, dict[str, Any]]:
+    """Plan, validate, then run the search; returns the best config per loss (by best validation metric)."""
+    plan = plan_search(r)
+    tracker, resources = _start(r, plan.experiment, plan.search_id, plan.exp_dir)
     if not r.resume:
         (plan.exp_dir / STATE_FILE).write_text(json.dumps({
             "search_id": plan.search_id, "fingerprint": plan.space.fingerprint(), "losses": plan.losses,
@@ -448,44 +465,97 @@ def run_search(r: SearchRequest) -> dict[str, dict[str, Any]]:
         tags={tracking.TASK: plan.task.name, tracking.METRIC: f"val_{plan.metric}", "tune_as.mode": "max"})
     print(f"MLflow: {tracking.redact_uri(tracker.uri)}  experiment {plan.experiment!r}, parent run {tracker.parent_id}")
     print(f"Optuna studies: sqlite:///{plan.exp_dir / 'optuna.db'}  (optuna-dashboard sqlite:///{plan.exp_dir / 'optuna.db'})")
-    status = "FAILED"
-    try:
-        grid = _fit(plan, tracker, resources)
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        print(f"interrupted: resume with  python -m tune_as.search --task {plan.task.name} --name {plan.name} --resume "
-              f"--storage-path {r.storage_path}", file=sys.stderr)
-        raise
-    finally:
-        tracker.search_ended(status)
-    return _best_per_loss(grid, plan)
-
-
-def _fit(plan: SearchPlan, tracker: tracking.MlflowTracker, resources: dict[str, float]) -> Any:
-    r = plan.request
-    metric = f"val_{plan.metric}"
-    trainable = tune.with_resources(
-        tune.with_parameters(_trainable, data=plan.data, task=plan.task, fill=(metric, f"best_val_{plan.metric}")),
-        resources)
-    callback = MlflowCallback(tracker, plan.metric, float(plan.base["epochs"]))
-    run_config = tune.RunConfig(
-        name=plan.name, storage_path=str(plan.exp_dir.parent), callbacks=[callback], verbose=r.verbose,
-        failure_config=tune.FailureConfig(max_failures=r.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
+    resume_hint = (f"python -m tune_as.search --task {plan.task.name} --name {plan.name} --resume "
+                   f"--storage-path {r.storage_path}")
     if r.resume and tune.Tuner.can_restore(str(plan.exp_dir)):
-        tuner = tune.Tuner.restore(str(plan.exp_dir), trainable, resume_unfinished=True, resume_errored=True)
+        tuner = tune.Tuner.restore(str(plan.exp_dir), _trainable_for(plan.task, plan.data, resources, plan.metric),
+                                   resume_unfinished=True, resume_errored=True)
     else:
         searcher = PerLossSearcher(plan.space, plan.base, f"sqlite:///{plan.exp_dir / 'optuna.db'}", plan.task.name,
                                    metric=f"best_val_{plan.metric}", seed=r.seed)
         epochs = float(plan.base["epochs"])
         scheduler = (ASHAScheduler(time_attr="epoch", max_t=epochs, grace_period=min(r.grace_period, epochs),
                                    reduction_factor=r.reduction_factor) if r.asha else FIFOScheduler())
-        tuner = tune.Tuner(trainable, run_config=run_config, tune_config=tune.TuneConfig(
-            metric=metric, mode="max", scheduler=scheduler,
-            search_alg=ConcurrencyLimiter(searcher, max_concurrent=_concurrency(r, resources)),
-            num_samples=plan.space.trials_per_loss * len(plan.losses), reuse_actors=True))
-    return tuner.fit()
+        tuner = _tuner(r, plan.task, plan.data, plan.name, plan.exp_dir, resources, plan.metric, epochs, "trial",
+                       ConcurrencyLimiter(searcher, max_concurrent=_concurrency(r, resources)), scheduler,
+                       plan.space.trials_per_loss * len(plan.losses))
+    grid = _fit(tuner, tracker, resume_hint)
+    return _best_per_loss(grid, plan)
+
+
+def _trainable_for(task: Any, data: Any, resources: dict[str, float], metric: str) -> Any:
+    fill = (f"val_{metric}", f"best_val_{metric}")
+    return tune.with_resources(tune.with_parameters(_trainable, data=data, task=task, fill=fill), resources)
+
+
+def _tuner(r: SearchRequest, task: Any, data: Any, name: str, exp_dir: Path, resources: dict[str, float],
+           metric: str, epochs: float, role: str, search_alg: Any, scheduler: Any, num_samples: int) -> tune.Tuner:
+    run_config = tune.RunConfig(
+        name=name, storage_path=str(exp_dir.parent), callbacks=[MlflowCallback(metric, epochs, role)],
+        verbose=r.verbose, failure_config=tune.FailureConfig(max_failures=r.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
+    return tune.Tuner(_trainable_for(task, data, resources, metric), run_config=run_config, tune_config=tune.TuneConfig(
+        metric=f"val_{metric}", mode="max", scheduler=scheduler, search_alg=search_alg, num_samples=num_samples,
+        reuse_actors=True))
+
+
+def _fit(tuner: tune.Tuner, tracker: tracking.MlflowTracker, resume_hint: str) -> Any:
+    status = "FAILED"
+    try:
+        grid = tuner.fit()
+        status = "FINISHED"
+        return grid
+    except KeyboardInterrupt:
+        status = "KILLED"
+        print(f"interrupted: resume with  {resume_hint}", file=sys.stderr)
+        raise
+    finally:
+        tracker.search_ended(status)
+
+
+class _FixedConfigs(Searcher):
+    """Hands out given configs, once each, in order (confirmation runs of selected settings)."""
+
+    def __init__(self, configs: list[dict[str, Any]], metric: str) -> None:
+        super().__init__(metric=metric, mode="max")
+        self.configs, self.next = configs, 0
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if self.next >= len(self.configs):
+            return Searcher.FINISHED
+        self.next += 1
+        return dict(self.configs[self.next - 1])
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        return None
+
+
+def run_fixed_trials(r: SearchRequest, configs: list[dict[str, Any]], role: str = "confirmation") -> list[dict[str, Any]]:
+    """Run complete trial configs (e.g. selected settings with new seeds) through the same Ray + MLflow path,
+    without early stopping; child runs carry tag tune_as.role=<role>. Returns the final metrics per trial."""
+    if not configs:
+        raise UserError("run_fixed_trials: expected at least one trial config, got none")
+    cfgs = [TrialConfig.from_dict(c) for c in configs]
+    first = cfgs[0]
+    task = _build_task(dataclasses.replace(r, task=first.task))
+    base = {"backbone": first.backbone, "encoder": first.encoder, "max_length": first.max_length,
+            "max_train_samples": first.max_train_samples, "max_eval_samples": first.max_eval_samples}
+    data_dir = Path(first.data_dir) if first.data_dir else r.data_dir
+    data = _prepare(task, base, dataclasses.replace(r, data_dir=data_dir))
+    name = r.name or f"{task.name}-{role}-{time.strftime('%Y%m%d-%H%M%S')}"
+    exp_dir = r.storage_path.expanduser().resolve() / name
+    if exp_dir.exists():
+        raise UserError(f"--name: expected a new name, but {exp_dir} exists")
+    tracker, resources = _start(r, r.experiment or task.name, name, exp_dir)
+    tracker.start_search(params={"task": task.name, "trials": len(cfgs), "git_commit": git_commit()},
+                         tags={tracking.TASK: task.name, tracking.METRIC: f"val_{task.metrics[0]}",
+                               "tune_as.mode": "max", "tune_as.purpose": role})
+    searcher = ConcurrencyLimiter(_FixedConfigs([c.to_dict() for c in cfgs], f"best_val_{task.metrics[0]}"),
+                                  max_concurrent=_concurrency(r, resources))
+    tuner = _tuner(r, task, data, name, exp_dir, resources, task.metrics[0], max(c.epochs for c in cfgs), role,
+                   searcher, FIFOScheduler(), len(cfgs))
+    grid = _fit(tuner, tracker, resume_hint="(confirmation runs are not resumable: rerun the report)")
+    return [dict(result.metrics or {}, config=result.config) for result in grid]
 
 
 def _best_per_loss(grid: Any, plan: SearchPlan) -> dict[str, dict[str, Any]]:
