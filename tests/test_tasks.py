@@ -237,6 +237,8 @@ def test_jsonl_task_with_user_fields_and_clear_kind_errors(tmp_path: Path, cache
     token = build_task("jsonl", kind="token", text_field="toks", label_field="tags")
     data = token.prepare(DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
     assert data.kind == "token" and data.label_names == ("B-X", "O")
+    assert build_task(data.task, **data.task_options) == token  # what a Ray trial does to score
+    assert token.metrics == ("f1", "accuracy")
     with pytest.raises(ValueError, match="all strings or all integers, found list.*kind 'multilabel' or 'token'"):
         build_task("jsonl", kind="multiclass", text_field="q", label_field="tags").prepare(
             DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", cache_dir=cache))
@@ -365,3 +367,12 @@ def test_build_model_is_seeded_and_rejects_unknown_heads(cache: Path) -> None:
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
     with pytest.raises(ValueError, match="head: expected one of \\['cosine', 'linear'\\], got 'arc'"):
         build_model(data, head="arc")
+
+
+def test_seed_is_in_the_cache_key_only_where_it_changes_the_data() -> None:
+    full = DataSpec("clinc_oos", backbone="minilm", encoder="frozen")
+    assert full.key_fields() == DataSpec("clinc_oos", backbone="minilm", encoder="frozen", seed=7).key_fields()
+    subset = DataSpec("clinc_oos", max_train_samples=100)
+    assert subset.key_fields() != DataSpec("clinc_oos", max_train_samples=100, seed=7).key_fields()
+    random_encoder = DataSpec("clinc_oos", backbone="tiny", encoder="frozen")
+    assert random_encoder.key_fields() != DataSpec("clinc_oos", backbone="tiny", encoder="frozen", seed=7).key_fields()

@@ -44,6 +44,8 @@ class Task:
 
     carve: splits to carve from train (with a fixed seed) when the source has none, and their fraction.
     Test is never carved unless listed: GLUE keeps test=None because its test labels are hidden.
+    options: the `build_task` options that made this task (`jsonl`); copied to PreparedData.task_options so
+    a trial can rebuild the same task with `build_task(data.task, **data.task_options)`.
     """
 
     name: str
@@ -54,6 +56,7 @@ class Task:
     stems: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_STEMS))
     carve: tuple[tuple[str, float], ...] = (("validation", 0.1),)
     fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
     family: ClassVar[str] = "base"
     uses_backbone: ClassVar[bool] = True  # False for images: their CNN has no frozen mode
@@ -128,7 +131,7 @@ class Task:
         for split in splits.values():
             split.label_names = labels.names
         return PreparedData(self.name, self.kind, spec, splits["train"], splits["validation"],
-                            splits.get("test"), labels.names, info, notes)
+                            splits.get("test"), labels.names, info, notes, dict(self.options))
 
     # -- evaluation -----------------------------------------------------------------------------------
     def predict(self, logits: Tensor) -> Tensor:

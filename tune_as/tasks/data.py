@@ -49,6 +49,11 @@ class DataSpec:
         fields = dataclasses.asdict(self)
         del fields["cache_dir"]  # where the cache lives does not change what is in it
         fields["data_dir"] = None if self.data_dir is None else str(self.data_dir.resolve())
+        # The seed only changes the data through subsampling and the random `tiny` encoder's features:
+        # otherwise every seed of a search shares one cache entry (no 80 s re-encode per seed).
+        subsampled = self.max_train_samples is not None or self.max_eval_samples is not None
+        if not subsampled and not (self.backbone == "tiny" and self.encoder == "frozen"):
+            fields["seed"] = None
         return fields
 
 
@@ -152,6 +157,7 @@ class PreparedData:
     label_names: tuple[str, ...]
     model_info: dict[str, Any]  # what build_model needs: backbone path / tiny config / feature size / CNN name
     notes: tuple[str, ...] = ()  # what was done to the data that a user should know (carved splits, ...)
+    task_options: dict[str, Any] = field(default_factory=dict)  # build_task(task, **task_options) rebuilds it
 
     @property
     def num_labels(self) -> int:

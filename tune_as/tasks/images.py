@@ -80,7 +80,8 @@ class Digits(ImageClassification):
 
 def _cnn_defaults(epochs: int) -> TaskDefaults:
     # The softmax-alternatives paper gives no training settings: Adam-style lr 1e-3, batch 128 (documented).
-    return TaskDefaults(epochs, 128, 1e-3, 0, "cnn")
+    # max_length does not apply to images; 128 only keeps DataSpec(max_length=defaults.max_length) valid.
+    return TaskDefaults(epochs, 128, 1e-3, 128, "cnn")
 
 
 IMAGE_TASKS = {
@@ -91,6 +92,6 @@ IMAGE_TASKS = {
     "cifar100": ImageClassification(
         "cifar100", "multiclass", ("accuracy",), _cnn_defaults(30), HubSource("uoft-cs/cifar100"),
         fields={"image": ("img", "image"), "label": ("fine_label", "label")}, cnn="cifar100"),
-    "digits": Digits("digits", "multiclass", ("accuracy",), TaskDefaults(30, 64, 1e-3, 0, "cnn"), None,
+    "digits": Digits("digits", "multiclass", ("accuracy",), TaskDefaults(30, 64, 1e-3, 128, "cnn"), None,
                      carve=(("test", 0.2), ("validation", 0.2)), cnn="digits", scale=16.0),
 }

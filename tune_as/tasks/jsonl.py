@@ -27,6 +27,8 @@ def jsonl_task(kind: str = "multiclass", text_field: str = "text", label_field: 
                text_pair_field: str | None = None, metrics: tuple[str, ...] | None = None) -> Task:
     if kind not in KINDS:
         raise ValueError(f"jsonl: kind: expected one of {KINDS}, got {kind!r}")
+    options = {"kind": kind, "text_field": text_field, "label_field": label_field,
+               "text_pair_field": text_pair_field, "metrics": metrics}
     metrics = tuple(metrics) if metrics is not None else DEFAULT_METRICS[kind]
     unknown = [m for m in metrics if m not in VALID_METRICS[kind]]
     if unknown or not metrics:
@@ -36,9 +38,9 @@ def jsonl_task(kind: str = "multiclass", text_field: str = "text", label_field: 
         if text_pair_field is not None:
             raise ValueError("jsonl: text_pair_field: expected None for kind 'token' (one word list per row)")
         return TokenTagging("jsonl", kind, metrics, JSONL_DEFAULTS, None,
-                            fields={"words": (text_field,), "label": (label_field,)})
-    fields = {"text": (text_field,), "label": (label_field,)}
+                            fields={"words": (text_field,), "label": (label_field,)}, options=options)
+    fields: dict[str, tuple[str, ...]] = {"text": (text_field,), "label": (label_field,)}
     if text_pair_field is not None:
         fields["text_pair"] = (text_pair_field,)
     family = MultiLabelText if kind == "multilabel" else TextClassification
-    return family("jsonl", kind, metrics, JSONL_DEFAULTS, None, fields=fields)
+    return family("jsonl", kind, metrics, JSONL_DEFAULTS, None, fields=fields, options=options)
