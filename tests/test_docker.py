@@ -394,6 +394,12 @@ def test_dockerfile_runs_as_a_non_root_user_with_hf_home_on_a_volume() -> None:
     assert hf_home and hf_home[1] in re.search(r"^VOLUME \[(.*)\]$", text, re.M)[1]  # type: ignore[index]
     assert hf_home[1] == _services()["ray-head"]["environment"]["HF_HOME"]
     assert re.search(r"RAY_AUTH_MODE=token", text)
+    # A new named volume takes the owner of its mount point: the image must give every one to its user.
+    owned = [Path(p) for p in re.search(r"chown -R tune:tune (.+)$", text, re.M)[1].split()]  # type: ignore[index]
+    for name, service in _services().items():
+        if service.get("image") == _env_example()["TUNE_AS_IMAGE"]:
+            for target in (Path(v.split(":")[1]) for v in service.get("volumes", [])):
+                assert any(target.is_relative_to(o) for o in owned), f"{name}: {target} is not owned by the user"
     for src in re.findall(r"^COPY (?:--\S+ )*(.+) \S+$", text, re.M):
         for path in src.split():
             assert (REPO / path).exists(), f"COPY {path}: not in the build context"
