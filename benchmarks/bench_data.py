@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def run(data_dir: Path, max_length: int, warm_runs: int, backbone: str) -> dict[str, float | int | str]:
     task = build_task("clinc_oos")
+    load_before = os.getloadavg()[0]  # other processes on the machine slow the cold path down: report it
     with tempfile.TemporaryDirectory() as cache:
         spec = DataSpec("clinc_oos", data_dir=data_dir, backbone=backbone, encoder="frozen",
                         max_length=max_length, cache_dir=Path(cache))
@@ -42,7 +43,8 @@ def run(data_dir: Path, max_length: int, warm_runs: int, backbone: str) -> dict[
     warm_median = statistics.median(warm)
     return {"task": "clinc_oos", "backbone": backbone, "max_length": max_length, "rows": rows,
             "cold_s": round(cold, 2), "warm_median_s": round(warm_median, 3), "speedup": round(cold / warm_median, 1),
-            "cache_mb": round(cache_bytes / 1e6, 1), "torch_threads": torch.get_num_threads()}
+            "cache_mb": round(cache_bytes / 1e6, 1), "torch_threads": torch.get_num_threads(),
+            "cpus": os.cpu_count() or 0, "loadavg_1min": f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}"}
 
 
 def main() -> None:

@@ -376,3 +376,24 @@ def test_seed_is_in_the_cache_key_only_where_it_changes_the_data() -> None:
     assert subset.key_fields() != DataSpec("clinc_oos", max_train_samples=100, seed=7).key_fields()
     random_encoder = DataSpec("clinc_oos", backbone="tiny", encoder="frozen")
     assert random_encoder.key_fields() != DataSpec("clinc_oos", backbone="tiny", encoder="frozen", seed=7).key_fields()
+
+
+@pytest.mark.parametrize("name", ["clinc_oos", "conll2003"])
+def test_frozen_features_equal_a_direct_forward_of_the_same_rows(name: str, cache: Path) -> None:
+    """Encoding sorts rows by length into batches: every feature must still land on its own row."""
+    kw = {"max_train_samples": 64, "max_eval_samples": 48, "seed": 1}
+    frozen = tiny(name, shared_data(name), cache, encoder="frozen", **kw)
+    tokens = tiny(name, shared_data(name), cache, encoder="finetune", **kw)
+    encoder = backbones_module.load_backbone(tokens.model_info, seed=1).eval()
+    for row in (0, 17, 47):
+        batch = tokens.validation.batch(torch.tensor([row]))
+        with torch.no_grad():
+            hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             token_type_ids=batch["token_type_ids"]).last_hidden_state[0]  # (T, H)
+        got = frozen.validation.batch(torch.tensor([row]))["features"][0]
+        if name == "conll2003":
+            expected = hidden[batch["labels"][0] != -100]  # first sub-token of every kept word
+            got = got[: len(expected)]
+        else:
+            expected = hidden.mean(0)  # one row, no padding: the masked mean is the plain mean
+        torch.testing.assert_close(got, expected, atol=2e-3, rtol=1e-2)  # features are stored in float16
