@@ -330,8 +330,9 @@ def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch
         pytest.skip("waiting for tuning.run_fixed_trials")
     from mlflow import MlflowClient
 
+    search_args = ["--storage-path", str(tmp_path / "results")]
     report = build_report([real_search.experiment], tmp_path / "out", real_search.uri, confirm_seeds=2,
-                          optuna_storage=real_search.storage, search_args=["--smoke"])
+                          optuna_storage=real_search.storage, search_args=search_args)
     client = MlflowClient(real_search.uri)
     exp = client.get_experiment_by_name(real_search.experiment)
     trial_seeds = {r.data.params["seed"] for r in client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'trial'")}
@@ -343,9 +344,12 @@ def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch
         assert sorted(c.by_seed) == sorted(seeds)
         assert c.row == row
     conf = table(report, "confirmation")
-    assert conf["softmax"]["digits test_accuracy Δ vs softmax [95% CI]"] == "reference"
+    assert conf["softmax"]["digits Δ vs softmax [95% CI]"] == "reference"
     assert conf["as_softmax"]["digits test_accuracy mean ± std"].endswith("(n=2)")
+    a, b = report.confirmations["digits", "as_softmax"], report.confirmations["digits", "softmax"]
+    diff = np.mean([a.by_seed[s] - b.by_seed[s] for s in seeds])
+    assert conf["as_softmax"]["digits Δ vs softmax [95% CI]"].startswith(f"{100 * diff:+.2f} ")
     # a second --confirm reuses the runs already logged for those seeds instead of training again
     build_report([real_search.experiment], tmp_path / "again", real_search.uri, confirm_seeds=2,
-                 search_args=["--smoke"])
+                 search_args=search_args)
     assert len(client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'confirmation'")) == 4

@@ -135,7 +135,8 @@ def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[
             continue
         runs.append(TrialRun(run.info.run_id, tags.get(TASK, run.data.params.get("task", "")),
                              tags.get(LOSS, run.data.params.get("loss", "")), dict(run.data.params), metric,
-                             best, dict(metrics), run.info.start_time or 0, run.info.experiment_id))
+                             best, dict(metrics), run.info.start_time or 0, run.info.experiment_id,
+                             tags.get("mlflow.parentRunId", "")))
     if skipped:
         notes.append(f"{skipped} {role} run(s) not FINISHED or without a finite validation metric were left out")
     return runs
@@ -191,6 +192,8 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
             for name in ("backbone", "encoder", "data_dir", "max_train_samples"):  # as the trials ran
                 if first.params.get(name, "None") != "None":
                     argv += [f"--{name.replace('_', '-')}", first.params[name]]
+            if first.runs[0].parent_id:  # the search's seed fixes the data (sub)sampling: keep the same data
+                argv += ["--seed", client.get_run(first.runs[0].parent_id).data.params.get("seed", "0")]
             args = build_parser().parse_args([*argv, *search_args])
             tuning.run_fixed_trials(tuning.SearchRequest.from_args(args), configs, role="confirmation")
     done = trial_runs(client, list(names), "confirmation", notes)

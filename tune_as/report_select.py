@@ -42,6 +42,7 @@ class TrialRun:
     last: dict[str, float]  # last logged value of every metric
     start_time: int = 0
     experiment_id: str = ""
+    parent_id: str = ""  # the search's parent run
 
     @property
     def seed(self) -> str:
