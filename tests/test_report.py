@@ -225,6 +225,9 @@ BAD_INPUT = [
      "expected finished trial runs"),
     ("unreachable server", lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"http://127.0.0.1:{free_port()}"],
      "expected a reachable MLflow tracking server"),
+    ("unreachable server, password in URI",
+     lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"http://alice:s3cret@127.0.0.1:{free_port()}"],
+     "expected a reachable MLflow tracking server at http://alice:***@127.0.0.1:"),
     ("missing sqlite file", lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"sqlite:///{tmp}/none.db"],
      "expected an MLflow SQLite store"),
     ("negative --confirm", lambda s, tmp: ["--experiment", "x", "--confirm", "-1"], "expected --confirm N with N >= 0"),
@@ -245,7 +248,7 @@ def test_bad_input_one_line_exit_2(case, argv, expected, store: Store, tmp_path:
     err = capsys.readouterr().err
     assert rc == 2
     assert err.startswith(f"error: {expected}") and err.count("\n") == 1, err
-    assert "received" in err
+    assert "received" in err and "s3cret" not in err
     assert not out.exists()  # nothing written on bad input
 
 

@@ -12,7 +12,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shlex
 import sys
 import tempfile
@@ -37,12 +36,12 @@ from tune_as.report_select import (
     select,
 )
 from tune_as.report_tables import Table, confirmation_table, selection_csv, table2, table3, table4, table6
+from tune_as.tracking import LOSS, METRIC, ROLE, SEARCH, TASK, redact_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities import Run
 
-ROLE, TASK, LOSS, METRIC = "tune_as.role", "tune_as.task", "tune_as.loss", "tune_as.metric"
 HISTORY_KEYS = ("val_loss", "masked_ratio", "optimizer_steps")
 
 
@@ -57,11 +56,6 @@ class Report:
     report_run_id: str = ""
 
 
-def redact(uri: str) -> str:
-    """Never print a password that is part of a tracking URI."""
-    return re.sub(r"//[^/@]*@", "//***@", uri)
-
-
 def connect(uri: str) -> MlflowClient:
     """A client for `uri`, or a UserError when nothing answers there (instead of minutes of retries)."""
     if uri.startswith(("http://", "https://")):
@@ -71,7 +65,7 @@ def connect(uri: str) -> MlflowClient:
             pass  # something answered: the client will say more if it is not MLflow
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise UserError(f"expected a reachable MLflow tracking server at {redact(uri)}, received: {reason}") from None
+            raise UserError(f"expected a reachable MLflow tracking server at {redact_uri(uri)}, received: {reason}") from None
     elif uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         raise UserError(f"expected an MLflow SQLite store at {uri}, received: no such file")
     # The report prints its own summary: no per-run links or download progress bars from MLflow.
@@ -89,7 +83,7 @@ def experiment_ids(client: MlflowClient, names: Sequence[str], uri: str) -> dict
         exp = client.get_experiment_by_name(name)
         if exp is None or exp.lifecycle_stage == "deleted":
             existing = sorted(e.name for e in client.search_experiments(max_results=50))
-            raise UserError(f"expected an MLflow experiment named {name!r} at {redact(uri)} "
+            raise UserError(f"expected an MLflow experiment named {name!r} at {redact_uri(uri)} "
                             f"(existing: {', '.join(existing) or 'none'}), received no such experiment")
         found[exp.experiment_id] = exp.name
     return found
@@ -221,7 +215,7 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
                         f"{', '.join(names.values())}, received none ({'; '.join(notes) or 'no trial runs'}): "
                         "run `python -m tune_as.search` first")
     cells = select(trials)
-    search_ids = {r.data.tags.get("tune_as.search_id", "") for r in search_all(client, list(names), "search")}
+    search_ids = {r.data.tags.get(SEARCH, "") for r in search_all(client, list(names), "search")}
     histories = {r.run_id: history(client, r.run_id, (f"val_{r.metric}", *HISTORY_KEYS))
                  for c in cells.values() for r in c.runs}
     report = Report(out, cells, [table6(cells), table2(cells), table3(cells), table4(cells, histories)], notes=notes)
