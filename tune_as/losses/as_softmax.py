@@ -39,11 +39,13 @@ class _ASSoftmaxFunction(torch.autograd.Function):
         r_t = p_t / d
         r.scatter_(1, t1, r_t)  # the target is never dropped
         s = r.sum(dim=1, keepdim=True)  # kept probability mass / d
-        # log p_t without underflow: the argmax is always kept, so max(r) * d = max(p) = 1 / sum exp(o - max o)
-        log_p_t = x.gather(1, t1) - x.amax(dim=1, keepdim=True) + torch.log(r.amax(dim=1, keepdim=True) * d)
-        # Only the target left: the loss is exactly 0. (d at the floor means nothing could be dropped.)
-        masked = ((s == r_t) & (d > floor)).squeeze(1)
-        loss = torch.where(masked, 0.0, (torch.log(s * d) - log_p_t).squeeze(1))
+        # log(sum_kept p / p_t) without underflow: the argmax is always kept and max(p) = exp(max o - lse(o)),
+        # so sum_kept p / p_t = (s / max r) exp(max o - o_t).
+        loss = torch.log(s / r.amax(dim=1, keepdim=True)) - (x.gather(1, t1) - x.amax(dim=1, keepdim=True))
+        # Only the target left. (d at the floor: nothing could be dropped; s == r_t is then fp32 rounding.)
+        masked = (s == r_t) & (d > floor)
+        loss = torch.where(masked, 0.0, loss).squeeze(1)  # exactly 0 (its gradient: see backward)
+        masked = masked.squeeze(1)
         ctx.save_for_backward(r, s, t1)
         ctx.mark_non_differentiable(masked)
         return loss, masked
@@ -51,9 +53,10 @@ class _ASSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_masked: Tensor | None) -> tuple[Tensor, None, None]:
         r, s, t1 = ctx.saved_tensors
-        g = grad[:, None]  # (M, 1)
-        out = r * (g / s)  # z_i p_i / sum_j z_j p_j, times the upstream gradient
-        out.scatter_add_(1, t1, -g)
+        g = grad[:, None] / s  # (M, 1)
+        out = r * g  # z_i p_i / sum_j z_j p_j, times the upstream gradient
+        # Target: (p_t - sum_kept p) / sum_kept p, written so that a masked row (s == r_t) gets exactly 0.
+        out.scatter_(1, t1, (r.gather(1, t1) - s) * g)
         return out, None, None
 
 

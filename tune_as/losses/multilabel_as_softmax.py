@@ -21,15 +21,14 @@ from .multilabel_softmax import multilabel_softmax_loss
 
 def multilabel_as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) -> tuple[Tensor, Tensor]:
     pos = target > 0.5  # (N, C)
-    p = torch.softmax(logits, dim=1).detach()  # the factors z are constants, as in Eq. 7
+    p = torch.softmax(logits.detach(), dim=1)  # the factors z are constants, as in Eq. 7
     p_pos_min = torch.where(pos, p, 2.0).amin(dim=1, keepdim=True)  # 2: no positive
     p_neg_max = torch.where(pos, 0.0, p).amax(dim=1, keepdim=True)  # 0: no negative
-    p_pos_min = torch.where(p_pos_min > 1.0, -1.0, p_pos_min)  # no positive: keep every negative
-    neg_keep = p_pos_min - p < delta  # z_i, read on negatives
-    pos_keep = p - p_neg_max < delta  # z_t, read on positives
-    masked = ~torch.where(pos, pos_keep, neg_keep).any(dim=1)
-    loss = multilabel_softmax_loss(logits, target, neg_keep=neg_keep, pos_keep=pos_keep)
-    return loss, masked
+    # Kept: negative i iff p_i > p_pos_min - delta, positive t iff -p_t > -(p_neg_max + delta); one compare.
+    neg_floor = torch.where(p_pos_min > 1.0, -1.0, p_pos_min - delta)  # no positive: keep every negative
+    keep = torch.where(pos, -p, p) > torch.where(pos, -(p_neg_max + delta), neg_floor)  # z_i, z_t (N, C)
+    loss = multilabel_softmax_loss(logits, target, keep=keep)
+    return loss, ~keep.any(dim=1)
 
 
 class MultilabelASSoftmaxLoss(DeltaMixin, Loss):

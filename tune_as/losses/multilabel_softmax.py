@@ -20,13 +20,10 @@ def log1p_sum_exp(z: Tensor) -> Tensor:
     return torch.logsumexp(torch.cat([torch.zeros_like(z[:, :1]), z], dim=1), dim=1)
 
 
-def multilabel_softmax_loss(
-    logits: Tensor, target: Tensor, *, neg_keep: Tensor | None = None, pos_keep: Tensor | None = None
-) -> Tensor:
-    """Eq. 14, or Eq. 18 when the (N, C) bool factors z_i (``neg_keep``) and z_t (``pos_keep``) are given."""
+def multilabel_softmax_loss(logits: Tensor, target: Tensor, *, keep: Tensor | None = None) -> Tensor:
+    """Eq. 14, or Eq. 18 when the (N, C) bool factors z (z_i on negatives, z_t on positives) are given."""
     pos = target > 0.5  # (N, C)
-    neg_on = ~pos if neg_keep is None else neg_keep & ~pos
-    pos_on = pos if pos_keep is None else pos_keep & pos
+    neg_on, pos_on = (~pos, pos) if keep is None else (keep & ~pos, keep & pos)
     neg_term = log1p_sum_exp(torch.where(neg_on, logits, -torch.inf))
     pos_term = log1p_sum_exp(torch.where(pos_on, -logits, -torch.inf))
     return neg_term + pos_term

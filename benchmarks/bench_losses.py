@@ -1,0 +1,143 @@
+"""Forward+backward time and peak memory of every loss against F.cross_entropy, on the same inputs, in one run.
+
+    python benchmarks/bench_losses.py                 # table: one ratio per loss and shape
+    python benchmarks/bench_losses.py --json out.json # the same figures as JSON too
+
+Time: repetitions are interleaved (the baseline, then every loss, in turn) and a ratio is the median
+over repetitions of (loss time / baseline time in the same repetition), so that load from other
+processes hits both sides of a ratio alike; the times shown are medians. ``--clock cpu`` times with
+the process CPU clock (both intra-op threads summed) instead of the wall clock: on a machine shared
+with other jobs it measures the work done rather than the time slices received. Peak memory: bytes allocated during one forward+backward above what
+was allocated before it (the returned gradient included): on CPU from the profiler's allocation
+records, on CUDA from ``torch.cuda.max_memory_allocated``. Multi-label losses get a multi-hot target
+(about 3 positives per row) and are also compared with ``multilabel_softmax``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch._C._profiler import _EventType
+from torch.profiler import ProfilerActivity, profile
+
+from tune_as.losses import LOSSES, build_loss
+
+SHAPES = [(32, 151), (4096, 9), (2048, 5201), (512, 30522)]
+BASELINE = "cross_entropy"
+
+
+def make_step(name: str, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    if name == BASELINE:
+        return lambda: F.cross_entropy(x, t).backward()
+    loss_fn = build_loss(name)
+    target = y if "multilabel" in loss_fn.kinds and not loss_fn.kinds & {"multiclass"} else t
+    return lambda: loss_fn(x, target).loss.backward()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_bytes(step: Callable[[], None], x: torch.Tensor) -> int:
+    x.grad = None
+    if x.device.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    sizes, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        if event.tag == _EventType.Allocation:
+            sizes.append((event.start_time_ns, event.extra_fields.alloc_size))
+        stack.extend(event.children)
+    live = peak = 0
+    for _, size in sorted(sizes):
+        live += size
+        peak = max(peak, live)
+    return peak
+
+
+def bench_shape(names: list[str], n: int, c: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(n, c, generator=g) * 3).to(device, dtype).requires_grad_(True)
+    t = torch.randint(0, c, (n,), generator=g).to(device)
+    y = (torch.rand(n, c, generator=g) < min(0.5, 3 / c)).to(device, dtype)
+    steps = {name: make_step(name, x, t, y) for name in [BASELINE, *names]}
+    reps = args.reps or max(10, min(300, int(3e8 / (n * c))))
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for rep in range(reps + 3):
+        for name, step in steps.items():
+            x.grad = None
+            sync(device)
+            start = clock()
+            step()
+            sync(device)
+            if rep >= 3:  # warm-up
+                times[name].append(clock() - start)
+    result = {}
+    for name, step in steps.items():
+        result[name] = {"time_us": statistics.median(times[name]) * 1e6, "peak_mb": peak_bytes(step, x) / 2**20}
+    for name in names:
+        for ref in (BASELINE, "multilabel_softmax"):
+            if ref == BASELINE or ("multilabel" in LOSSES[name].kinds and ref in result):
+                suffix = "" if ref == BASELINE else "_vs_multilabel_softmax"
+                ratios = [a / b for a, b in zip(times[name], times[ref], strict=True)]
+                result[name]["time_ratio" + suffix] = statistics.median(ratios)
+                result[name]["mem_ratio" + suffix] = result[name]["peak_mb"] / max(result[ref]["peak_mb"], 1e-9)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--losses", nargs="+", default=sorted(LOSSES), choices=sorted(LOSSES), metavar="LOSS")
+    parser.add_argument("--shapes", nargs="+", default=[f"{n}x{c}" for n, c in SHAPES], metavar="NxC")
+    parser.add_argument("--reps", type=int, default=0, help="timed repetitions (default: by size, 10 to 300)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--clock", default="wall", choices=["wall", "cpu"], help="see the module docstring")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON ('-' for stdout)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    results = {}
+    print(f"# torch {torch.__version__}, {args.device}, {args.dtype}, {args.threads} threads, {args.clock} clock")
+    print(f"{'loss':26s} {'N x C':>11s} {'time':>10s} {'x CE':>6s} {'peak MB':>8s} {'x CE':>6s}")
+    for shape in args.shapes:
+        n, c = (int(v) for v in shape.lower().split("x"))
+        res = bench_shape(args.losses, n, c, args)
+        results[f"{n}x{c}"] = res
+        for name, r in res.items():
+            ratio_t, ratio_m = r.get("time_ratio", 1.0), r.get("mem_ratio", 1.0)
+            line = f"{name:26s} {f'{n}x{c}':>11s} {r['time_us']:8.0f}us {ratio_t:6.2f} {r['peak_mb']:8.2f} {ratio_m:6.2f}"
+            if "time_ratio_vs_multilabel_softmax" in r:
+                line += f"   vs multilabel_softmax: time {r['time_ratio_vs_multilabel_softmax']:.2f}"
+                line += f" mem {r['mem_ratio_vs_multilabel_softmax']:.2f}"
+            print(line, flush=True)
+    if args.json:
+        meta = {"device": args.device, "dtype": args.dtype, "threads": args.threads, "clock": args.clock}
+        text = json.dumps({**meta, "torch": torch.__version__, "results": results}, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as fh:
+                fh.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
