@@ -77,7 +77,7 @@ def connect(uri: str) -> MlflowClient:
 
 
 def experiment_ids(client: MlflowClient, names: Sequence[str], uri: str) -> dict[str, str]:
-    """Experiment id -> name, for names (or ids) given on the command line."""
+    """Experiment id -> name, for the names given on the command line."""
     found = {}
     for name in names:
         exp = client.get_experiment_by_name(name)
@@ -119,12 +119,9 @@ def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[
             continue
         best = metrics.get(f"best_val_{metric}")
         if best is None:
-            values = [v for _, v in history(client, run.info.run_id, [f"val_{metric}"])[f"val_{metric}"]]
-            if not values:
-                skipped += 1
-                continue
-            best = max(values)
-        if math.isnan(best):  # a diverged run must not poison a setting's mean
+            points = history(client, run.info.run_id, [f"val_{metric}"])[f"val_{metric}"]
+            best = max((v for _, v in points if not math.isnan(v)), default=math.nan)
+        if math.isnan(best):  # no evaluation point, or a diverged run: it must not poison a setting's mean
             skipped += 1
             continue
         runs.append(TrialRun(run.info.run_id, tags.get(TASK, run.data.params.get("task", "")),
@@ -225,8 +222,8 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for task in order({t for t, _ in cells}, PAPER_TASKS):
-            deltas = {row: float(cells[task, row].params["loss.delta"]) for row in ("as_softmax",)
-                      if (task, row) in cells and "loss.delta" in cells[task, row].params}
+            as_cell = cells.get((task, "as_softmax"))
+            deltas = {"as_softmax": float(as_cell.params["loss.delta"])} if as_cell and "loss.delta" in as_cell.params else {}
             storage = optuna_file(optuna_storage or Path("tune_as_results"), task, search_ids)
             drawn = [figs.fig1_masked_ratio(task, cells, histories, out), figs.fig2_delta(task, trials, out),
                      figs.fig3_curves(task, cells, histories, out),
