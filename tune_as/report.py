@@ -276,20 +276,25 @@ def show(report: Report) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tune_as.report", description=__doc__.splitlines()[0])
-    p.add_argument("--experiment", required=True,
+    p = argparse.ArgumentParser(
+        prog="python -m tune_as.report",
+        description="Select one setting per task x loss from a search's MLflow runs (best mean validation "
+                    "metric), write the paper's Tables 6/2/3/4 and Figures 1-4, optionally confirm with new seeds.")
+    p.add_argument("--experiment", required=True, metavar="NAME[,NAME...]",
                    help="MLflow experiment: the task name, or the --experiment the search used "
                         "(comma-separated for several, one column per task)")
-    p.add_argument("--out", type=Path, default=Path("tune_as_report"), help="folder for tables and figures")
+    p.add_argument("--out", type=Path, default=Path("tune_as_report"),
+                   help="folder for tables and figures (default: tune_as_report)")
     p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"),
                    help="MLflow tracking URI (default: env MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     p.add_argument("--confirm", type=int, default=0, metavar="N",
                    help="re-run each selected setting with N new seeds and compare with softmax")
-    p.add_argument("--optuna-storage", type=Path, default=None,
+    p.add_argument("--optuna-storage", type=Path, default=None, metavar="PATH",
                    help="the search's Optuna SQLite file, or its --storage-path (default: tune_as_results, "
                         "where the task's latest search of this experiment is found)")
-    p.add_argument("--search-args", default="",
-                   help="for --confirm: the search's data options, e.g. \"--data-dir DIR --max-train-samples 2000\"")
+    p.add_argument("--search-args", default="", metavar="'ARGS'",
+                   help="for --confirm: more `python -m tune_as.search` options, e.g. '--address auto --storage-path "
+                        "DIR' (backbone, encoder, data dir, sample limit and data seed come from the runs)")
     return p
 
 
