@@ -46,7 +46,7 @@ def joined(history: History, x_key: str, y_key: str) -> tuple[np.ndarray, np.nda
 
 def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # keep legends placed outside the axes
     _pyplot().close(fig)
     return path
 
