@@ -71,13 +71,17 @@ def wos_rows(n: int, seed: int, parents: int = 3, children_per_parent: int = 2) 
             "label_level_1": level1, "label_level_2": level2}
 
 
-def wos46985(folder: Path, n: int = 100) -> Path:
-    """The hub dataset has a single `train` split (the paper carves 6.4 : 1.6 : 2)."""
+def wos46985(folder: Path, n: int = 100, single: bool = False) -> Path:
+    """The hub dataset has a single `train` split (the paper carves 6.4 : 1.6 : 2). single=True saves the
+    `Dataset` itself (`load_dataset(..., split="train").save_to_disk(folder)`) instead of the DatasetDict."""
     import datasets
 
     features = datasets.Features({"input_data": datasets.Value("string"), "label": datasets.Value("int32"),
                                   "label_level_1": datasets.Value("int32"),
                                   "label_level_2": datasets.Value("int32")})
+    if single:
+        datasets.Dataset.from_dict(wos_rows(n, 0), features=features).save_to_disk(str(folder))
+        return folder
     return save_to_disk(folder, {"train": wos_rows(n, 0)}, features)
 
 

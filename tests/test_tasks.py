@@ -135,8 +135,9 @@ def test_eurlex_save_to_disk_multilabel(tmp_path: Path, cache: Path) -> None:
     assert task.predict(torch.tensor([[0.1, -0.2, 0.0]])).tolist() == [[True, False, False]]
 
 
-def test_wos_carves_test_then_validation_and_predicts_top2(tmp_path: Path, cache: Path) -> None:
-    data = tiny("wos46985", fx.wos46985(tmp_path / "wos"), cache)
+@pytest.mark.parametrize("single", [False, True], ids=["DatasetDict", "Dataset"])
+def test_wos_carves_test_then_validation_and_predicts_top2(single: bool, tmp_path: Path, cache: Path) -> None:
+    data = tiny("wos46985", fx.wos46985(tmp_path / "wos", single=single), cache)
     assert (len(data.train), len(data.validation), len(data.test)) == (64, 16, 20)  # 6.4 : 1.6 : 2
     assert any("carved 20 rows" in n for n in data.notes) and any("validation" in n for n in data.notes)
     assert data.label_names[:3] == ("parent/0", "parent/1", "parent/2") and data.num_labels == 3 + 6
@@ -326,7 +327,7 @@ def test_second_prepare_is_a_cache_hit_without_encoder_forward(tmp_path: Path,
     monkeypatch.setattr(backbones_module, "load_backbone", counting_load)
     monkeypatch.setattr("tune_as.tasks.text.text_split", counting_split)
     spec = DataSpec("clinc_oos", data_dir=shared_data("clinc_oos"), backbone="minilm", encoder="frozen",
-                    max_length=32, max_train_samples=200, max_eval_samples=100, cache_dir=tmp_path)
+                    max_length=32, max_train_samples=96, max_eval_samples=32, cache_dir=tmp_path)
     task = build_task("clinc_oos")
     first = task.prepare(spec)
     assert forwards and len(tokenize_calls) == 3 and first.train.batch(torch.arange(2))["features"].shape == (2, 384)
@@ -357,7 +358,7 @@ def test_tiny_smoke_prepare_and_one_train_step_is_fast(tmp_path: Path) -> None:
     loss = torch.nn.functional.cross_entropy(model(batch), batch["labels"])
     loss.backward()
     opt.step()
-    assert time.perf_counter() - start < 15  # measured ~1 s on 2 CPU cores
+    assert time.perf_counter() - start < 20  # measured ~1 s on 2 idle CPU cores, ~5 s at load average 15
     assert torch.isfinite(loss)
 
 

@@ -106,10 +106,14 @@ def _pick(available: Sequence[str], candidates: Sequence[str]) -> str | None:
 
 
 def load_folder(folder: Path, stems: dict[str, tuple[str, ...]]) -> dict[str, RawSplit]:
-    """A local folder: `save_to_disk` output (dataset_dict.json) or `<split>.jsonl[.gz]` files."""
+    """A local folder: `save_to_disk` output (a DatasetDict, or one Dataset = train) or `<split>.jsonl[.gz]`."""
     if not folder.is_dir():
         raise FileNotFoundError(f"data_dir: expected a folder, {folder} does not exist or is not a folder")
-    if (folder / "dataset_dict.json").exists():
+    if (folder / "state.json").exists():  # a single Dataset saved with save_to_disk: the training split
+        import datasets
+
+        out = {"train": _from_hf(datasets.load_from_disk(str(folder)), str(folder))}
+    elif (folder / "dataset_dict.json").exists():
         import datasets
 
         dd = datasets.load_from_disk(str(folder))
