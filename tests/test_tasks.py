@@ -398,3 +398,11 @@ def test_frozen_features_equal_a_direct_forward_of_the_same_rows(name: str, cach
         else:
             expected = hidden.mean(0)  # one row, no padding: the masked mean is the plain mean
         torch.testing.assert_close(got, expected, atol=2e-3, rtol=1e-2)  # features are stored in float16
+
+
+@pytest.mark.parametrize("name,sizes", [("clinc_oos", (15250, 3100, 5500)), ("rte", (2490, 277, None))])
+def test_full_prepare_keeps_every_row(name: str, sizes: tuple[int, int, int | None], cache: Path) -> None:
+    data = tiny(name, shared_data(name), cache)
+    assert (len(data.train), len(data.validation), len(data.test) if data.test is not None else None) == sizes
+    counts = torch.bincount(data.train.columns["labels"], minlength=data.num_labels)
+    assert (counts > 0).all()  # every class of the label map occurs in train
