@@ -123,17 +123,25 @@ class Loss(nn.Module):
         return self._compute(x, target, kind)
 
     def _compute(self, x: Tensor, target: Tensor, kind: str) -> LossOutput:
-        if kind == "multilabel":
-            rows, masked = self.multilabel_rows(x, target.to(x.dtype))
-            n_rows = torch.full((), rows.shape[0], dtype=torch.int64, device=x.device)
-            loss = rows.sum() / max(rows.shape[0], 1)
-        else:
+        if kind != "multilabel":
             t = target.reshape(-1).long()
-            valid = t != IGNORE_INDEX
-            rows, masked = self.rows(x.reshape(t.shape[0], -1), torch.where(valid, t, 0))
-            rows = torch.where(valid, rows, 0.0)
-            n_rows = valid.sum()
-            loss = rows.sum() / n_rows.clamp(min=1)
-            masked = masked & valid if masked is not None else None
-        n_masked = masked.sum() if masked is not None else torch.zeros((), dtype=torch.int64, device=x.device)
-        return LossOutput(loss, n_rows, n_masked)
+            return self.mean_over_rows(x.reshape(t.shape[0], -1), t)
+        rows, masked = self.multilabel_rows(x, target.to(x.dtype))
+        n_rows = torch.full((), rows.shape[0], dtype=torch.int64, device=x.device)
+        return LossOutput(rows.sum() / max(rows.shape[0], 1), n_rows, count(masked, x.device))
+
+    def mean_over_rows(self, x: Tensor, t: Tensor) -> LossOutput:
+        """x (M, C), t (M,) int64 with -100 for ignored rows -> the mean over the other rows.
+
+        Ignored rows get class 0 for ``rows`` and are then zeroed. A loss may override this to fuse the
+        reduction into its own kernel (``as_softmax``)."""
+        valid = t != IGNORE_INDEX
+        rows, masked = self.rows(x, torch.where(valid, t, 0))
+        n_rows = valid.sum()
+        loss = torch.where(valid, rows, 0.0).sum() / n_rows.clamp(min=1)
+        return LossOutput(loss, n_rows, count(masked & valid if masked is not None else None, x.device))
+
+
+def count(masked: Tensor | None, device: torch.device) -> Tensor:
+    """The number of masked rows as a 0-dim int64 tensor (0 for a loss without masking)."""
+    return masked.sum() if masked is not None else torch.zeros((), dtype=torch.int64, device=device)
