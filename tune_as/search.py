@@ -49,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
                    help="MLflow tracking URI (default: sqlite:///mlflow.db; env MLFLOW_TRACKING_URI)")
     p.add_argument("--experiment", default=None, help="MLflow experiment name (default: the task name)")
-    p.add_argument("--name", default=None, help="search name: the folder under --storage-path (default: task)")
+    p.add_argument("--name", default=None,
+                   help="search name: its folder under --storage-path (default: <task>-<timestamp>; "
+                        "with --resume: the latest search of the task)")
     p.add_argument("--resume", action="store_true", help="resume the search --name from its last state")
     p.add_argument("--max-failures", type=int, default=2, help="retries of a crashed trial from its checkpoint")
     p.add_argument("--grace-period", type=float, default=1.0, help="ASHA grace period, in epochs")
@@ -64,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from tune_as.tuning import SearchRequest, run_search
+    from tune_as.tuning import SearchInterrupted, SearchRequest, run_search
 
     try:
         request = SearchRequest.from_args(args)
@@ -72,8 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except SearchInterrupted as exc:
+        print(f"interrupted: trials stopped, MLflow runs marked KILLED; resume with:  {exc}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted before the search started: nothing to resume", file=sys.stderr)
         return 130
     return 0
 

@@ -12,8 +12,10 @@ import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +32,7 @@ from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 log = logging.getLogger(__name__)
+DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 DEFAULT_URI = "sqlite:///mlflow.db"
 ROLE, TASK, LOSS, TRIAL, SEARCH, METRIC = (
     "tune_as.role", "tune_as.task", "tune_as.loss", "tune_as.trial_id", "tune_as.search_id", "tune_as.metric")
@@ -56,23 +59,45 @@ class MlflowTracker:
         self.experiment = experiment
         self.search_id = search_id
         self.final_flush_s = final_flush_s
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self._client: MlflowClient | None = None
         self.experiment_id: str | None = None
         self.parent_id: str | None = None
         self.runs: dict[str, str] = {}  # Ray trial id -> MLflow run id
         self.trial_tags: dict[str, dict[str, str]] = {}
+        self.ended: set[str] = set()
         self.last_step: dict[str, int] = {}
         self.pending: deque[tuple[str, Callable[[], None]]] = deque()
         self.outage_since: float | None = None
 
+    @property
+    def client(self) -> MlflowClient:
+        """Created on first use: for a database URI, creating it already connects (with minutes of retries)."""
+        if self._client is None:
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
     # -- set-up (synchronous: errors here are the user's to see) -----------------------------------------
     def check_reachable(self) -> None:
+        self._check_database_port()
         try:
             self.client.search_experiments(max_results=1)
         except Exception as exc:  # noqa: BLE001 - any failure means "cannot use this URI"
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"MLflow tracking URI {redact_uri(self.uri)} is not usable: expected a reachable "
                             f"tracking server or database, got {first[:300]}") from None
+
+    def _check_database_port(self) -> None:
+        """MLflow retries a dead database with exponential back-off for minutes: answer in seconds instead."""
+        parts = urllib.parse.urlsplit(self.uri)
+        port = parts.port if parts.hostname else None
+        default = DB_PORTS.get(parts.scheme.split("+")[0])
+        if default is None or not parts.hostname:
+            return
+        try:
+            socket.create_connection((parts.hostname, port or default), timeout=5).close()
+        except OSError as exc:
+            raise UserError(f"MLflow tracking URI {redact_uri(self.uri)} is not usable: expected a reachable "
+                            f"database at {parts.hostname}:{port or default}, got {exc.strerror or exc}") from None
 
     def start_search(self, params: dict[str, Any], tags: dict[str, str]) -> str:
         """Find (on resume) or create the experiment and the parent run of this search."""
@@ -168,6 +193,7 @@ class MlflowTracker:
 
     def trial_ended(self, trial_id: str, status: str, error: str | None = None,
                     artifacts: list[Path] | None = None, tags: dict[str, str] | None = None) -> None:
+        self.ended.add(trial_id)
         staged = None
         if artifacts:  # copy now: Ray may delete the checkpoint before MLflow is reachable again
             staged = Path(tempfile.mkdtemp(prefix="tune_as_art_"))
@@ -188,9 +214,15 @@ class MlflowTracker:
             self.client.set_terminated(run_id, status)
         self._enqueue(f"end of {trial_id}", op)
 
+    def unfinished(self) -> list[str]:
+        return sorted(set(self.trial_tags) - self.ended)
+
     def search_ended(self, status: str) -> bool:
-        """Close the parent run and wait (bounded) for buffered writes. False if some could not be written."""
+        """Close the parent run (and, after an interruption, every trial still open, as KILLED) and wait
+        (bounded) for buffered writes. False if some writes could not be delivered."""
         parent = self.parent_id
+        for trial_id in self.unfinished():
+            self.trial_ended(trial_id, "KILLED")
 
         def op() -> None:
             if parent:

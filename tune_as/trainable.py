@@ -162,18 +162,21 @@ class Trial:
             with self.autocast:
                 logits = self.model(batch)
             out = self.loss_fn(logits.float(), batch["labels"])
-            if not torch.isfinite(out.loss):
+            # one host sync per micro-batch for the three numbers the loop needs
+            loss_value, rows, masked = torch.stack([out.loss.detach().double(), out.n_rows.double(),
+                                                    out.n_masked.double()]).tolist()
+            if not math.isfinite(loss_value):
                 self.state.train_seconds += time.perf_counter() - tic
-                return self._fail(f"non-finite training loss ({out.loss.item()}) at optimizer step "
+                return self._fail(f"non-finite training loss ({loss_value}) at optimizer step "
                                   f"{self.state.optimizer_steps}; lower the lr or the loss's scale/margin")
             scaled = out.loss / steps
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            n_rows, n_masked = int(out.n_rows), int(out.n_masked)
+            n_rows, n_masked = int(rows), int(masked)
             if self.accumulator:
                 self.accumulator.observe(n_rows, n_masked)
             micro, cycle_rows, cycle_masked = micro + 1, cycle_rows + n_rows, cycle_masked + n_masked
             window = self.state.window
-            window["loss"] += float(out.loss)
+            window["loss"] += loss_value
             window["batches"] += 1
             window["rows"] += n_rows
             window["masked"] += n_masked

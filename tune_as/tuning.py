@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import time
@@ -147,6 +148,17 @@ def _build_task(r: SearchRequest) -> Any:
         raise UserError(str(exc)) from None
 
 
+def _check_losses(names: tuple[str, ...], kind: str) -> None:
+    from tune_as.losses import LOSSES
+
+    for name in names:
+        if name not in LOSSES:
+            raise UserError(f"--losses: unknown loss {name!r}; expected some of {sorted(LOSSES)}")
+        if kind not in LOSSES[name].kinds:
+            applicable = sorted(k for k, cls in LOSSES.items() if kind in cls.kinds)
+            raise UserError(f"--losses: {name!r} does not apply to {kind} tasks; expected some of {applicable}")
+
+
 def _latest_search(storage: Path, task: str) -> str | None:
     found = sorted(storage.glob(f"{task}-*/{STATE_FILE}"), key=lambda p: p.stat().st_mtime)
     return found[-1].parent.name if found else None
@@ -155,11 +167,14 @@ def _latest_search(storage: Path, task: str) -> str | None:
 def plan_search(r: SearchRequest) -> SearchPlan:
     """Validate the request, load the space and prepare (cached) data. Writes nothing but the data cache."""
     _check_numbers(r)
+    if r.address:
+        _check_address(r.address)
     task = _build_task(r)
     space = load_search_space(r.search_space or default_space_path(task.name), task.kind)
     if space.task != task.name:
         raise UserError(f"{space.path}: task: expected {task.name!r} (the --task), got {space.task!r}")
     if r.losses:
+        _check_losses(r.losses, task.kind)
         space = space.restrict(list(r.losses))
     storage = r.storage_path.expanduser().resolve()
     name = r.name or (_latest_search(storage, task.name) if r.resume else None)
@@ -278,9 +293,12 @@ class PerLossSearcher(Searcher):
         if trial_id not in self.live:
             return
         loss, number = self.live.pop(trial_id)
+        study = self.study(loss)
+        if study.get_trials(deepcopy=False)[number].state.is_finished():
+            return  # told before a driver restart whose searcher checkpoint predates the tell
         value = None if (error or not result or result.get("error")) else result.get(self.metric)
         state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
-        self.study(loss).tell(number, value if value is not None else None, state=state)
+        study.tell(number, value, state=state)
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:
@@ -305,8 +323,8 @@ class PerLossSearcher(Searcher):
 
 # -- Ray adapters ---------------------------------------------------------------------------------------
 class _RayReporter:
-    def __init__(self, fill: tuple[str, ...]) -> None:
-        self.fill = fill
+    def __init__(self, fill: tuple[str, ...], loss: str) -> None:
+        self.fill, self.loss = fill, loss
         self.node_id = ray.get_runtime_context().get_node_id()
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: Path) -> None:
@@ -315,25 +333,30 @@ class _RayReporter:
             metrics.update({k: 0.0 for k in self.fill if k not in metrics})
         ckpt = tune.Checkpoint.from_directory(str(checkpoint_dir)) if any(checkpoint_dir.iterdir()) else None
         tune.report(metrics, checkpoint=ckpt)
-        _maybe_inject_fault(metrics)
+        if os.environ.get("TUNE_AS_FAULT_DIR"):
+            _inject_fault(Path(os.environ["TUNE_AS_FAULT_DIR"]), metrics, self.loss)
 
 
-def _maybe_inject_fault(metrics: dict[str, Any]) -> None:
-    """Fault-injection hook for the reliability tests: with TUNE_AS_FAIL_AT_EPOCH=E and TUNE_AS_FAULT_DIR=D set,
-    each trial raises once, right after its first report at epoch >= E (a marker file in D makes it once)."""
-    at, where = os.environ.get("TUNE_AS_FAIL_AT_EPOCH"), os.environ.get("TUNE_AS_FAULT_DIR")
-    if not at or not where:
+def _inject_fault(where: Path, metrics: dict[str, Any], loss: str) -> None:
+    """Fault injection for the reliability tests; inactive unless TUNE_AS_FAULT_DIR is set. Writes the worker's
+    pid to `pid_<trial id>` (so a test can SIGKILL it) and, with TUNE_AS_FAIL_AT_EPOCH=E, raises after a report
+    at epoch >= E, at most TUNE_AS_FAIL_TIMES times per trial (default 1), only for loss TUNE_AS_FAIL_LOSS if set."""
+    trial_id = tune.get_context().get_trial_id()
+    (where / f"pid_{trial_id}").write_text(str(os.getpid()))
+    at, only = os.environ.get("TUNE_AS_FAIL_AT_EPOCH"), os.environ.get("TUNE_AS_FAIL_LOSS")
+    if not at or metrics.get("epoch", 0) < float(at) or (only and only != loss):
         return
-    marker = Path(where) / f"fault_{tune.get_context().get_trial_id()}"
-    if not marker.exists() and metrics.get("epoch", 0) >= float(at):
-        marker.touch()
-        raise RuntimeError(f"injected failure (TUNE_AS_FAIL_AT_EPOCH={at})")
+    done = len(list(where.glob(f"fault_{trial_id}_*")))
+    if done < int(os.environ.get("TUNE_AS_FAIL_TIMES", "1")):
+        (where / f"fault_{trial_id}_{done}").touch()
+        raise RuntimeError(f"injected failure {done + 1} (TUNE_AS_FAIL_AT_EPOCH={at})")
 
 
 def _trainable(config: dict[str, Any], data: Any = None, task: Any = None, fill: tuple[str, ...] = ()) -> None:
     checkpoint = tune.get_checkpoint()
     with checkpoint.as_directory() if checkpoint else nullcontext(None) as restore_dir:
-        run_trial(config, data, task, _RayReporter(fill), Path(restore_dir) if restore_dir else None)
+        reporter = _RayReporter(fill, str(config.get("loss")))
+        run_trial(config, data, task, reporter, Path(restore_dir) if restore_dir else None)
 
 
 _ACTIVE: dict[str, tracking.MlflowTracker] = {}  # the driver's tracker; callbacks look it up at call time
@@ -399,6 +422,20 @@ def _checkpoint_files(trial: Any, name: str) -> list[Path]:
 
 
 # -- running --------------------------------------------------------------------------------------------
+def _check_address(address: str) -> None:
+    """Fail in seconds on an unreachable cluster: ray.init would retry for minutes before giving up."""
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--address: expected 'auto', HOST:PORT or ray://HOST:PORT, got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise UserError(f"--address: expected a reachable Ray cluster at {address}, got {exc.strerror or exc}") from None
+
+
 def _init_ray(r: SearchRequest) -> None:
     if ray.is_initialized():
         return
@@ -457,7 +494,8 @@ def run_search(r: SearchRequest) -> dict[str, dict[str, Any]]:
     if not r.resume:
         (plan.exp_dir / STATE_FILE).write_text(json.dumps({
             "search_id": plan.search_id, "fingerprint": plan.space.fingerprint(), "losses": plan.losses,
-            "task": plan.task.name, "request": {k: str(v) for k, v in dataclasses.asdict(r).items()}}, indent=2))
+            "task": plan.task.name, "request": {k: tracking.redact_uri(str(v)) for k, v in dataclasses.asdict(r).items()}},
+            indent=2))
     tracker.start_search(
         params={"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.space.trials_per_loss,
                 "backbone": plan.base["backbone"], "encoder": plan.base["encoder"], "seed": r.seed,
@@ -479,7 +517,7 @@ def run_search(r: SearchRequest) -> dict[str, dict[str, Any]]:
         tuner = _tuner(r, plan.task, plan.data, plan.name, plan.exp_dir, resources, plan.metric, epochs, "trial",
                        ConcurrencyLimiter(searcher, max_concurrent=_concurrency(r, resources)), scheduler,
                        plan.space.trials_per_loss * len(plan.losses))
-    grid = _fit(tuner, tracker, resume_hint)
+    grid = _fit(tuner, tracker, resume_hint, plan.space.trials_per_loss * len(plan.losses))
     return _best_per_loss(grid, plan)
 
 
@@ -499,18 +537,27 @@ def _tuner(r: SearchRequest, task: Any, data: Any, name: str, exp_dir: Path, res
         reuse_actors=True))
 
 
-def _fit(tuner: tune.Tuner, tracker: tracking.MlflowTracker, resume_hint: str) -> Any:
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C: Ray Tune stopped the trials and saved its state; `fit` returned early."""
+
+
+def _fit(tuner: tune.Tuner, tracker: tracking.MlflowTracker, resume_hint: str, expected: int) -> Any:
+    """Run the tuner. Ray Tune swallows Ctrl-C (it checkpoints and returns), so an interruption is recognised
+    by trials left open or not finished; their MLflow runs are then closed as KILLED."""
     status = "FAILED"
     try:
         grid = tuner.fit()
-        status = "FINISHED"
-        return grid
+        # Ray's own bookkeeping spans driver restarts (the tracker only saw this process's trials)
+        interrupted = bool(tracker.unfinished()) or grid.num_terminated + grid.num_errors < expected
+        status = "KILLED" if interrupted else "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
-        print(f"interrupted: resume with  {resume_hint}", file=sys.stderr)
-        raise
+        raise SearchInterrupted(resume_hint) from None
     finally:
         tracker.search_ended(status)
+    if status == "KILLED":
+        raise SearchInterrupted(resume_hint)
+    return grid
 
 
 class _FixedConfigs(Searcher):
@@ -554,7 +601,7 @@ def run_fixed_trials(r: SearchRequest, configs: list[dict[str, Any]], role: str 
                                   max_concurrent=_concurrency(r, resources))
     tuner = _tuner(r, task, data, name, exp_dir, resources, task.metrics[0], max(c.epochs for c in cfgs), role,
                    searcher, FIFOScheduler(), len(cfgs))
-    grid = _fit(tuner, tracker, resume_hint="(confirmation runs are not resumable: rerun the report)")
+    grid = _fit(tuner, tracker, "(confirmation runs are not resumable: rerun the report)", len(cfgs))
     return [dict(result.metrics or {}, config=result.config) for result in grid]
 
 

@@ -1,0 +1,154 @@
+"""Bad input, table-driven through the real CLI entry point: one clear line naming what was expected and what was
+received, exit code 2, and nothing half-written (no MLflow run, no result folder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mlflow.tracking import MlflowClient
+
+from tune_as.errors import UserError
+from tune_as.search import main
+from tune_as.tasks import DataSpec, build_task
+from tune_as.tracking import redact_uri
+
+SPACE_OK = "task: digits\ntrials_per_loss: 1\nfixed: {epochs: 1}\nlosses:\n  softmax: {}\n"
+
+
+def _folder(root: Path, name: str, files: dict[str, str]) -> Path:
+    folder = root / name
+    folder.mkdir()
+    for file, text in files.items():
+        (folder / file).write_text(text)
+    return folder
+
+
+def _space(root: Path, text: str) -> Path:
+    path = root / "space.yaml"
+    path.write_text(text)
+    return path
+
+
+ROW = '{"text": "a b", "label": "%s"}\n'
+CASES = {
+    "unknown task": (lambda d: ["--task", "nosuch"], "unknown task 'nosuch': expected one of"),
+    "unknown loss": (lambda d: ["--task", "digits", "--losses", "nosuch"], "--losses: unknown loss 'nosuch'"),
+    "loss not for kind": (lambda d: ["--task", "eurlex", "--losses", "sparsemax"],
+                          "'sparsemax' does not apply to multilabel tasks; expected some of"),
+    "yaml syntax": (lambda d: ["--task", "digits", "--search-space", str(_space(d, "task: [digits\n"))],
+                    "invalid YAML at line"),
+    "yaml unknown key": (lambda d: ["--task", "digits", "--search-space", str(_space(d, SPACE_OK + "extra: 1\n"))],
+                         "unknown key(s) ['extra']"),
+    "delta outside [0,1]": (lambda d: ["--task", "digits", "--search-space", str(_space(
+        d, SPACE_OK + "  as_softmax:\n    params:\n      delta: {type: float, low: 0.1, high: 1.2}\n"))],
+        "losses.as_softmax.params.delta: delta must be in [0, 1], got 1.2"),
+    "negative lambda": (lambda d: ["--task", "digits", "--search-space", str(_space(
+        d, SPACE_OK + "  as_speed:\n    fixed: {lam: -0.5}\n"))], "losses.as_speed.fixed"),
+    "s below 1": (lambda d: ["--task", "digits", "--search-space", str(_space(
+        d, SPACE_OK + "  as_speed:\n    fixed: {max_steps: 0}\n"))], "losses.as_speed.fixed"),
+    "k above classes": (lambda d: ["--task", "digits", "--search-space", str(_space(
+        d, SPACE_OK + "  sparse_softmax:\n    params:\n      k: {type: int, low: 2, high: 50}\n"))],
+        "expected k <= 10 (the task's classes), got k=50"),
+    "missing data dir": (lambda d: ["--task", "sst5", "--data-dir", str(d / "nope")],
+                         "--data-dir: expected an existing folder"),
+    "jsonl wrong fields": (lambda d: ["--task", "sst5", "--data-dir", str(_folder(d, "wf", {
+        "train.jsonl": '{"sentence": "a", "label": "1"}\n' * 3, "validation.jsonl": ROW % 1}))],
+        "expected a field named 'text'; found fields"),
+    "empty split": (lambda d: ["--task", "sst5", "--data-dir", str(_folder(d, "em", {
+        "train.jsonl": "", "validation.jsonl": ROW % 1}))], "expected at least one JSON object, the file is empty"),
+    "label only in validation": (lambda d: ["--task", "sst5", "--data-dir", str(_folder(d, "un", {
+        "train.jsonl": ROW % 1 + ROW % 2, "validation.jsonl": ROW % 7}))],
+        "label '7' in the validation split"),
+    "unreachable address": (lambda d: ["--task", "digits", "--address", "127.0.0.1:1"],
+                            "--address: expected a reachable Ray cluster at 127.0.0.1:1"),
+    "address not host:port": (lambda d: ["--task", "digits", "--address", "nonsense"],
+                              "--address: expected 'auto', HOST:PORT or ray://HOST:PORT, got 'nonsense'"),
+    "nothing to resume": (lambda d: ["--task", "digits", "--resume"], "--resume: expected a previous digits search"),
+    "unreachable mlflow": (lambda d: ["--task", "digits", "--mlflow-uri", "http://127.0.0.1:9"],
+                           "MLflow tracking URI http://127.0.0.1:9 is not usable: expected a reachable"),
+    "negative cpus": (lambda d: ["--task", "digits", "--cpus-per-trial", "-1"],
+                      "--cpus-per-trial: expected a number > 0, got -1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input(case: str, tmp_path: Path, mlflow_server, capsys: pytest.CaptureFixture[str]) -> None:
+    make_args, message = CASES[case]
+    storage = tmp_path / "results"
+    experiment = f"bad-{case.replace(' ', '-')}"
+    argv = [*make_args(tmp_path), "--storage-path", str(storage), "--experiment", experiment, "--smoke"]
+    if "--mlflow-uri" not in argv:
+        argv += ["--mlflow-uri", mlflow_server.uri]
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert message in err[0]
+    assert not storage.exists(), "a result folder was written for a search that never started"
+    assert MlflowClient(mlflow_server.uri).get_experiment_by_name(experiment) is None, "an MLflow trace was left"
+
+
+@pytest.mark.slow
+def test_gpus_beyond_any_node_and_resume_with_changed_space(tmp_path: Path, mlflow_server, ray_local,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    storage = tmp_path / "results"
+    common = ["--storage-path", str(storage), "--mlflow-uri", mlflow_server.uri, "--max-train-samples", "64"]
+    assert main(["--task", "digits", "--gpus-per-trial", "4", *common]) == 2
+    assert "--gpus-per-trial: expected at most 0 (the most GPUs on any node), got 4" in capsys.readouterr().err
+    assert not storage.exists()
+
+    space = _space(tmp_path, SPACE_OK)
+    argv = ["--task", "digits", "--search-space", str(space), "--name", "d1", "--experiment", "bad-resume", *common]
+    assert main(argv) == 0
+    capsys.readouterr()
+    space.write_text(SPACE_OK.replace("epochs: 1", "epochs: 2"))
+    before = sorted(p.name for p in (storage / "d1").iterdir())
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the search space changed since d1 started" in err[0]
+    assert sorted(p.name for p in (storage / "d1").iterdir()) == before
+
+
+def test_password_in_tracking_uri_is_never_printed_or_stored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = "postgresql+psycopg2://tune:s3cr3t-pw@127.0.0.1:9/mlflow"
+    assert redact_uri(uri) == "postgresql+psycopg2://tune:***@127.0.0.1:9/mlflow"
+    assert main(["--task", "digits", "--mlflow-uri", uri, "--storage-path", str(tmp_path / "r"), "--smoke"]) == 2
+    err = capsys.readouterr().err
+    assert "s3cr3t-pw" not in err and "tune:***@" in err
+
+
+def test_state_file_redacts_the_tracking_uri(tmp_path: Path, mlflow_server, ray_local) -> None:
+    user_uri = mlflow_server.uri.replace("http://", "http://someone:hunter2@")
+    assert main(["--task", "digits", "--trials-per-loss", "1", "--losses", "softmax", "--max-epochs", "1",
+                 "--max-train-samples", "64", "--name", "red", "--storage-path", str(tmp_path),
+                 "--mlflow-uri", user_uri, "--experiment", "bad-redact"]) == 0
+    state = json.loads((tmp_path / "red" / "tune_as_search.json").read_text())
+    assert "hunter2" not in json.dumps(state) and "someone:***@" in state["request"]["mlflow_uri"]
+    parent = MlflowClient(mlflow_server.uri).search_runs(
+        [MlflowClient(mlflow_server.uri).get_experiment_by_name("bad-redact").experiment_id])
+    assert all("hunter2" not in json.dumps(r.data.params) + json.dumps(r.data.tags) for r in parent)
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                           max_leaves=6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.one_of(JSON_VALUES.map(json.dumps), st.text(max_size=30)), min_size=0, max_size=4))
+def test_jsonl_loader_fuzz_fails_only_with_clear_errors(tmp_path: Path, rows: list[str]) -> None:
+    folder = tmp_path / "fuzz"
+    folder.mkdir(exist_ok=True)
+    for split in ("train", "validation"):
+        (folder / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
+    task = build_task("sst5")
+    try:
+        task.prepare(DataSpec(task="sst5", data_dir=folder, backbone="tiny", encoder="finetune", max_length=8,
+                              cache_dir=tmp_path / "cache"))
+    except (ValueError, FileNotFoundError) as exc:  # UserError is a ValueError
+        assert str(exc).strip(), "an error without a message"
+        assert not isinstance(exc, UserError) or "\n" not in str(exc)

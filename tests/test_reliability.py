@@ -1,0 +1,237 @@
+"""Fault injection with real processes: the CLI as a subprocess (its own local Ray), a real `mlflow server`.
+
+Each fault of the reliability issue is one test; the task is `digits` (real, offline, trains in seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import REPO, MlflowServer
+from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.slow
+
+SPACE = """task: digits
+trials_per_loss: {trials}
+fixed: {{epochs: {epochs}, batch_size: 64}}
+losses:
+  softmax: {{}}
+  as_softmax:
+    params:
+      delta: {{type: float, low: 0.1, high: 0.5}}
+"""
+
+
+def write_space(tmp: Path, trials: int, epochs: int, text: str = SPACE) -> Path:
+    path = tmp / "digits.yaml"
+    path.write_text(text.format(trials=trials, epochs=epochs))
+    return path
+
+
+def start_cli(tmp: Path, uri: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "TUNE_AS_CACHE": str(tmp / "cache"),
+                "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+    cmd = [sys.executable, "-m", "tune_as.search", "--task", "digits", "--storage-path", str(tmp / "results"),
+           "--mlflow-uri", uri, "--cpus-per-trial", "1", *args]
+    return subprocess.Popen(cmd, cwd=tmp, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 400) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"search did not finish within {timeout}s:\n{out[-3000:]}")
+    return proc.returncode, out
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+def runs(uri: str, experiment: str) -> tuple[list, list]:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return [], []
+    found = client.search_runs([exp.experiment_id], max_results=2000)
+    return ([r for r in found if r.data.tags.get("tune_as.role") == "search"],
+            [r for r in found if r.data.tags.get("tune_as.role") == "trial"])
+
+
+def assert_logged_once(uri: str, run_id: str) -> list[float]:
+    """Every evaluation point logged exactly once, in order; returns the epochs."""
+    history = MlflowClient(uri).get_metric_history(run_id, "epoch")
+    steps = [m.step for m in history]
+    assert steps == list(range(1, len(steps) + 1)), f"steps duplicated or missing: {steps}"
+    epochs = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert epochs == sorted(epochs) and len(set(epochs)) == len(epochs), f"epoch count went back: {epochs}"
+    return epochs
+
+
+def test_trial_that_keeps_raising_is_retried_then_failed_others_finish(tmp_path: Path, mlflow_server) -> None:
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    space = write_space(tmp_path, trials=2, epochs=3)
+    proc = start_cli(tmp_path, mlflow_server.uri, [
+        "--search-space", str(space), "--experiment", "rel-raise", "--max-failures", "1", "--max-concurrent", "2",
+        "--no-asha"],
+        env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_FAIL_AT_EPOCH": "1", "TUNE_AS_FAIL_TIMES": "9",
+             "TUNE_AS_FAIL_LOSS": "softmax"})
+    code, out = finish(proc)
+    assert code == 0, out[-3000:]
+    parents, children = runs(mlflow_server.uri, "rel-raise")
+    assert len(parents) == 1 and len(children) == 4
+    by_loss = {loss: [c for c in children if c.data.tags["tune_as.loss"] == loss] for loss in ("softmax", "as_softmax")}
+    for child in by_loss["softmax"]:
+        assert child.info.status == "FAILED"
+        assert "injected failure 2" in child.data.tags["tune_as.error"], "the retry should have failed too"
+    assert all(c.info.status == "FINISHED" for c in by_loss["as_softmax"])
+    attempts = sorted(p.name for p in faults.glob("fault_*"))
+    assert len(attempts) == 4, f"each softmax trial: 1 try + 1 retry, got {attempts}"
+
+
+def test_killed_worker_resumes_from_checkpoint_without_duplicates(tmp_path: Path, mlflow_server) -> None:
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    space = write_space(tmp_path, trials=1, epochs=3)
+    proc = start_cli(tmp_path, mlflow_server.uri, [
+        "--search-space", str(space), "--experiment", "rel-sigkill", "--losses", "as_softmax",
+        "--eval-every-steps", "4", "--max-concurrent", "1", "--no-asha"], env={"TUNE_AS_FAULT_DIR": str(faults)})
+    wait_for(lambda: any(faults.glob("pid_*")), 240, "the first report of the trial")
+    time.sleep(1.0)  # mid-epoch: between two evaluation points
+    (pid_file,) = faults.glob("pid_*")
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    code, out = finish(proc)
+    assert code == 0, out[-3000:]
+    _, children = runs(mlflow_server.uri, "rel-sigkill")
+    assert len(children) == 1, "a restored trial must not open a second MLflow run"
+    child = children[0]
+    assert child.info.status == "FINISHED"
+    epochs = assert_logged_once(mlflow_server.uri, child.info.run_id)
+    assert epochs[-1] == pytest.approx(3.0)
+    assert "Restored" in out or "restor" in out.lower() or child.data.metrics["epoch"] == pytest.approx(3.0)
+
+
+def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_path: Path, mlflow_server) -> None:
+    space = write_space(tmp_path, trials=3, epochs=2)
+    args = ["--search-space", str(space), "--experiment", "rel-resume", "--name", "digits-kill", "--max-concurrent", "1",
+            "--no-asha"]
+    proc = start_cli(tmp_path, mlflow_server.uri, args)
+    wait_for(lambda: sum(c.info.status == "FINISHED" for c in runs(mlflow_server.uri, "rel-resume")[1]) >= 2,
+             300, "two finished trials before the kill")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    code, out = finish(start_cli(tmp_path, mlflow_server.uri, [*args, "--resume"]))
+    assert code == 0, out[-3000:]
+    parents, children = runs(mlflow_server.uri, "rel-resume")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 6 and len({c.data.tags["tune_as.trial_id"] for c in children}) == 6
+    assert all(c.info.status == "FINISHED" for c in children)
+    for child in children:
+        assert_logged_once(mlflow_server.uri, child.info.run_id)
+    db = f"sqlite:///{tmp_path / 'results' / 'digits-kill' / 'optuna.db'}"
+    study = optuna.load_study(study_name="digits-as_softmax", storage=db)
+    assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3
+
+
+def test_ctrl_c_stops_trials_marks_runs_killed_and_prints_resume_hint(tmp_path: Path, mlflow_server) -> None:
+    space = write_space(tmp_path, trials=3, epochs=6)
+    proc = start_cli(tmp_path, mlflow_server.uri, [
+        "--search-space", str(space), "--experiment", "rel-sigint", "--name", "digits-int", "--max-concurrent", "2"])
+    wait_for(lambda: any(c.data.metrics for c in runs(mlflow_server.uri, "rel-sigint")[1]), 300, "a first result")
+    os.kill(proc.pid, signal.SIGINT)
+    code, out = finish(proc, timeout=180)
+    assert code == 130, out[-3000:]
+    assert "--resume" in out and "digits-int" in out
+    parents, children = runs(mlflow_server.uri, "rel-sigint")
+    assert parents[0].info.status == "KILLED"
+    assert children and all(c.info.status in ("KILLED", "FINISHED") for c in children)
+    assert any(c.info.status == "KILLED" for c in children)
+
+
+def test_mlflow_outage_of_30s_loses_nothing(tmp_path: Path) -> None:
+    server = MlflowServer(tmp_path / "mlflow")
+    server.root.mkdir()
+    server.start()
+    space = write_space(tmp_path, trials=5, epochs=4)
+    try:
+        proc = start_cli(tmp_path, server.uri, ["--search-space", str(space), "--experiment", "rel-outage",
+                                                "--max-concurrent", "1", "--no-asha"])
+        wait_for(lambda: len(runs(server.uri, "rel-outage")[1]) >= 1, 300, "the first child run")
+        server.stop()
+        time.sleep(30)
+        restarted = MlflowServer(server.root)
+        restarted.port, restarted.uri = server.port, server.uri
+        restarted.start()
+        server = restarted
+        code, out = finish(proc)
+        assert code == 0, out[-3000:]
+        assert "MLflow unreachable" in out
+        parents, children = runs(server.uri, "rel-outage")
+        assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+        assert len(children) == 10 and all(c.info.status == "FINISHED" for c in children)
+        for child in children:
+            assert assert_logged_once(server.uri, child.info.run_id)[-1] == pytest.approx(4.0)
+    finally:
+        server.stop()
+
+
+NAN_SPACE = """task: digits
+trials_per_loss: {trials}
+fixed: {{epochs: {epochs}, batch_size: 64}}
+losses:
+  softmax:
+    params:
+      lr: {{type: categorical, choices: [1.0e+6]}}
+"""
+
+
+def test_nan_loss_fails_the_trial_clearly_and_tells_the_searcher(tmp_path: Path, mlflow_server) -> None:
+    space = write_space(tmp_path, trials=2, epochs=2, text=NAN_SPACE)
+    code, out = finish(start_cli(tmp_path, mlflow_server.uri, [
+        "--search-space", str(space), "--experiment", "rel-nan", "--name", "digits-nan", "--max-failures", "3"]))
+    assert code == 0, out[-3000:]
+    _, children = runs(mlflow_server.uri, "rel-nan")
+    assert len(children) == 2
+    for child in children:
+        assert child.info.status == "FAILED"
+        assert child.data.tags["tune_as.error"].startswith("non-finite training loss")
+        assert "val_accuracy" not in child.data.metrics, "a diverged trial must not log a fake score"
+    study = optuna.load_study(study_name="digits-softmax",
+                              storage=f"sqlite:///{tmp_path / 'results' / 'digits-nan' / 'optuna.db'}")
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+
+
+def test_fifty_trials_keep_at_most_one_checkpoint_each(tmp_path: Path, mlflow_server) -> None:
+    space = write_space(tmp_path, trials=25, epochs=1)
+    code, out = finish(start_cli(tmp_path, mlflow_server.uri, [
+        "--search-space", str(space), "--experiment", "rel-disk", "--name", "digits-disk", "--eval-every-steps", "5",
+        "--max-concurrent", "2", "--no-asha"]), timeout=900)
+    assert code == 0, out[-3000:]
+    trial_dirs = [d for d in (tmp_path / "results" / "digits-disk").iterdir() if d.is_dir() and d.name.startswith("_trainable")]
+    assert len(trial_dirs) == 50
+    counts = {d.name: len(list(d.glob("checkpoint_*"))) for d in trial_dirs}
+    assert max(counts.values()) <= 1, {k: v for k, v in counts.items() if v > 1}
+    assert len(runs(mlflow_server.uri, "rel-disk")[1]) == 50
+
+
+def test_readme_commands_reference_real_files() -> None:
+    text = (REPO / "README.md").read_text()
+    assert "python -m tune_as.search --task digits" in text and "pytest" in text
