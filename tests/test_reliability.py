@@ -15,7 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import REPO, MlflowServer
+from conftest import MlflowServer
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow
@@ -231,7 +231,3 @@ def test_fifty_trials_keep_at_most_one_checkpoint_each(tmp_path: Path, mlflow_se
     assert max(counts.values()) <= 1, {k: v for k, v in counts.items() if v > 1}
     assert len(runs(mlflow_server.uri, "rel-disk")[1]) == 50
 
-
-def test_readme_commands_reference_real_files() -> None:
-    text = (REPO / "README.md").read_text()
-    assert "python -m tune_as.search --task digits" in text and "pytest" in text

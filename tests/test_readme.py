@@ -1,0 +1,68 @@
+"""The README's commands are real: the newcomer's search and the report run as written (offline, in a scratch
+folder), and every other `python -m tune_as.*` command parses with the real CLI."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from tune_as import report, search
+
+README = (REPO / "README.md").read_text()
+BLOCKS = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+
+
+def _commands(module: str) -> list[list[str]]:
+    found = []
+    for block in BLOCKS:
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            for part in line.split("&&"):
+                words = shlex.split(part)
+                if "-m" in words and words[words.index("-m") + 1] == module:
+                    found.append(words[words.index("-m") + 2:])
+    return found
+
+
+def test_first_lines_are_setup_and_test_commands() -> None:
+    setup, tests = BLOCKS[0].strip().splitlines()
+    assert setup.startswith("python3 -m venv .venv && .venv/bin/pip install torch==2.13.0")
+    assert ".venv/bin/python -m tune_as.search --task digits" in setup
+    assert tests == ".venv/bin/python -m pytest"
+    assert (REPO / ".ci" / "run").read_text().rstrip().endswith(".venv/bin/python -m pytest")
+
+
+@pytest.mark.parametrize(("module", "parser"), [("tune_as.search", search.build_parser),
+                                                ("tune_as.report", report.build_parser)])
+def test_every_readme_command_parses(module: str, parser) -> None:
+    commands = _commands(module)
+    assert commands, f"no {module} command in the README"
+    for argv in commands:
+        parser().parse_args(argv)  # exits (SystemExit) on an unknown or malformed option
+
+
+@pytest.mark.slow
+def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
+    """The first command's search and the report, verbatim, in an empty folder: local Ray, SQLite MLflow."""
+    search_argv = next(a for a in _commands("tune_as.search") if a[:2] == ["--task", "digits"])
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0",
+           "TUNE_AS_CACHE": str(tmp_path / "cache")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("RAY_ADDRESS", None)
+    run = subprocess.run([sys.executable, "-m", "tune_as.search", *search_argv], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Best per loss (best_val_accuracy)" in run.stdout and "as_softmax" in run.stdout
+    assert (tmp_path / "mlflow.db").is_file() and any((tmp_path / "tune_as_results").iterdir())
+    report_argv = next(a for a in _commands("tune_as.report") if "--confirm" not in a)
+    run = subprocess.run([sys.executable, "-m", "tune_as.report", *report_argv], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert (tmp_path / "report").is_dir() and any((tmp_path / "report").glob("*.md"))
