@@ -15,20 +15,19 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._base import DeltaMixin, Loss
-from .multilabel_softmax import multilabel_softmax_loss
+from ._base import DeltaMixin, Loss, softmax_rows
+from .multilabel_softmax import su_terms
 
 
 def multilabel_as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) -> tuple[Tensor, Tensor]:
     pos = target > 0.5  # (N, C)
-    p = torch.softmax(logits.detach(), dim=1)  # the factors z are constants, as in Eq. 7
+    p = softmax_rows(logits.detach())  # the factors z are constants, as in Eq. 7
     p_pos_min = torch.where(pos, p, 2.0).amin(dim=1, keepdim=True)  # 2: no positive
     p_neg_max = torch.where(pos, 0.0, p).amax(dim=1, keepdim=True)  # 0: no negative
-    # Kept: negative i iff p_i > p_pos_min - delta, positive t iff -p_t > -(p_neg_max + delta); one compare.
     neg_floor = torch.where(p_pos_min > 1.0, -1.0, p_pos_min - delta)  # no positive: keep every negative
-    keep = torch.where(pos, -p, p) > torch.where(pos, -(p_neg_max + delta), neg_floor)  # z_i, z_t (N, C)
-    loss = multilabel_softmax_loss(logits, target, keep=keep)
-    return loss, ~keep.any(dim=1)
+    neg_on = (p > neg_floor) & ~pos  # z_i = 1: p_t^min - p_i < delta
+    pos_on = (p < p_neg_max + delta) & pos  # z_t = 1: p_t - p_i^max < delta
+    return su_terms(logits, neg_on, pos_on), ~(neg_on | pos_on).any(dim=1)
 
 
 class MultilabelASSoftmaxLoss(DeltaMixin, Loss):

@@ -20,13 +20,14 @@ def log1p_sum_exp(z: Tensor) -> Tensor:
     return torch.logsumexp(torch.cat([torch.zeros_like(z[:, :1]), z], dim=1), dim=1)
 
 
-def multilabel_softmax_loss(logits: Tensor, target: Tensor, *, keep: Tensor | None = None) -> Tensor:
-    """Eq. 14, or Eq. 18 when the (N, C) bool factors z (z_i on negatives, z_t on positives) are given."""
+def su_terms(logits: Tensor, neg_on: Tensor, pos_on: Tensor) -> Tensor:
+    """log(1 + sum_{neg_on} exp(o_i)) + log(1 + sum_{pos_on} exp(-o_t)) per row; (N, C) bool masks."""
+    return log1p_sum_exp(torch.where(neg_on, logits, -torch.inf)) + log1p_sum_exp(torch.where(pos_on, -logits, -torch.inf))
+
+
+def multilabel_softmax_loss(logits: Tensor, target: Tensor) -> Tensor:
     pos = target > 0.5  # (N, C)
-    neg_on, pos_on = (~pos, pos) if keep is None else (keep & ~pos, keep & pos)
-    neg_term = log1p_sum_exp(torch.where(neg_on, logits, -torch.inf))
-    pos_term = log1p_sum_exp(torch.where(pos_on, -logits, -torch.inf))
-    return neg_term + pos_term
+    return su_terms(logits, ~pos, pos)
 
 
 class MultilabelSoftmaxLoss(Loss):
