@@ -96,7 +96,8 @@ class SearchSpace:
     def fingerprint(self) -> str:
         """Stable hash of the content: `--resume` refuses a search space that changed."""
         payload = {"task": self.task, "fixed": self.fixed, "losses": {
-            k: [dataclasses.asdict(d) for d in v.params] + [v.fixed, v.paper] for k, v in sorted(self.losses.items())}}
+            k: {"params": [dataclasses.asdict(d) for d in v.params], "fixed": v.fixed, "paper": v.paper}
+            for k, v in sorted(self.losses.items())}}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def restrict(self, losses: list[str]) -> SearchSpace:
@@ -149,7 +150,7 @@ def _distribution(path: Path, where: str, name: str, raw: Any) -> Distribution:
     for label, v in (("low", low), ("high", high)):
         if isinstance(v, bool) or not isinstance(v, number):
             raise _fail(path, where, f"expected {label} to be {'an integer' if kind == 'int' else 'a number'}, got {v!r}")
-    if not low < high:  # type: ignore[operator]
+    if not low < high:
         raise _fail(path, where, f"expected low < high (a non-empty range), got low={low}, high={high}")
     log = raw.get("log", False)
     if not isinstance(log, bool):

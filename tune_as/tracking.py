@@ -149,6 +149,7 @@ class MlflowTracker:
         """The run of a trial: from memory, else from MLflow (after a driver restart), else a new one."""
         if trial_id in self.runs:
             return self.runs[trial_id]
+        assert self.experiment_id is not None and self.parent_id is not None, "start_search() comes first"
         found = self.client.search_runs([self.experiment_id], max_results=1, filter_string=(
             f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{TRIAL}` = '{trial_id}'"))
         if found:

@@ -98,14 +98,14 @@ class Trial:
         self.data, self.task, self.reporter = data, task, reporter
         seed_everything(cfg.seed)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.loss_fn = build_loss(cfg.loss, **cfg.loss_params)
+        self.loss_fn: Any = build_loss(cfg.loss, **cfg.loss_params)  # delta is settable on the AS family
         self.target_delta = getattr(self.loss_fn, "delta", None)
         head = "cosine" if self.loss_fn.needs_cosine_head else "linear"
         self.model = build_model(data, head=head, seed=cfg.seed).to(self.device)
         self.optimizer = torch.optim.AdamW(self._param_groups(), lr=cfg.lr)
         self.autocast, use_scaler = autocast_for(cfg, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type) if use_scaler else None
-        self.accumulator = self.loss_fn.make_accumulator()
+        self.accumulator: Any = self.loss_fn.make_accumulator()
         self.n_train = len(data.train)
         self.total_samples = max(1, int(round(cfg.epochs * self.n_train)))
         self.eval_batch = max(cfg.batch_size, 64)
@@ -115,7 +115,8 @@ class Trial:
             self._load(restore_dir)
 
     def _param_groups(self) -> list[dict[str, Any]]:
-        decay, no_decay = [], []
+        decay: list[torch.nn.Parameter] = []
+        no_decay: list[torch.nn.Parameter] = []
         for name, p in self.model.named_parameters():
             if p.requires_grad:
                 (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
