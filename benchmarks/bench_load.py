@@ -17,8 +17,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 from mlflow.tracking import MlflowClient
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise ProcessLookupError(pid)
+
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "clinc_oos"
 
@@ -40,12 +48,11 @@ def main() -> None:
     start = time.monotonic()
     with open(work / "driver.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        driver = psutil.Process(proc.pid)
         samples: list[tuple[float, int]] = []
         while proc.poll() is None:
             try:
-                samples.append((time.monotonic() - start, driver.memory_info().rss))
-            except psutil.NoSuchProcess:
+                samples.append((time.monotonic() - start, rss_bytes(proc.pid)))
+            except (OSError, ProcessLookupError):
                 break
             time.sleep(1.0)
     wall = time.monotonic() - start

@@ -152,3 +152,12 @@ def test_jsonl_loader_fuzz_fails_only_with_clear_errors(tmp_path: Path, rows: li
     except (ValueError, FileNotFoundError) as exc:  # UserError is a ValueError
         assert str(exc).strip(), "an error without a message"
         assert not isinstance(exc, UserError) or "\n" not in str(exc)
+
+
+def test_wider_dashboard_binding_warns(ray_local, capsys: pytest.CaptureFixture[str]) -> None:
+    from tune_as.tuning import SearchRequest, _init_ray
+
+    _init_ray(SearchRequest(task="digits"))
+    assert "warning" not in capsys.readouterr().err
+    _init_ray(SearchRequest(task="digits", dashboard_host="0.0.0.0"))
+    assert "warning: --dashboard-host 0.0.0.0 makes the Ray dashboard reachable beyond this machine" in capsys.readouterr().err

@@ -437,11 +437,11 @@ def _check_address(address: str) -> None:
 
 
 def _init_ray(r: SearchRequest) -> None:
+    if r.dashboard_host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: --dashboard-host {r.dashboard_host} makes the Ray dashboard reachable beyond this machine; "
+              "token authentication stays on", file=sys.stderr)
     if ray.is_initialized():
         return
-    if r.dashboard_host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: the Ray dashboard will listen on {r.dashboard_host}, reachable beyond this machine; "
-              "token authentication stays on", file=sys.stderr)
     try:
         if r.address:
             ctx = ray.init(address=r.address, log_to_driver=False)
