@@ -218,12 +218,29 @@ class MlflowTracker:
     def unfinished(self) -> list[str]:
         return sorted(set(self.trial_tags) - self.ended)
 
+    def _close_orphans(self) -> None:
+        """A driver killed between opening a trial's run and Ray's next experiment-state save leaves a run for a
+        trial Ray never resumes (the searcher replaces it). When the search then finishes, such a run is still
+        RUNNING and untouched by this process: mark it KILLED and soft-delete it (restorable in MLflow), so
+        the experiment has exactly one run per trial."""
+        assert self.experiment_id is not None
+        found = self.client.search_runs([self.experiment_id], max_results=5000, filter_string=(
+            f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` != 'search' and attributes.status = 'RUNNING'"))
+        for run in found:
+            if run.data.tags.get(TRIAL) not in self.runs:
+                self.client.set_tag(run.info.run_id, "tune_as.orphaned", "trial lost with a killed driver")
+                self.client.set_terminated(run.info.run_id, "KILLED")
+                self.client.delete_run(run.info.run_id)
+                log.warning("MLflow: closed orphaned run %s of trial %s", run.info.run_id, run.data.tags.get(TRIAL))
+
     def search_ended(self, status: str) -> bool:
         """Close the parent run (and, after an interruption, every trial still open, as KILLED) and wait
         (bounded) for buffered writes. False if some writes could not be delivered."""
         parent = self.parent_id
         for trial_id in self.unfinished():
             self.trial_ended(trial_id, "KILLED")
+        if status == "FINISHED":
+            self._enqueue("orphaned runs", self._close_orphans)
 
         def op() -> None:
             if parent:
