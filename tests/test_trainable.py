@@ -119,3 +119,13 @@ def test_p_margin_by_hand() -> None:
     assert margins.tolist() == pytest.approx([0.5 - 0.3, 0.1 - 0.6])
     multi = p_margin(logits[:2], torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
     assert multi.tolist() == pytest.approx([0.3 - 0.2])  # min positive - max negative; no-positive rows skipped
+
+
+def test_bf16_autocast_path_trains_with_finite_fp32_losses(digits, tmp_path: Path) -> None:
+    """The mixed-precision path GPUs take (bf16 autocast, fp32 loss), exercised on CPU."""
+    task, data = digits
+    rec = Recorder(tmp_path)
+    run_trial(config(precision="bf16", epochs=1.0, loss="as_softmax", **{"loss.delta": 0.3}), data, task, rec)
+    (last,) = rec.reports
+    assert "error" not in last and np.isfinite(last["val_loss"]) and np.isfinite(last["train_loss"])
+    assert last["best_val_accuracy"] > 0.3
