@@ -53,6 +53,8 @@ CASES = {
     "k above classes": (lambda d: ["--task", "digits", "--search-space", str(_space(
         d, SPACE_OK + "  sparse_softmax:\n    params:\n      k: {type: int, low: 2, high: 50}\n"))],
         "expected k <= 10 (the task's classes), got k=50"),
+    "hub unreachable offline": (lambda d: ["--task", "eurlex"],
+                                "could not load eurlex's data or backbone 'tiny': expected a reachable Hugging Face hub"),
     "missing data dir": (lambda d: ["--task", "sst5", "--data-dir", str(d / "nope")],
                          "--data-dir: expected an existing folder"),
     "jsonl wrong fields": (lambda d: ["--task", "sst5", "--data-dir", str(_folder(d, "wf", {

@@ -234,6 +234,11 @@ def _prepare(task: Any, base: dict[str, Any], r: SearchRequest) -> Any:
         return task.prepare(spec)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise UserError(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)) from None
+    except OSError as exc:  # hub unreachable (ConnectionError is an OSError), model files missing, ...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"could not load {task.name}'s data or backbone {spec.backbone!r}: expected a reachable "
+                        f"Hugging Face hub or local files (--data-dir DIR, --backbone minilm|tiny|PATH), got "
+                        f"{type(exc).__name__}: {first[:300]}") from None
 
 
 def _read_state(exp_dir: Path) -> dict[str, Any] | None:
