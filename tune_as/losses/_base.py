@@ -11,6 +11,7 @@ A loss subclasses :class:`Loss` and implements ``rows`` (int targets) and/or ``m
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import ClassVar, NamedTuple
 
@@ -104,7 +105,9 @@ class Loss(nn.Module):
         super().__init__()
 
     def hparams(self) -> dict[str, float | int | str]:
-        return {}
+        """The current hyper-parameters, under the keyword names of ``__init__`` (= ``build_loss``)."""
+        names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
+        return {n: getattr(self, n) for n in names}
 
     def make_accumulator(self) -> object | None:
         return None

@@ -28,8 +28,5 @@ class AMSoftmaxLoss(Loss):
         self.s = check_range("s", s, 0.0, 128.0, lo_open=True)
         self.m = check_range("m", m, 0.0, 1.0)
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"s": self.s, "m": self.m}
-
     def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
         return am_softmax_loss(x, t, s=self.s, m=self.m), None

@@ -79,8 +79,5 @@ class ASSoftmaxLoss(DeltaMixin, Loss):
         super().__init__()
         self.delta = delta
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"delta": self.delta}
-
     def mean_over_rows(self, x: Tensor, t: Tensor) -> LossOutput:
         return as_softmax_loss(x, t, delta=self.delta)

@@ -26,9 +26,6 @@ class ASSpeedLoss(ASSoftmaxLoss):
         self.lam = check_range("lam", lam, 0.0, 16.0, lo_open=True)
         self.max_steps = check_int("max_steps", max_steps, 1, 64)
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"delta": self.delta, "lam": self.lam, "max_steps": self.max_steps}
-
     def make_accumulator(self) -> AdaptiveAccumulation:
         return AdaptiveAccumulation(self.lam, self.max_steps)
 

@@ -35,8 +35,5 @@ class ASVariantLoss(Loss):
         super().__init__()
         self.delta = check_range("delta", delta, 0.0, 100.0)
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"delta": self.delta}
-
     def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
         return as_variant_loss(x, t, delta=self.delta)

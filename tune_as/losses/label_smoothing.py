@@ -33,8 +33,5 @@ class LabelSmoothingLoss(Loss):
         super().__init__()
         self.eps = check_range("eps", eps, 0.0, 1.0, hi_open=True)
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"eps": self.eps}
-
     def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
         return label_smoothing_loss(x, t, eps=self.eps), None

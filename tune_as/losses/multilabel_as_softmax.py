@@ -38,8 +38,5 @@ class MultilabelASSoftmaxLoss(DeltaMixin, Loss):
         super().__init__()
         self.delta = delta
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"delta": self.delta}
-
     def multilabel_rows(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         return multilabel_as_softmax_loss(x, y, delta=self.delta)

@@ -33,8 +33,5 @@ class MultilabelSparseSoftmaxLoss(Loss):
         super().__init__()
         self.k = check_int("k", k, 1, 100_000)
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"k": self.k}
-
     def multilabel_rows(self, x: Tensor, y: Tensor) -> tuple[Tensor, None]:
         return multilabel_sparse_softmax_loss(x, y, k=self.k), None

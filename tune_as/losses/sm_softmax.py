@@ -24,8 +24,5 @@ class SMSoftmaxLoss(Loss):
         super().__init__()
         self.m = check_range("m", m, 0.0, 10.0)
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"m": self.m}
-
     def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
         return sm_softmax_loss(x, t, m=self.m), None

@@ -29,8 +29,5 @@ class SMTaylorSoftmaxLoss(Loss):
         self.m = check_range("m", m, 0.0, 10.0)
         self.n = check_int("n", n, 2, 16, even=True)
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"m": self.m, "n": self.n}
-
     def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
         return sm_taylor_softmax_loss(x, t, m=self.m, n=self.n), None

@@ -28,8 +28,5 @@ class SparseSoftmaxLoss(Loss):
         super().__init__()
         self.k = check_int("k", k, 1, 100_000)
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"k": self.k}
-
     def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
         return sparse_softmax_loss(x, t, k=self.k), None

@@ -25,8 +25,5 @@ class TSoftmaxLoss(Loss):
         super().__init__()
         self.tau = check_range("tau", tau, 0.0, 100.0, lo_open=True)
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"tau": self.tau}
-
     def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
         return t_softmax_loss(x, t, tau=self.tau), None

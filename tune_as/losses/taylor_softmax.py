@@ -67,8 +67,5 @@ class TaylorSoftmaxLoss(Loss):
             raise ValueError(f"backward must be one of {list(BACKWARDS)}, got {backward!r}")
         self.backward = backward
 
-    def hparams(self) -> dict[str, float | int | str]:
-        return {"n": self.n, "backward": self.backward}
-
     def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
         return taylor_softmax_loss(x, t, n=self.n, backward=self.backward), None
