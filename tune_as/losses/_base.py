@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from ..accumulation import AdaptiveAccumulation
 
 IGNORE_INDEX = -100
 KINDS = frozenset({"multiclass", "token", "multilabel"})
@@ -109,7 +112,8 @@ class Loss(nn.Module):
         names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
         return {n: getattr(self, n) for n in names}
 
-    def make_accumulator(self) -> object | None:
+    def make_accumulator(self) -> AdaptiveAccumulation | None:
+        """The AS-Speed accumulation schedule (``as_speed``); None: one micro-batch per optimizer step."""
         return None
 
     def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
