@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -246,7 +247,9 @@ def _read_state(exp_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+@functools.lru_cache(maxsize=1)
 def git_commit() -> str:
+    """The code's commit, logged with every run (one `git` call per process, not one per trial)."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                              text=True, timeout=5)
