@@ -125,3 +125,15 @@ def test_loader_fuzz_never_crashes_with_anything_but_user_error(tmp_path: Path, 
         load_search_space(path, "multiclass")
     except UserError as exc:
         assert "\n" not in str(exc)
+
+
+def test_config_round_trips_through_mlflow_params() -> None:
+    """What the report's --confirm rebuilds from a child run's params equals what the trial ran."""
+    from tune_as.tuning import config_from_params
+
+    flat = TrialConfig.from_dict({"task": "sst5", "loss": "taylor_softmax", "epochs": 2.0, "batch_size": 8,
+                                  "lr": 1e-3, "max_length": 16, "backbone": "tiny", "loss.n": 4,
+                                  "loss.backward": "inf", "seed": 3}).to_dict()
+    params = {k: str(v) for k, v in flat.items()} | {"git_commit": "abc"}
+    assert config_from_params(params) == flat
+    assert config_from_params(params)["loss.backward"] == "inf"

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 import pickle
 import socket
@@ -633,6 +634,22 @@ def _best_per_loss(grid: Any, plan: SearchPlan) -> dict[str, dict[str, Any]]:
     return best
 
 
+def _from_param(raw: str) -> Any:
+    """An MLflow param string back to its value: None, int, finite float, else the string itself
+    (so a categorical choice such as taylor_softmax's backward='inf' stays a string)."""
+    if raw == "None":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:
+        number = float(raw)
+    except ValueError:
+        return raw
+    return number if math.isfinite(number) else raw
+
+
 def config_from_params(params: dict[str, str]) -> dict[str, Any]:
     """Rebuild a trial config dict from the MLflow params of a child run (strings back to values)."""
     fields = {f.name: f for f in dataclasses.fields(TrialConfig)}
@@ -640,15 +657,5 @@ def config_from_params(params: dict[str, str]) -> dict[str, Any]:
     for key, raw in params.items():
         if key == "git_commit" or (key not in fields and not key.startswith(LOSS_PREFIX)):
             continue
-        value: Any = raw
-        if raw == "None":
-            value = None
-        else:
-            for cast in (int, float):
-                try:
-                    value = cast(raw)
-                    break
-                except ValueError:
-                    continue
-        config[key] = value
+        config[key] = _from_param(raw)
     return TrialConfig.from_dict(config).to_dict()
