@@ -356,3 +356,19 @@ def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch
     build_report([real_search.experiment], tmp_path / "again", real_search.uri, confirm_seeds=2,
                  search_args=search_args)
     assert len(client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'confirmation'")) == 4
+
+
+def test_runs_stopped_by_asha_do_not_drag_a_setting_down() -> None:
+    """Setting A: one completed seed at 0.80 and one ASHA stopped at 0.30; setting B: completed at 0.70.
+    Averaging the stopped run in would pick B (0.55 < 0.70); among completed runs A wins."""
+    from tune_as.report_select import TrialRun, select
+
+    def run(i: int, lr: str, best: float, stopped: bool) -> TrialRun:
+        return TrialRun(f"r{i}", "sst5", "softmax", {"loss": "softmax", "lr": lr, "seed": str(i)}, "accuracy",
+                        best, {"optimizer_steps": 10.0}, start_time=i, stopped_early=stopped)
+
+    cells = select([run(0, "1e-3", 0.80, False), run(1, "1e-3", 0.30, True), run(2, "3e-3", 0.70, False)])
+    cell = cells[("sst5", "softmax")]
+    assert cell.params["lr"] == "1e-3" and cell.val == pytest.approx(0.80) and cell.n_trials == 3
+    only_stopped = select([run(0, "1e-3", 0.4, True), run(1, "3e-3", 0.5, True)])
+    assert only_stopped[("sst5", "softmax")].params["lr"] == "3e-3"  # no completed run: all of them compete

@@ -127,7 +127,7 @@ def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[
         runs.append(TrialRun(run.info.run_id, tags.get(TASK, run.data.params.get("task", "")),
                              tags.get(LOSS, run.data.params.get("loss", "")), dict(run.data.params), metric,
                              best, dict(metrics), run.info.start_time or 0, run.info.experiment_id,
-                             tags.get("mlflow.parentRunId", "")))
+                             tags.get("mlflow.parentRunId", ""), tags.get("tune_as.stopped_early") == "true"))
     if skipped:
         notes.append(f"{skipped} {role} run(s) not FINISHED or without a finite validation metric were left out")
     return runs

@@ -43,6 +43,7 @@ class TrialRun:
     start_time: int = 0
     experiment_id: str = ""
     parent_id: str = ""  # the search's parent run
+    stopped_early: bool = False  # ASHA stopped it before its last epoch
 
     @property
     def seed(self) -> str:
@@ -110,8 +111,9 @@ def order(names: Iterable[str], canonical: Sequence[str]) -> list[str]:
 
 
 def select(runs: Sequence[TrialRun]) -> dict[tuple[str, str], Cell]:
-    """Per (task, row): the setting with the best mean validation metric over its repeats; ties go to
-    fewer optimizer steps, then to the earlier run. Test metrics are never read here."""
+    """Per (task, row): the setting with the best mean validation metric over its completed repeats (runs
+    ASHA stopped count only where no run completed); ties go to fewer optimizer steps, then to the earlier run.
+    Test metrics are never read here."""
     by_cell: dict[tuple[str, str], list[TrialRun]] = defaultdict(list)
     for task in {r.task for r in runs}:
         losses = {r.loss for r in runs if r.task == task}
@@ -120,8 +122,11 @@ def select(runs: Sequence[TrialRun]) -> dict[tuple[str, str], Cell]:
                 by_cell[(task, row_of(r.loss, losses))].append(r)
     cells: dict[tuple[str, str], Cell] = {}
     for (task, row), trials in by_cell.items():
+        # Runs ASHA stopped trained fewer epochs: averaged in, they would pull a setting's mean down for
+        # reasons of budget, not merit. Select among completed runs when the cell has any.
+        pool = [r for r in trials if not r.stopped_early] or trials
         groups: dict[tuple[tuple[str, str], ...], list[TrialRun]] = defaultdict(list)
-        for r in sorted(trials, key=lambda r: (r.start_time, r.run_id)):
+        for r in sorted(pool, key=lambda r: (r.start_time, r.run_id)):
             groups[r.setting].append(r)
         candidates = [
             Cell(task, row, g[0].loss, tuple(g), len(trials), shown_params(trials)) for g in groups.values()
