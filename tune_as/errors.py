@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 
 
 class UserError(ValueError):
@@ -11,3 +12,19 @@ class UserError(ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__(re.sub(r"\s*\n\s*", " ", str(message)).strip())
+
+
+def first_line(exc: BaseException) -> str:
+    """What an exception says, for the "received" half of a message: its first line, else its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def tcp_unreachable(host: str, port: int, timeout: float = 5.0) -> str | None:
+    """Why nothing answers at host:port (e.g. "Connection refused"), or None if something does. Used to fail
+    in seconds where a client library would retry for minutes."""
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None

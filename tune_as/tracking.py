@@ -12,7 +12,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 import urllib.parse
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tune_as.errors import UserError
+from tune_as.errors import UserError, first_line, tcp_unreachable
 
 # Fail fast instead of MLflow's default minutes of blocking retries: our own queue retries instead.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -82,9 +81,8 @@ class MlflowTracker:
         try:
             self.client.search_experiments(max_results=1)
         except Exception as exc:  # noqa: BLE001 - any failure means "cannot use this URI"
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"MLflow tracking URI {redact_uri(self.uri)} is not usable: expected a reachable "
-                            f"tracking server or database, got {first[:300]}") from None
+                            f"tracking server or database, got {first_line(exc)[:300]}") from None
 
     def _check_database_port(self) -> None:
         """MLflow retries a dead database with exponential back-off for minutes: answer in seconds instead."""
@@ -93,11 +91,10 @@ class MlflowTracker:
         default = DB_PORTS.get(parts.scheme.split("+")[0])
         if default is None or not parts.hostname:
             return
-        try:
-            socket.create_connection((parts.hostname, port or default), timeout=5).close()
-        except OSError as exc:
+        reason = tcp_unreachable(parts.hostname, port or default)
+        if reason:
             raise UserError(f"MLflow tracking URI {redact_uri(self.uri)} is not usable: expected a reachable "
-                            f"database at {parts.hostname}:{port or default}, got {exc.strerror or exc}") from None
+                            f"database at {parts.hostname}:{port or default}, got {reason}")
 
     def start_search(self, params: dict[str, Any], tags: dict[str, str]) -> str:
         """Find (on resume) or create the experiment and the parent run of this search."""

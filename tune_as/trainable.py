@@ -33,6 +33,10 @@ class Reporter(Protocol):
     def report(self, metrics: dict[str, Any], checkpoint_dir: Path) -> None: ...
 
 
+def _empty_window() -> dict[str, float]:
+    return {"loss": 0.0, "batches": 0, "rows": 0, "masked": 0}
+
+
 @dataclass
 class LoopState:
     """Everything needed to resume exactly where a checkpoint was taken."""
@@ -44,7 +48,7 @@ class LoopState:
     train_seconds: float = 0.0
     best_val: float = -math.inf
     best: dict[str, float] = field(default_factory=dict)  # test_<m> and best_val_<m> of the best-val model
-    window: dict[str, float] = field(default_factory=lambda: {"loss": 0.0, "batches": 0, "rows": 0, "masked": 0})
+    window: dict[str, float] = field(default_factory=_empty_window)  # since the last report
 
 
 def seed_everything(seed: int) -> None:
@@ -261,7 +265,7 @@ class Trial:
             "train_seconds": self.state.train_seconds,
             "eval_seconds": time.perf_counter() - tic,
         }
-        self.state.window = LoopState().window
+        self.state.window = _empty_window()
         self._report(metrics)
 
     def _fail(self, error: str) -> None:

@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from tune_as import tracking
 from tune_as.config import LOSS_PREFIX, TrialConfig
-from tune_as.errors import UserError
+from tune_as.errors import UserError, first_line, tcp_unreachable
 from tune_as.search_space import SearchSpace, config_key, default_space_path, load_search_space
 from tune_as.trainable import PMARGIN_FILE, run_trial
 
@@ -235,12 +234,11 @@ def _prepare(task: Any, base: dict[str, Any], r: SearchRequest) -> Any:
     try:
         return task.prepare(spec)
     except (ValueError, FileNotFoundError, KeyError) as exc:
-        raise UserError(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)) from None
+        raise UserError(first_line(exc)) from None
     except OSError as exc:  # hub unreachable (ConnectionError is an OSError), model files missing, ...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"could not load {task.name}'s data or backbone {spec.backbone!r}: expected a reachable "
                         f"Hugging Face hub or local files (--data-dir DIR, --backbone minilm|tiny|PATH), got "
-                        f"{type(exc).__name__}: {first[:300]}") from None
+                        f"{type(exc).__name__}: {first_line(exc)[:300]}") from None
 
 
 def _read_state(exp_dir: Path) -> dict[str, Any] | None:
@@ -439,10 +437,9 @@ def _check_address(address: str) -> None:
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
         raise UserError(f"--address: expected 'auto', HOST:PORT or ray://HOST:PORT, got {address!r}")
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except OSError as exc:
-        raise UserError(f"--address: expected a reachable Ray cluster at {address}, got {exc.strerror or exc}") from None
+    reason = tcp_unreachable(host, int(port))
+    if reason:
+        raise UserError(f"--address: expected a reachable Ray cluster at {address}, got {reason}")
 
 
 def _init_ray(r: SearchRequest) -> None:
@@ -458,7 +455,7 @@ def _init_ray(r: SearchRequest) -> None:
             ctx = ray.init(include_dashboard=True, dashboard_host=r.dashboard_host, log_to_driver=False)
     except Exception as exc:  # noqa: BLE001 - every failure to connect is the user's to fix
         raise UserError(f"--address: expected a reachable Ray cluster at {r.address!r}, got "
-                        f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}") from None
+                        f"{type(exc).__name__}: {first_line(exc)[:300]}") from None
     url = getattr(ctx, "dashboard_url", None)
     if url:
         print(f"Ray dashboard: http://{url}  (token auth: the token is in ~/.ray/auth_token locally, or "
