@@ -36,7 +36,7 @@ from tune_as.report_select import (
     select,
 )
 from tune_as.report_tables import Table, confirmation_table, selection_csv, table2, table3, table4, table6
-from tune_as.tracking import LOSS, METRIC, ROLE, SEARCH, TASK, redact_uri
+from tune_as.tracking import LOSS, METRIC, ROLE, SEARCH, TASK, check_database_port, redact_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -68,6 +68,7 @@ def connect(uri: str) -> MlflowClient:
             raise UserError(f"expected a reachable MLflow tracking server at {redact_uri(uri)}, received: {reason}") from None
     elif uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         raise UserError(f"expected an MLflow SQLite store at {uri}, received: no such file")
+    check_database_port(uri)
     # The report prints its own summary: no per-run links or download progress bars from MLflow.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -52,6 +52,20 @@ def _is_outage(exc: Exception) -> bool:
                                    "Timeout", "API request", "TEMPORARILY_UNAVAILABLE", "database is locked"))
 
 
+def check_database_port(uri: str) -> None:
+    """For a database tracking URI, a UserError in seconds when nothing listens (MLflow would retry with
+    exponential back-off for minutes). Other URIs are left to the client."""
+    parts = urllib.parse.urlsplit(uri)
+    default = DB_PORTS.get(parts.scheme.split("+")[0])
+    if default is None or not parts.hostname:
+        return
+    port = parts.port or default
+    reason = tcp_unreachable(parts.hostname, port)
+    if reason:
+        raise UserError(f"MLflow tracking URI {redact_uri(uri)} is not usable: expected a reachable "
+                        f"database at {parts.hostname}:{port}, received: {reason}")
+
+
 class MlflowTracker:
     def __init__(self, uri: str | None, experiment: str, search_id: str, final_flush_s: float = 120.0) -> None:
         self.uri = uri or DEFAULT_URI
@@ -77,24 +91,12 @@ class MlflowTracker:
 
     # -- set-up (synchronous: errors here are the user's to see) -----------------------------------------
     def check_reachable(self) -> None:
-        self._check_database_port()
+        check_database_port(self.uri)
         try:
             self.client.search_experiments(max_results=1)
         except Exception as exc:  # noqa: BLE001 - any failure means "cannot use this URI"
             raise UserError(f"MLflow tracking URI {redact_uri(self.uri)} is not usable: expected a reachable "
                             f"tracking server or database, got {first_line(exc)[:300]}") from None
-
-    def _check_database_port(self) -> None:
-        """MLflow retries a dead database with exponential back-off for minutes: answer in seconds instead."""
-        parts = urllib.parse.urlsplit(self.uri)
-        port = parts.port if parts.hostname else None
-        default = DB_PORTS.get(parts.scheme.split("+")[0])
-        if default is None or not parts.hostname:
-            return
-        reason = tcp_unreachable(parts.hostname, port or default)
-        if reason:
-            raise UserError(f"MLflow tracking URI {redact_uri(self.uri)} is not usable: expected a reachable "
-                            f"database at {parts.hostname}:{port or default}, got {reason}")
 
     def start_search(self, params: dict[str, Any], tags: dict[str, str]) -> str:
         """Find (on resume) or create the experiment and the parent run of this search."""
