@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import shared_data
 
-from tune_as.tasks import TASKS, DataSpec, PreparedData, Split, build_model, build_task
+from tune_as.tasks import TASKS, DataSpec, PreparedData, Split, build_model, build_task, prepare
 from tune_as.tasks import backbones as backbones_module
 from tune_as.tasks import featurize as featurize_module
 
@@ -32,7 +32,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny(task: str, data_dir: Path | None, cache: Path, **kw: object) -> PreparedData:
     spec = DataSpec(task, data_dir=data_dir, backbone="tiny", encoder=kw.pop("encoder", "finetune"),
                     max_length=kw.pop("max_length", 64), cache_dir=cache, **kw)  # type: ignore[arg-type]
-    return build_task(task).prepare(spec)
+    return prepare(build_task(task), spec)
 
 
 def batches(split: Split, size: int = 16) -> list[torch.Tensor]:
@@ -81,6 +81,15 @@ def test_dataspec_is_hashable_validated_and_keys_ignore_cache_dir(tmp_path: Path
         DataSpec("sst5", encoder="partial")
     with pytest.raises(ValueError, match="max_train_samples: expected None or >= 1, got 0"):
         DataSpec("sst5", max_train_samples=0)
+
+
+def test_prepare_checks_the_spec_and_task_prepare_is_the_same_call(cache: Path) -> None:
+    task = build_task("digits")
+    with pytest.raises(ValueError, match="DataSpec.task: expected 'digits' for this task, got 'sst5'"):
+        prepare(task, DataSpec("sst5", cache_dir=cache))
+    spec = DataSpec("digits", cache_dir=cache)
+    data, again = prepare(task, spec), task.prepare(spec)
+    assert torch.equal(data.train.columns["pixels"], again.train.columns["pixels"]) and len(data.train) == 1150
 
 
 # -- real data from ../shared/data ------------------------------------------------------------------------
@@ -232,20 +241,19 @@ def test_jsonl_task_with_user_fields_and_clear_kind_errors(tmp_path: Path, cache
             for i in range(30)]
     write_split(tmp_path, "train", rows)
     task = build_task("jsonl", kind="multiclass", text_field="q", label_field="intent")
-    data = task.prepare(DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
+    data = prepare(task, DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
     assert data.label_names == ("i0", "i1", "i2") and len(data.validation) == 3  # carved: 10% of 30
     assert any("carved 3 rows" in n for n in data.notes)
     token = build_task("jsonl", kind="token", text_field="toks", label_field="tags")
-    data = token.prepare(DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
+    data = prepare(token, DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
     assert data.kind == "token" and data.label_names == ("B-X", "O")
     assert build_task(data.task, **data.task_options) == token  # what a Ray trial does to score
     assert token.metrics == ("f1", "accuracy")
+    spec = DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", cache_dir=cache)
     with pytest.raises(ValueError, match="all strings or all integers, found list.*kind 'multilabel' or 'token'"):
-        build_task("jsonl", kind="multiclass", text_field="q", label_field="tags").prepare(
-            DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", cache_dir=cache))
+        prepare(build_task("jsonl", kind="multiclass", text_field="q", label_field="tags"), spec)
     with pytest.raises(ValueError, match="expected field 'intent' to be a list of labels \\(multi-label task\\)"):
-        build_task("jsonl", kind="multilabel", text_field="q", label_field="intent").prepare(
-            DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", cache_dir=cache))
+        prepare(build_task("jsonl", kind="multilabel", text_field="q", label_field="intent"), spec)
     with pytest.raises(ValueError, match="kind: expected one of .*got 'regression'"):
         build_task("jsonl", kind="regression")
 
@@ -329,13 +337,13 @@ def test_second_prepare_is_a_cache_hit_without_encoder_forward(tmp_path: Path,
     spec = DataSpec("clinc_oos", data_dir=shared_data("clinc_oos"), backbone="minilm", encoder="frozen",
                     max_length=32, max_train_samples=96, max_eval_samples=32, cache_dir=tmp_path)
     task = build_task("clinc_oos")
-    first = task.prepare(spec)
+    first = prepare(task, spec)
     assert forwards and len(tokenize_calls) == 3 and first.train.batch(torch.arange(2))["features"].shape == (2, 384)
     forwards.clear(), tokenize_calls.clear()
-    second = task.prepare(spec)
+    second = prepare(task, spec)
     assert forwards == [] and tokenize_calls == []
     assert torch.equal(first.train.columns["features"], second.train.columns["features"])
-    task.prepare(DataSpec(**{**spec.__dict__, "max_length": 24}))  # another spec: a miss, tokenized again
+    prepare(task, DataSpec(**{**spec.__dict__, "max_length": 24}))  # another spec: a miss, tokenized again
     assert forwards and len(tokenize_calls) == 3
 
 

@@ -1,7 +1,7 @@
 """Tasks: data (hub or local files), backbones, frozen-encoder cache, models and metrics.
 
     task = build_task("clinc_oos")
-    data = task.prepare(DataSpec("clinc_oos", backbone="minilm", encoder="frozen"))
+    data = prepare(task, DataSpec("clinc_oos", backbone="minilm", encoder="frozen"))
     model = build_model(data, head="linear", seed=0)
     scores = task.score([task.predict(model(data.validation.batch(idx))) for idx in batches], data.validation)
 
@@ -21,6 +21,7 @@ from .images import IMAGE_TASKS
 from .jsonl import jsonl_task
 from .models import build_model
 from .multilabel import MULTILABEL_TASKS
+from .preparation import prepare
 from .text import TEXT_TASKS
 from .token import TOKEN_TASKS
 
@@ -46,4 +47,5 @@ def build_task(name: str, **options: Any) -> Task:
     return FACTORIES[name](**options)
 
 
-__all__ = ["TASKS", "DataSpec", "PreparedData", "Split", "Task", "TaskDefaults", "build_model", "build_task"]
+__all__ = ["TASKS", "DataSpec", "PreparedData", "Split", "Task", "TaskDefaults", "build_model", "build_task",
+           "prepare"]

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .. import metrics
-from . import cache
+from . import preparation
 from .data import DataSpec, PreparedData, Split
 from .labels import LabelMap
 from .sources import SPLITS, HubSource, RawSplit, carve, load_folder, load_hub, subsample
@@ -69,9 +69,8 @@ class Task:
 
     # -- data -----------------------------------------------------------------------------------------
     def prepare(self, spec: DataSpec) -> PreparedData:
-        if spec.task != self.name:
-            raise ValueError(f"DataSpec.task: expected {self.name!r} for this task, got {spec.task!r}")
-        return cache.prepare_cached(self, spec)
+        """Kept for existing callers: the same as `tune_as.tasks.prepare(self, spec)`."""
+        return preparation.prepare(self, spec)
 
     def load_raw(self, data_dir: Path | None) -> dict[str, RawSplit]:
         if data_dir is not None:
@@ -94,7 +93,7 @@ class Task:
         return raw, notes
 
     def build(self, spec: DataSpec) -> PreparedData:
-        """Load, label, subsample and featurize (uncached; `prepare` wraps this in the disk cache)."""
+        """Load, label, subsample and featurize (uncached; `tasks.prepare` wraps this in the disk cache)."""
         raw, notes = self.raw_splits(spec.data_dir)
         train = raw["train"]
         labels = self.fit_labels(train)

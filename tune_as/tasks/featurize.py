@@ -1,7 +1,8 @@
-"""Tokenization into compact tensors and frozen-encoder features, with progress display."""
+"""Tokenization into compact tensors and frozen-encoder features (`freeze`), with progress display."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -10,7 +11,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from .data import Ragged, Split
+from . import backbones
+from .data import DataSpec, PreparedData, Ragged, Split
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -127,3 +129,16 @@ def encode_split(encoder: nn.Module, split: Split, token: bool, description: str
     assert pooled is not None
     return Split({"features": pooled, "labels": split.columns["labels"]}, meta=split.meta,
                  label_names=split.label_names)
+
+
+def freeze(data: PreparedData, spec: DataSpec) -> PreparedData:
+    """Encode every split of tokenized `data` once with its backbone (no grad) and keep only the features."""
+    encoder = backbones.load_backbone(data.model_info, spec.seed)
+    token = data.kind == "token"
+    splits: dict[str, Any] = {}
+    for name in ("train", "validation", "test"):
+        split = getattr(data, name)
+        if split is not None:
+            splits[name] = encode_split(encoder, split, token, f"{spec.task}: encoding {name} ({spec.backbone})")
+    info = dict(data.model_info, encoder="frozen", feature_dim=int(data.model_info["hidden_size"]))
+    return dataclasses.replace(data, model_info=info, **splits)

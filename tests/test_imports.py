@@ -1,0 +1,101 @@
+"""The tune_as package has no import cycles, and each module imports on its own in a fresh interpreter.
+
+The walk is static (ast) and counts every `import` statement of a module, wherever it is: one inside a
+function or under `if TYPE_CHECKING:` hides a cycle from the interpreter at import time, but the two
+modules still cannot be understood, tested or split apart one without the other.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "tune_as"
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `name` (at `path`) imports. `from pkg import sub` imports the submodule
+    `pkg.sub` when it exists, else only `pkg` (the name is an attribute of its __init__)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.add(sub if sub in known else base)
+    return {m for m in out if m in known and m != name}
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    found = modules(root)
+    return {name: imported(name, path, set(found)) for name, path in found.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as [a, b, ..., a], or None (depth-first search with an explicit path)."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return None
+        for nxt in sorted(graph[node]):
+            cycle = visit(nxt, [*path, node])
+            if cycle:
+                return cycle
+        done.add(node)
+        return None
+
+    return next((c for c in (visit(n, []) for n in sorted(graph)) if c), None)
+
+
+def test_the_walk_sees_relative_function_level_and_type_checking_imports(tmp_path: Path) -> None:
+    """The checker itself: a cycle through each kind of import statement is found, a DAG passes."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .a import f\n")
+    (pkg / "a.py").write_text("from . import b\n\ndef f():\n    return b\n")
+    (pkg / "b.py").write_text("def g():\n    from .sub import c\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import f\n")
+    graph = import_graph(pkg)
+    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.sub.c"}, "pkg.sub": set(),
+                     "pkg.sub.c": {"pkg.a"}}
+    assert find_cycle(graph) == ["pkg.a", "pkg.b", "pkg.sub.c", "pkg.a"]
+    (pkg / "sub" / "c.py").write_text("import pkg.sub\n")
+    assert find_cycle(import_graph(pkg)) is None
+
+
+def test_tune_as_has_no_import_cycle() -> None:
+    graph = import_graph()
+    assert "tune_as.tasks.base" in graph and "tune_as.metrics" in graph["tune_as.tasks.base"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_each_module_imports_first_in_a_fresh_interpreter(name: str) -> None:
+    """Import order inside one test process hides a module that only works after another was imported."""
+    proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]

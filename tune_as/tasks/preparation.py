@@ -1,0 +1,50 @@
+"""`prepare(task, spec)`: a task's data, built once and then read from the disk cache.
+
+Two cache levels: tokenized tensors (key without the encoder mode) and frozen features (key with it). A
+frozen prepare reuses the tokenized level and encodes it once; a trial never tokenizes or encodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Protocol
+
+from . import cache
+from .data import DataSpec, PreparedData
+from .featurize import freeze
+
+log = logging.getLogger(__name__)
+
+
+class Preparable(Protocol):
+    """What `prepare` needs of a task (every `Task` is one): its name, whether it has a text backbone to
+    freeze, what besides the spec changes its data, and how to build that data uncached."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uses_backbone(self) -> bool: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+    def build(self, spec: DataSpec) -> PreparedData: ...
+
+
+def prepare(task: Preparable, spec: DataSpec) -> PreparedData:
+    """Load, label, subsample and featurize `task`'s data as `spec` says, through the disk cache."""
+    if spec.task != task.name:
+        raise ValueError(f"DataSpec.task: expected {task.name!r} for this task, got {spec.task!r}")
+    path = cache.cache_path(task.fingerprint(), spec)
+    if path.exists():
+        log.info("%s: cache hit %s", spec.task, path)
+        return dataclasses.replace(cache.load(path), spec=spec)
+    if spec.encoder == "frozen" and task.uses_backbone:
+        data = freeze(prepare(task, dataclasses.replace(spec, encoder="finetune")), spec)
+    else:
+        data = task.build(spec)
+    data = dataclasses.replace(data, spec=spec)
+    cache.save(path, data)
+    log.info("%s: cached %s", spec.task, path)
+    return data
