@@ -1,6 +1,9 @@
-"""tune_as.metrics against scikit-learn, seqeval-style hand-counted entities, and hand-made SIGHAN cases."""
+"""tune_as.metrics: hand-computed cases, an independent brute-force reference (plain loops over classes),
+scikit-learn's binary F1, seqeval-style hand-counted entities, and hand-made SIGHAN cases."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -19,27 +22,60 @@ def random_labels(seed: int, n: int = 200, classes: int = 6) -> tuple[torch.Tens
     return y_true, torch.where(keep, y_true, noisy)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_multiclass_metrics_match_sklearn(seed: int) -> None:
-    y_true, y_pred = random_labels(seed)
-    t, p = y_true.numpy(), y_pred.numpy()
-    assert metrics.accuracy(y_true, y_pred) == pytest.approx(skm.accuracy_score(t, p))
-    assert metrics.matthews(y_true, y_pred) == pytest.approx(skm.matthews_corrcoef(t, p))
-    assert metrics.macro_f1(y_true, y_pred) == pytest.approx(skm.f1_score(t, p, average="macro", zero_division=0))
-    assert metrics.micro_f1(y_true, y_pred) == pytest.approx(skm.f1_score(t, p, average="micro", zero_division=0))
+def f1_of(tp: int, fp: int, fn: int) -> float:
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_binary_f1_and_mcc_match_sklearn(seed: int) -> None:
-    y_true, y_pred = random_labels(seed, classes=2)
-    t, p = y_true.numpy(), y_pred.numpy()
-    assert metrics.binary_f1(y_true, y_pred) == pytest.approx(skm.f1_score(t, p, pos_label=1))
-    assert metrics.matthews(y_true, y_pred) == pytest.approx(skm.matthews_corrcoef(t, p))
+def reference_multiclass(t: list[int], p: list[int]) -> dict[str, float]:
+    """Brute force over the classes seen in either list; MCC by Gorodkin's formula on the confusion counts."""
+    pairs = list(zip(t, p, strict=True))
+    classes = sorted(set(t) | set(p))
+    counts = [(sum(a == c and b == c for a, b in pairs), sum(a != c and b == c for a, b in pairs),
+               sum(a == c and b != c for a, b in pairs)) for c in classes]
+    n, correct = len(pairs), sum(a == b for a, b in pairs)
+    true_k, pred_k = [t.count(c) for c in classes], [p.count(c) for c in classes]
+    num = correct * n - sum(true_k[k] * pred_k[k] for k in range(len(classes)))
+    den = math.sqrt((n * n - sum(x * x for x in pred_k)) * (n * n - sum(x * x for x in true_k)))
+    return {"accuracy": correct / n, "f1": f1_of(*counts[classes.index(1)]) if 1 in classes else 0.0,
+            "mcc": num / den if den else 0.0, "macro_f1": sum(f1_of(*c) for c in counts) / len(classes),
+            "micro_f1": f1_of(*(sum(c[i] for c in counts) for i in range(3)))}
+
+
+def reference_multilabel(t: list[list[bool]], p: list[list[bool]]) -> dict[str, float]:
+    pairs = list(zip(t, p, strict=True))
+    columns = [(sum(a[j] and b[j] for a, b in pairs), sum(not a[j] and b[j] for a, b in pairs),
+                sum(a[j] and not b[j] for a, b in pairs)) for j in range(len(t[0]))]
+    return {"macro_f1": sum(f1_of(*c) for c in columns) / len(columns),
+            "micro_f1": f1_of(*(sum(c[i] for c in columns) for i in range(3)))}
+
+
+# -- hand-computed cases ----------------------------------------------------------------------------------
+def test_binary_case_by_hand_through_the_registry() -> None:
+    # tp = 2 (rows 0, 4), fp = 1 (row 2), fn = 1 (row 1), tn = 1 (row 3)
+    y_true, y_pred = torch.tensor([1, 1, 0, 0, 1]), torch.tensor([1, 0, 1, 0, 1])
+    expected = {"accuracy": 3 / 5, "f1": 2 / 3,
+                "mcc": (2 * 1 - 1 * 1) / math.sqrt(3 * 3 * 2 * 2),  # (tp*tn - fp*fn) / sqrt(...) = 1/6
+                "macro_f1": (1 / 2 + 2 / 3) / 2,  # class 0: tp 1, fp 1, fn 1; class 1: 2/3
+                "micro_f1": 3 / 5}  # single-label micro F1 = accuracy
+    got = {name: fn(y_true, y_pred) for name, fn in metrics.MULTICLASS.items()}
+    assert got == pytest.approx(expected)
+
+
+def test_three_class_cases_by_hand() -> None:
+    y_true, y_pred = torch.tensor([0, 1, 2, 0]), torch.tensor([0, 1, 1, 0])
+    # correct 3 of 4; true counts (2, 1, 1), predicted (2, 2, 0): (3*4 - 6) / sqrt((16 - 8) * (16 - 6))
+    assert metrics.matthews(y_true, y_pred) == pytest.approx(6 / math.sqrt(80))
+    assert metrics.accuracy(y_true, y_pred) == pytest.approx(3 / 4)
+    assert metrics.macro_f1(y_true, y_pred) == pytest.approx((1 + 2 / 3 + 0) / 3)
+    # binary F1 reads class 1 only, whatever the other classes are: tp 1, fp 1 (row 2), fn 0
+    assert metrics.binary_f1(y_true, y_pred) == pytest.approx(2 / 3)
+    assert metrics.binary_f1(torch.tensor([0, 2]), torch.tensor([2, 0])) == 0.0  # class 1 nowhere: 0, no error
 
 
 def test_macro_f1_counts_classes_that_only_the_prediction_uses() -> None:
     y_true, y_pred = torch.tensor([0, 0, 1]), torch.tensor([0, 2, 1])  # class 2 never true: its F1 is 0
     assert metrics.macro_f1(y_true, y_pred) == pytest.approx((2 / 3 + 1 + 0) / 3)
+    assert metrics.micro_f1(y_true, y_pred) == pytest.approx(2 / 3)
 
 
 def test_mcc_of_a_constant_prediction_is_zero_and_perfect_is_one() -> None:
@@ -49,15 +85,39 @@ def test_mcc_of_a_constant_prediction_is_zero_and_perfect_is_one() -> None:
     assert metrics.matthews(y, 1 - y) == pytest.approx(-1.0)
 
 
+def test_multilabel_case_by_hand_with_an_empty_column() -> None:
+    y_true = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    y_pred = torch.tensor([[1, 0, 0, 0], [0, 1, 1, 0]], dtype=torch.bool)
+    # column 0: tp 1, fn 1 -> 2/3; column 1: 1; column 2: fp 1 -> 0; column 3 never positive -> 0 (not skipped)
+    assert metrics.macro_f1(y_true, y_pred) == pytest.approx((2 / 3 + 1 + 0 + 0) / 4)
+    assert metrics.micro_f1(y_true, y_pred) == pytest.approx(f1_of(2, 1, 1))
+
+
+# -- against the brute-force reference and scikit-learn's binary F1 ---------------------------------------
 @pytest.mark.parametrize("seed", SEEDS)
-def test_multilabel_f1_matches_sklearn(seed: int) -> None:
+@pytest.mark.parametrize("classes", [2, 6])
+def test_multiclass_metrics_match_a_brute_force_reference(seed: int, classes: int) -> None:
+    y_true, y_pred = random_labels(seed, classes=classes)
+    expected = reference_multiclass(y_true.tolist(), y_pred.tolist())
+    assert {name: fn(y_true, y_pred) for name, fn in metrics.MULTICLASS.items()} == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_binary_f1_is_sklearns_binary_f1(seed: int) -> None:
+    y_true, y_pred = random_labels(seed, classes=2)
+    assert metrics.binary_f1(y_true, y_pred) == pytest.approx(skm.f1_score(y_true.numpy(), y_pred.numpy()))
+    flipped = metrics.binary_f1(y_true, y_pred, positive=0)
+    assert flipped == pytest.approx(skm.f1_score(y_true.numpy(), y_pred.numpy(), pos_label=0))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_multilabel_f1_matches_a_brute_force_reference(seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     y_true = torch.rand(50, 9, generator=g) < 0.2
     y_pred = torch.where(torch.rand(50, 9, generator=g) < 0.7, y_true, torch.rand(50, 9, generator=g) < 0.2)
     y_true[:, 8] = False  # a class with no gold positives
-    for average, fn in (("micro", metrics.micro_f1), ("macro", metrics.macro_f1)):
-        expected = skm.f1_score(y_true.numpy(), y_pred.numpy(), average=average, zero_division=0)
-        assert fn(y_true, y_pred) == pytest.approx(expected)
+    expected = reference_multilabel(y_true.tolist(), y_pred.tolist())
+    assert {name: fn(y_true, y_pred) for name, fn in metrics.MULTILABEL.items()} == pytest.approx(expected)
 
 
 def test_top2_multi_hot_picks_the_two_largest() -> None:

@@ -1,72 +1,62 @@
-"""Evaluation metrics, all in [0, 1], higher is better.
+"""Evaluation metrics, all in [0, 1] (Matthews correlation: [-1, 1]), higher is better.
 
-Multi-class inputs are (N,) integer tensors; multi-label inputs are (N, C) multi-hot tensors.
-Division by zero gives 0 (scikit-learn's `zero_division=0`).
+Multi-class inputs are (N,) integer tensors; multi-label inputs are (N, C) multi-hot tensors. Classification
+scores are scikit-learn's (entity F1 is seqeval's); only SIGHAN's sentence-level correction F1 is written
+here, because no library computes it. Division by zero gives 0 (scikit-learn's `zero_division=0`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
+
+
+def _sklearn() -> Any:
+    # Imported on first use: sklearn.metrics adds ~1.5 s to every `import tune_as.tasks` (CLI start, each
+    # Ray worker) although only scoring needs it.
+    from sklearn import metrics
+
+    return metrics
+
+
+def _numpy(y: Tensor) -> np.ndarray:
+    return y.detach().cpu().numpy()
 
 
 def _div(a: float, b: float) -> float:
     return a / b if b else 0.0
 
 
-def _f1(tp: float, fp: float, fn: float) -> float:
-    return _div(2 * tp, 2 * tp + fp + fn)
-
-
 def accuracy(y_true: Tensor, y_pred: Tensor) -> float:
-    return float((y_true == y_pred).float().mean()) if len(y_true) else 0.0
+    return float(_sklearn().accuracy_score(_numpy(y_true), _numpy(y_pred)))
 
 
 def binary_f1(y_true: Tensor, y_pred: Tensor, positive: int = 1) -> float:
     """F1 of the positive class (GLUE's F1 for MRPC and QQP: 1 = paraphrase / duplicate)."""
-    t, p = y_true == positive, y_pred == positive
-    return _f1(float((t & p).sum()), float((~t & p).sum()), float((t & ~p).sum()))
+    # labels=[positive] scores that one class whatever the others are (average="binary" refuses 3 classes).
+    return float(_sklearn().f1_score(_numpy(y_true), _numpy(y_pred), labels=[positive], average="macro",
+                                     zero_division=0))
 
 
 def matthews(y_true: Tensor, y_pred: Tensor) -> float:
     """Matthews correlation (multi-class form of Gorodkin 2004; binary = the usual MCC). GLUE's CoLA metric.
     It lies in [-1, 1]; a constant prediction gives 0."""
-    n_classes = int(max(int(y_true.max()), int(y_pred.max()))) + 1 if len(y_true) else 1
-    cm = torch.zeros(n_classes, n_classes, dtype=torch.float64)
-    cm.index_put_((y_true.long(), y_pred.long()), torch.ones(len(y_true), dtype=torch.float64), accumulate=True)
-    t, p, c, s = cm.sum(1), cm.sum(0), cm.trace(), cm.sum()
-    denom = torch.sqrt((s * s - (p * p).sum()) * (s * s - (t * t).sum()))
-    return float((c * s - (t * p).sum()) / denom) if denom > 0 else 0.0
-
-
-def _one_hot(y: Tensor, n: int) -> Tensor:
-    return torch.nn.functional.one_hot(y.long(), n).bool()
-
-
-def _as_multi_hot(y_true: Tensor, y_pred: Tensor) -> tuple[Tensor, Tensor]:
-    """Multi-class labels become one-hot over the classes seen in either (scikit-learn's label set)."""
-    if y_true.dim() == 2:
-        return y_true.bool(), y_pred.bool()
-    labels = torch.unique(torch.cat([y_true, y_pred]))
-    remap = {int(v): i for i, v in enumerate(labels)}
-    t = torch.tensor([remap[int(v)] for v in y_true], dtype=torch.long)
-    p = torch.tensor([remap[int(v)] for v in y_pred], dtype=torch.long)
-    return _one_hot(t, len(labels)), _one_hot(p, len(labels))
+    return float(_sklearn().matthews_corrcoef(_numpy(y_true), _numpy(y_pred)))
 
 
 def micro_f1(y_true: Tensor, y_pred: Tensor) -> float:
-    t, p = _as_multi_hot(y_true, y_pred)
-    return _f1(float((t & p).sum()), float((~t & p).sum()), float((t & ~p).sum()))
+    """Micro F1 over all C columns (multi-label) or the classes seen in either input (multi-class)."""
+    return float(_sklearn().f1_score(_numpy(y_true), _numpy(y_pred), average="micro", zero_division=0))
 
 
 def macro_f1(y_true: Tensor, y_pred: Tensor) -> float:
-    """Unweighted mean of per-class F1 over all C columns (multi-label) or the classes seen (multi-class)."""
-    t, p = _as_multi_hot(y_true, y_pred)
-    tp, fp, fn = (t & p).sum(0).double(), (~t & p).sum(0).double(), (t & ~p).sum(0).double()
-    per_class = torch.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn).clamp(min=1), 0.0)
-    return float(per_class.mean()) if len(per_class) else 0.0
+    """Unweighted mean of per-class F1 over all C columns (multi-label; a class with neither gold nor
+    predicted positives counts as 0) or the classes seen in either input (multi-class)."""
+    return float(_sklearn().f1_score(_numpy(y_true), _numpy(y_pred), average="macro", zero_division=0))
 
 
 def top_k_multi_hot(logits: Tensor, k: int) -> Tensor:
@@ -83,14 +73,16 @@ def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> f
 
 
 def token_accuracy(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> float:
+    """Accuracy over every word of every row (rows must have equal lengths)."""
     pairs = [(g, p) for gs, ps in zip(gold, pred, strict=True) for g, p in zip(gs, ps, strict=True)]
-    return _div(sum(g == p for g, p in pairs), len(pairs))
+    return float(_sklearn().accuracy_score([g for g, _ in pairs], [p for _, p in pairs]))
 
 
 def csc_sentence_correction(sources: Sequence[str], targets: Sequence[str],
                             predictions: Sequence[str]) -> dict[str, float]:
     """Sentence-level correction precision / recall / F1 for Chinese spelling check, as SpellGCN
-    (Cheng et al., 2020) and the works after it report for SIGHAN15.
+    (Cheng et al., 2020) and the works after it report for SIGHAN15. Written here: no library has it (it is
+    not a per-token or per-class F1, so scikit-learn's and seqeval's do not apply).
 
     For each sentence, gold edits G = {(i, target[i]) : target[i] != source[i]} and predicted edits
     P = {(i, prediction[i]) : prediction[i] != source[i]}. A sentence is a true positive when P is
