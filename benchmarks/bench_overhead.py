@@ -2,7 +2,7 @@
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_overhead.py [--data-dir ../shared/data/clinc_oos] [--trials 12] [--json F]
 
-Runs one real search through the programmatic API (`tune_as.tuning.run_search`, the CLI's path): clinc_oos,
+Runs one real search through the programmatic API (`tune_as.engine.run.run_search`, the CLI's path): clinc_oos,
 frozen MiniLM features (cached on disk; encode once beforehand), losses softmax/as_softmax/as_speed taking turns,
 Optuna + ASHA, MLflow tracking into a throw-away SQLite file. Then it reads every trial's Ray `result.json`:
 
@@ -52,7 +52,8 @@ def trial_times(exp_dir: Path) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tune_as.tuning import SearchRequest, run_search
+    from tune_as.engine.request import SearchRequest
+    from tune_as.engine.run import run_search
 
     losses = tuple(args.losses)
     if args.trials % len(losses):

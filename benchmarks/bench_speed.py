@@ -25,7 +25,8 @@ from typing import Any
 import torch
 
 from tune_as.trainable import run_trial
-from tune_as.tuning import SearchRequest, plan_search
+from tune_as.engine.plan import plan_search
+from tune_as.engine.request import SearchRequest
 
 REPO = Path(__file__).resolve().parent.parent
 SPEEDUP_TARGET, MAX_LOSS_POINTS = 1.25, 0.5
@@ -37,7 +38,10 @@ class Collector:
     def __init__(self) -> None:
         self.results: list[dict[str, Any]] = []
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Path) -> None:
+    def wants_checkpoint(self, final: bool) -> bool:
+        return False  # nothing resumes here: no time spent saving
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
         self.results.append(dict(metrics))
 
 
@@ -45,7 +49,7 @@ def trial_configs(plan: Any, losses: list[str], seed: int, lam: float | None) ->
     configs = {}
     for loss in losses:
         space = plan.space.losses[loss]
-        config = {**plan.base, **space.constants(), **(space.paper_point() or {}), "loss": loss, "seed": seed}
+        config = {**plan.base.to_dict(), **space.constants(), **(space.paper_point() or {}), "loss": loss, "seed": seed}
         if loss == "as_speed" and lam is not None:
             config["loss.lam"] = lam
         configs[loss] = config
@@ -60,7 +64,7 @@ def step_costs(plan: Any, configs: dict[str, dict[str, Any]], repeats: int = 300
 
     model = build_model(plan.data, head="linear", seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    n, bs = len(plan.data.train), int(plan.base["batch_size"])
+    n, bs = len(plan.data.train), int(plan.base.batch_size)
     fns = {loss: build_loss(loss, **{k[5:]: v for k, v in c.items() if k.startswith("loss.")})
            for loss, c in configs.items()}
     micro: dict[str, list[float]] = {loss: [] for loss in fns}
@@ -88,9 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         plan = plan_search(SearchRequest(
             task=args.task, losses=tuple(args.losses), backbone=args.backbone, encoder=args.encoder,
             data_dir=args.data_dir, max_epochs=args.epochs, storage_path=Path(tmp), seed=args.seeds[0],
-            search_space=args.search_space))
-    if args.lr is not None:
-        plan.base["lr"] = args.lr
+            search_space=args.search_space, overrides=(("lr", args.lr),) if args.lr is not None else ()))
     rows: list[dict[str, Any]] = []
     for seed in args.seeds:
         for loss, config in trial_configs(plan, args.losses, seed, args.lam).items():
@@ -112,9 +114,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(json.dumps(row), flush=True)
     costs = step_costs(plan, trial_configs(plan, args.losses, args.seeds[0], args.lam))
     return {"task": args.task, "backbone": args.backbone, "encoder": args.encoder,
-            "epochs": plan.base["epochs"], "batch_size": plan.base["batch_size"], "lr": plan.base["lr"],
+            "epochs": plan.base.epochs, "batch_size": plan.base.batch_size, "lr": plan.base.lr,
             "metric": plan.metric, "seeds": args.seeds, "torch_threads": torch.get_num_threads(),
-            "cpus": os.cpu_count(), "trials": rows, "summary": summarize(rows, plan.metric, costs, plan.base["batch_size"]), **costs}
+            "cpus": os.cpu_count(), "trials": rows, "summary": summarize(rows, plan.metric, costs, plan.base.batch_size), **costs}
 
 
 def summarize(rows: list[dict[str, Any]], metric: str, costs: dict[str, Any], batch_size: int

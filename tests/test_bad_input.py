@@ -157,9 +157,9 @@ def test_jsonl_loader_fuzz_fails_only_with_clear_errors(tmp_path: Path, rows: li
 
 
 def test_wider_dashboard_binding_warns(ray_local, capsys: pytest.CaptureFixture[str]) -> None:
-    from tune_as.tuning import SearchRequest, _init_ray
+    from tune_as.engine.cluster import init_ray
 
-    _init_ray(SearchRequest(task="digits"))
+    init_ray(None, "127.0.0.1")
     assert "warning" not in capsys.readouterr().err
-    _init_ray(SearchRequest(task="digits", dashboard_host="0.0.0.0"))
+    init_ray(None, "0.0.0.0")
     assert "warning: --dashboard-host 0.0.0.0 makes the Ray dashboard reachable beyond this machine" in capsys.readouterr().err

@@ -330,15 +330,13 @@ def test_report_from_a_real_search(real_search: RealSearch, tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch, tmp_path: Path) -> None:
-    from tune_as import tuning
-
-    if not hasattr(tuning, "run_fixed_trials"):
-        pytest.skip("waiting for tuning.run_fixed_trials")
     from mlflow import MlflowClient
 
-    search_args = ["--storage-path", str(tmp_path / "results")]
+    from tune_as.engine import SearchRequest
+
+    placement = SearchRequest(task="", storage_path=tmp_path / "results")
     report = build_report([real_search.experiment], tmp_path / "out", real_search.uri, confirm_seeds=2,
-                          optuna_storage=real_search.storage, search_args=search_args)
+                          optuna_storage=real_search.storage, placement=placement)
     client = MlflowClient(real_search.uri)
     exp = client.get_experiment_by_name(real_search.experiment)
     trial_seeds = {r.data.params["seed"] for r in client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'trial'")}
@@ -357,7 +355,7 @@ def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch
     assert conf["as_softmax"]["digits Δ vs softmax [95% CI]"].startswith(f"{100 * diff:+.2f} ")
     # a second --confirm reuses the runs already logged for those seeds instead of training again
     build_report([real_search.experiment], tmp_path / "again", real_search.uri, confirm_seeds=2,
-                 search_args=search_args)
+                 placement=placement)
     assert len(client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'confirmation'")) == 4
 
 

@@ -9,8 +9,9 @@ import pytest
 from conftest import shared_data
 from mlflow.tracking import MlflowClient
 
+from tune_as.engine import SearchRequest
+from tune_as.engine.run import run_search
 from tune_as.search import main
-from tune_as.tuning import SearchRequest, run_search
 
 pytestmark = pytest.mark.slow
 
@@ -27,12 +28,14 @@ def _runs(uri: str, experiment: str) -> tuple[list, list]:
 
 def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server, ray_local) -> None:
     data_dir = shared_data("clinc_oos")
-    best = run_search(SearchRequest(
+    outcome = run_search(SearchRequest(
         task="clinc_oos", losses=("softmax", "as_softmax"), trials_per_loss=3, smoke=True, data_dir=data_dir,
         storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri, experiment="e2e-clinc",
         cache_dir=tmp_path / "cache", max_concurrent=2, verbose=0, asha=False))
-    assert set(best) == {"softmax", "as_softmax"}
-    assert 0.0 <= best["as_softmax"]["score"] <= 1.0 and "loss.delta" in best["as_softmax"]["params"]
+    rows = {row.loss: row for row in outcome.rows}
+    assert set(rows) == {"softmax", "as_softmax"}
+    assert 0.0 <= rows["as_softmax"].val[0] <= 1.0 and "loss.delta" in rows["as_softmax"].setting
+    assert all(row.completed == 3 and not row.confirmed for row in rows.values())
 
     parents, children = _runs(mlflow_server.uri, "e2e-clinc")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
@@ -53,6 +56,7 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
         history = client.get_metric_history(child.info.run_id, "val_accuracy")
         assert [m.step for m in history] == [1, 2], "one point per epoch, logged once each"
         assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["pmargin.npy"]
+        assert child.info.run_name.startswith(params["loss"] + "_"), "run names carry the loss"
         if params["loss"] == "as_softmax":
             assert 0.05 <= float(params["loss.delta"]) <= 0.5 and "warmup_r" in params
         else:

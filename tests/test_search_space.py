@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
+import optuna
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -11,7 +14,7 @@ from hypothesis import strategies as st
 from tune_as.config import TrialConfig
 from tune_as.errors import UserError
 from tune_as.losses import LOSSES
-from tune_as.search_space import SPACES_DIR, config_key, load_search_space
+from tune_as.search_space import SPACES_DIR, SearchSpace, config_key, load_search_space
 from tune_as.tasks import TASKS, build_task
 
 SHIPPED = sorted(SPACES_DIR.glob("*.yaml"))
@@ -35,8 +38,10 @@ def test_shipped_space_loads_and_names_real_pairs(path: Path) -> None:
         if loss_space.paper:  # the warm start is inside the searched ranges
             for dist in loss_space.params:
                 value = loss_space.paper.get(dist.name)
-                if value is not None and dist.type != "categorical":
-                    assert dist.low <= value <= dist.high, (name, dist.name, value)
+                if value is not None:
+                    d = dist.dist
+                    inside = value in d.choices if dist.type == "categorical" else d.low <= value <= d.high
+                    assert inside, (name, dist.name, value)
 
 
 def test_paper_settings_match_table6() -> None:
@@ -65,15 +70,16 @@ BAD = [
     ("unknown top key", GOOD + "colour: red\n", "unknown key(s) ['colour']"),
     ("unknown loss", GOOD.replace("as_softmax", "nosuchloss"), "losses.nosuchloss: unknown loss"),
     ("delta above 1", GOOD.replace("high: 0.5", "high: 1.5"), "losses.as_softmax.params.delta"),
-    ("empty range", GOOD.replace("low: 0.1", "low: 0.5"), "expected low < high"),
-    ("wrong type", GOOD.replace("low: 0.1", "low: high"), "expected low to be a number, got 'high'"),
+    ("low above high", GOOD.replace("low: 0.1", "low: 0.6"), "params.delta: invalid float distribution: `low <= high`"),
+    ("wrong type", GOOD.replace("low: 0.1", "low: high"), "params.delta.low: expected a float, got 'high'"),
     ("unknown param", GOOD.replace("delta:", "gamma:"), "unknown parameter(s) ['gamma']"),
     ("negative lambda", "task: sst5\nlosses:\n  as_speed:\n    params:\n      lam: {type: float, low: -1.0, high: 1.0}\n",
      "losses.as_speed.params.lam"),
     ("s below 1", "task: sst5\nlosses:\n  as_speed:\n    fixed: {max_steps: 0}\n", "losses.as_speed.fixed"),
-    ("bad dist type", GOOD.replace("type: float", "type: gaussian"), "expected type one of"),
+    ("bad dist type", GOOD.replace("type: float", "type: gaussian"),
+     "params.delta.type: expected one of ['categorical', 'float', 'int'], got 'gaussian'"),
     ("no losses", "task: sst5\nlosses: {}\n", "expected at least one loss"),
-    ("trials not int", GOOD + "trials_per_loss: many\n", "trials_per_loss: expected an integer >= 1, got 'many'"),
+    ("trials not int", GOOD + "trials_per_loss: many\n", "trials_per_loss: expected an integer, got 'many'"),
     ("loss of wrong kind", "task: sst5\nlosses:\n  bce: {}\n", "does not apply to multiclass tasks"),
     ("bad trial setting", "task: sst5\nfixed: {epochs: -1}\nlosses:\n  softmax: {}\n", "epochs must be > 0"),
 ]
@@ -88,6 +94,216 @@ def test_bad_search_space_gets_one_clear_line(tmp_path: Path, label: str, text: 
     text_of_error = str(info.value)
     assert message in text_of_error
     assert str(path) in text_of_error and "\n" not in text_of_error
+
+
+def _space(tmp_path: Path, text: str) -> SearchSpace:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return load_search_space(path, "multiclass")
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    """The one line a user sees for a bad file (it names the file)."""
+    with pytest.raises(UserError) as info:
+        _space(tmp_path, text)
+    message = str(info.value)
+    assert str(tmp_path / "space.yaml") in message and "\n" not in message
+    return message
+
+
+def _one_param(loss: str, name: str, spec: str) -> str:
+    return f"task: sst5\nlosses:\n  {loss}:\n    params:\n      {name}: {{{spec}}}\n"
+
+
+# Each of these loaded cleanly before optuna judged distributions at load time, and failed in the running search.
+DISTRIBUTION_ERRORS = [
+    ("log from 0", "as_softmax", "delta", "type: float, low: 0.0, high: 0.5, log: true",
+     "params.delta: invalid float distribution: `low > 0` must hold for `log=True`"),
+    ("log with step", "as_softmax", "delta", "type: float, low: 0.1, high: 0.5, log: true, step: 0.1",
+     "params.delta: invalid float distribution: The parameter `step` is not supported when `log` is true."),
+    ("step not a number", "as_softmax", "delta", "type: float, low: 0.1, high: 0.5, step: fine",
+     "params.delta.step: expected a float, got 'fine'"),
+    ("zero step", "as_softmax", "delta", "type: float, low: 0.1, high: 0.5, step: 0",
+     "params.delta: invalid float distribution: `step > 0` must hold"),
+    ("step not dividing the range", "as_softmax", "delta", "type: float, low: 0.1, high: 0.5, step: 0.3",
+     "params.delta: invalid float distribution: The distribution is specified by [0.1, 0.5] and step=0.3, but the "
+     "range is not divisible by `step`."),
+    ("log not a bool", "as_softmax", "delta", "type: float, low: 0.1, high: 0.5, log: maybe",
+     "params.delta.log: expected true or false, got 'maybe'"),
+    ("infinite bound", "as_softmax", "delta", "type: float, low: 0.1, high: .inf",
+     "params.delta.high: expected a finite number, got inf"),
+    ("missing bound", "as_softmax", "delta", "type: float, low: 0.1", "params.delta.high: expected a float, got None"),
+    ("choices not a list", "as_softmax", "delta", "type: categorical, choices: 0.3",
+     "params.delta.choices: expected a list of values, got 0.3"),
+    ("no choices", "as_softmax", "delta", "type: categorical, choices: []",
+     "params.delta: invalid categorical distribution: The `choices` must contain one or more elements."),
+    ("choice of the wrong type", "as_softmax", "delta", "type: categorical, choices: [0.3, [0.1]]",
+     "params.delta.choices: expected a float, got [0.1]"),
+    ("int step not an integer", "as_speed", "max_steps", "type: int, low: 2, high: 6, step: 0.5",
+     "params.max_steps.step: expected an integer, got 0.5"),
+    ("int bound not an integer", "as_speed", "max_steps", "type: int, low: 2.5, high: 6",
+     "params.max_steps.low: expected an integer, got 2.5"),
+    ("int log from 0", "as_speed", "max_steps", "type: int, low: 0, high: 6, log: true",
+     "params.max_steps: invalid int distribution: `low >= 1` must hold for `log=True`"),
+    ("low above high", "as_speed", "max_steps", "type: int, low: 6, high: 2",
+     "params.max_steps: invalid int distribution: `low <= high` must hold"),
+    ("float range for an integer", "as_speed", "max_steps", "type: float, low: 2, high: 6",
+     "params.max_steps.type: expected categorical or int (max_steps takes an integer), got float"),
+    ("range for a string", "taylor_softmax", "backward", "type: int, low: 1, high: 2",
+     "params.backward.type: expected categorical (backward takes a string), got int"),
+]
+
+
+@pytest.mark.parametrize(("label", "loss", "name", "spec", "message"), DISTRIBUTION_ERRORS,
+                         ids=[e[0] for e in DISTRIBUTION_ERRORS])
+def test_optuna_judges_distributions_at_load(tmp_path: Path, label: str, loss: str, name: str, spec: str,
+                                             message: str) -> None:
+    assert f"losses.{loss}.{message}" in _error(tmp_path, _one_param(loss, name, spec))
+
+
+def test_suggestions_come_from_the_distributions_validated_at_load(tmp_path: Path) -> None:
+    space = _space(tmp_path, """task: sst5
+losses:
+  as_speed:
+    params:
+      delta: {type: float, low: 0.1, high: 0.5, step: 0.1}
+      lam: {type: float, low: 0.1, high: 10.0, log: true}
+      max_steps: {type: int, low: 2, high: 8, step: 2}
+  taylor_softmax:
+    params:
+      backward: {type: categorical, choices: [finite, inf]}
+""")
+    params = [d for loss in space.losses.values() for d in loss.params]
+    assert [d.type for d in params] == ["float", "float", "int", "categorical"]
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn: dict[str, set[Any]] = {d.name: set() for d in params}
+    for _ in range(30):
+        trial = study.ask()
+        for d in params:
+            drawn[d.name].add(d.suggest(trial))
+            assert trial.distributions[d.name] == d.dist  # the very distribution optuna validated at load
+        study.tell(trial, 0.0)
+    assert {round(x, 9) for x in drawn["delta"]} == {0.1, 0.2, 0.3, 0.4, 0.5}
+    assert all(0.1 <= x <= 10.0 for x in drawn["lam"]) and max(drawn["lam"]) > 1.0 > min(drawn["lam"])
+    assert drawn["max_steps"] <= {2, 4, 6, 8} and drawn["backward"] == {"finite", "inf"}
+
+
+def test_a_distribution_with_one_value_is_a_constant(tmp_path: Path) -> None:
+    """A constant searched 20 times gives 20 identical trials; as a constant the loss repeats over seeds."""
+    space = _space(tmp_path, """task: sst5
+losses:
+  sparse_softmax:
+    params:
+      k: {type: categorical, choices: [2]}
+  as_speed:
+    params:
+      max_steps: {type: int, low: 3, high: 3}
+      lam: {type: float, low: 0.5, high: 1.0}
+""")
+    assert space.losses["sparse_softmax"].params == () and space.losses["sparse_softmax"].fixed == {"k": 2}
+    assert [d.name for d in space.losses["as_speed"].params] == ["lam"]
+    assert space.losses["as_speed"].constants() == {"loss.max_steps": 3}
+    mnli = load_search_space(SPACES_DIR / "mnli.yaml", "multiclass").losses["sparse_softmax"]
+    assert mnli.params == () and mnli.fixed == {"k": 2}
+
+
+def test_a_name_both_searched_and_fixed_is_refused(tmp_path: Path) -> None:
+    text = GOOD + "    fixed: {delta: 0.3}\n"
+    assert "losses.as_softmax.fixed: expected each name in params or in fixed, got ['delta'] in both" in _error(
+        tmp_path, text)
+
+
+def test_numbers_yaml_reads_as_strings_are_numbers(tmp_path: Path) -> None:
+    """PyYAML (YAML 1.1) reads 2e-5 as a string; the loader types values by TrialConfig and the loss."""
+    space = _space(tmp_path, """task: sst5
+fixed: {lr: 2e-5, weight_decay: "1e-2", epochs: 3}
+losses:
+  t_softmax:
+    params:
+      tau: {type: float, low: 1e-1, high: 1e+1, log: true}
+    paper: {tau: 5e-1}
+  softmax:
+    params:
+      lr: {type: categorical, choices: [1e-5, 3e-5]}
+  as_speed:
+    fixed: {max_steps: "3"}
+""")
+    assert space.fixed == {"lr": 2e-5, "weight_decay": 0.01, "epochs": 3.0}
+    assert isinstance(space.fixed["epochs"], float)
+    tau = space.losses["t_softmax"].params[0].dist
+    assert (tau.low, tau.high) == (0.1, 10.0) and space.losses["t_softmax"].paper == {"tau": 0.5}
+    assert space.losses["softmax"].params[0].dist.choices == (1e-5, 3e-5)
+    assert space.losses["as_speed"].fixed == {"max_steps": 3}
+
+
+WRONG_TYPES = [
+    ("fixed: {lr: fast}", "softmax: {}", "fixed.lr: expected a float, got 'fast'"),
+    ("fixed: {batch_size: 3.5}", "softmax: {}", "fixed.batch_size: expected an integer, got 3.5"),
+    ("fixed: {skip_masked_rows: maybe}", "softmax: {}", "fixed.skip_masked_rows: expected true or false, got 'maybe'"),
+    ("fixed: {eval_every_steps: often}", "softmax: {}",
+     "fixed.eval_every_steps: expected an integer or none, got 'often'"),
+    ("fixed: {precision: 16}", "softmax: {}", "fixed.precision: expected a string, got 16"),
+    ("", "as_speed: {fixed: {max_steps: 2.5}}", "losses.as_speed.fixed.max_steps: expected an integer, got 2.5"),
+    ("", "taylor_softmax: {paper: {n: two}}", "losses.taylor_softmax.paper.n: expected an integer, got 'two'"),
+    ("", "as_softmax: {fixed: {warmup_r: soon}}", "losses.as_softmax.fixed.warmup_r: expected a float, got 'soon'"),
+]
+
+
+@pytest.mark.parametrize(("top", "loss", "message"), WRONG_TYPES, ids=[w[2].split(":")[0] for w in WRONG_TYPES])
+def test_a_value_of_the_wrong_type_names_key_and_type(tmp_path: Path, top: str, loss: str, message: str) -> None:
+    assert message in _error(tmp_path, f"task: sst5\n{top}\nlosses:\n  {loss}\n")
+
+
+BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True))
+
+
+def test_alias_bomb_is_refused_fast_in_one_short_line(tmp_path: Path) -> None:
+    """Nine levels of nine aliases (~400 bytes) expand to 387 million strings; the loader never expands them."""
+    start = time.perf_counter()
+    message = _error(tmp_path, BOMB)
+    assert "invalid YAML at line 2, column 8: expected no aliases (write each value out), got *a" in message
+    assert len(message) < 300 and time.perf_counter() - start < 5
+
+
+FILE_SHAPES = [
+    ("empty", "", "top level: expected a mapping with task and losses, got an empty file"),
+    ("only comments", "# a search space\n", "top level: expected a mapping with task and losses, got an empty file"),
+    ("a list", "- softmax\n", "top level: expected a mapping with task and losses, got list ['softmax']"),
+    ("a scalar", "clinc_oos\n", "top level: expected a mapping with task and losses, got str 'clinc_oos'"),
+    ("duplicate key", GOOD + "task: sst2\n", "invalid YAML at line 7, column 1: expected each key once, got 'task' twice"),
+    ("duplicate nested key", GOOD.replace("high: 0.5", "high: 0.5, low: 0.2"), "expected each key once, got 'low' twice"),
+    ("a key that is not a name", "task: sst5\nlosses:\n  softmax: {}\n  1: {}\n", "losses: expected names as keys, got int 1"),
+    ("deep nesting", "[" * 20_000 + "]" * 20_000, "invalid YAML: expected a few levels of nesting, got too many"),
+]
+
+
+@pytest.mark.parametrize(("label", "text", "message"), FILE_SHAPES, ids=[f[0] for f in FILE_SHAPES])
+def test_a_file_of_the_wrong_shape_gets_one_clear_line(tmp_path: Path, label: str, text: str, message: str) -> None:
+    assert message in _error(tmp_path, text)
+
+
+def test_bytes_that_are_not_utf8_are_a_yaml_error(tmp_path: Path) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_bytes(b"task: sst5\xff\n")
+    with pytest.raises(UserError, match="invalid YAML"):
+        load_search_space(path, "multiclass")
+
+
+LONG = "x" * 100_000
+
+
+@pytest.mark.parametrize("text", [
+    f"task: sst5\nfixed: {{precision: {LONG}}}\nlosses: {{softmax: {{}}}}\n",  # TrialConfig's own message
+    f"task: sst5\nfixed: {{lr: {LONG}}}\nlosses: {{softmax: {{}}}}\n",
+    f"task: [{LONG}]\nlosses: {{softmax: {{}}}}\n",
+    f"task: sst5\nlosses: {{softmax: {{}}, {LONG}: {{}}}}\n",
+    f"task: sst5\n{LONG}: 1\n",
+    f"task: sst5\nlosses: {{taylor_softmax: {{fixed: {{backward: {LONG}}}}}}}\n",  # the loss's own message
+], ids=["trial check", "type", "task", "loss name", "top key", "loss check"])
+def test_a_long_value_is_quoted_as_a_short_excerpt(tmp_path: Path, text: str) -> None:
+    message = _error(tmp_path, text)
+    assert len(message) < 600 and "x" * 100 not in message
 
 
 def test_k_above_classes_is_rejected(tmp_path: Path) -> None:
@@ -129,11 +345,11 @@ def test_loader_fuzz_never_crashes_with_anything_but_user_error(tmp_path: Path, 
 
 def test_config_round_trips_through_mlflow_params() -> None:
     """What the report's --confirm rebuilds from a child run's params equals what the trial ran."""
-    from tune_as.tuning import config_from_params
+    from tune_as.schema import config_from_params
 
     flat = TrialConfig.from_dict({"task": "sst5", "loss": "taylor_softmax", "epochs": 2.0, "batch_size": 8,
                                   "lr": 1e-3, "max_length": 16, "backbone": "tiny", "loss.n": 4,
                                   "loss.backward": "inf", "seed": 3}).to_dict()
     params = {k: str(v) for k, v in flat.items()} | {"git_commit": "abc"}
-    assert config_from_params(params) == flat
-    assert config_from_params(params)["loss.backward"] == "inf"
+    assert config_from_params(params).to_dict() == flat
+    assert config_from_params(params).loss_params["backward"] == "inf"

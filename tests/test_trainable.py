@@ -20,7 +20,11 @@ class Recorder:
     def __init__(self, root: Path) -> None:
         self.root, self.reports, self.checkpoints = root, [], []
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Path) -> None:
+    def wants_checkpoint(self, final: bool) -> bool:
+        return True
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+        assert checkpoint_dir is not None, "this recorder asks for a checkpoint at every report"
         self.reports.append(metrics)
         target = self.root / f"ckpt_{len(self.reports)}"
         shutil.copytree(checkpoint_dir, target)

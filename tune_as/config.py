@@ -26,6 +26,7 @@ class TrialConfig:
     encoder: str = "finetune"
     loss_params: dict[str, Any] = field(default_factory=dict)
     warmup_r: float = 0.0  # AS-Softmax warm-up: delta = 1 for the first r fraction of training
+    skip_masked_rows: bool = False  # leave fully masked rows out of the backward pass (AS family only)
     lr_warmup: float = 0.1  # linear learning-rate warm-up, fraction of training
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0

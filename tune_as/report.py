@@ -9,10 +9,10 @@ Figures 1-4 as PNG into --out, prints the tables, and logs everything to a repor
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
-import shlex
 import sys
 import tempfile
 import urllib.error
@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tune_as import schema
+from tune_as.engine.request import SearchRequest
 from tune_as.errors import UserError
 from tune_as.report_select import (
     PAPER_TASKS,
@@ -36,7 +38,8 @@ from tune_as.report_select import (
     select,
 )
 from tune_as.report_tables import Table, confirmation_table, selection_csv, table2, table3, table4, table6
-from tune_as.tracking import LOSS, METRIC, ROLE, SEARCH, TASK, check_database_port, redact_uri
+from tune_as.schema import LOSS, METRIC, ROLE, SEARCH, TASK, config_from_params
+from tune_as.tracking import check_database_port, redact_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -166,28 +169,23 @@ def optuna_file(storage: Path, task: str, search_ids: set[str]) -> Path:
 
 
 def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: list[TrialRun], n: int,
-            uri: str, names: dict[str, str], search_args: Sequence[str], notes: list[str]
+            uri: str, names: dict[str, str], request: SearchRequest, notes: list[str]
             ) -> dict[tuple[str, str], Confirmation]:
     """Re-run every selected setting with n new seeds (runs already logged for those seeds are reused)."""
-    from tune_as import tuning
-    from tune_as.search import build_parser
+    from tune_as.engine.run import confirm_settings
 
     seeds = {t: [str(s) for s in new_seeds((r.seed for r in trials if r.task == t), n)] for t, _ in cells}
-    done = trial_runs(client, list(names), "confirmation", [])
+    done = trial_runs(client, list(names), schema.ROLE_CONFIRMATION, [])
     for task in sorted(seeds):
         task_cells = [c for (t, _), c in cells.items() if t == task]
-        configs = [tuning.config_from_params({**c.params, "seed": s}) for c in task_cells for s in seeds[task]
-                   if not any(r.seed == s and same_setting(r, c.runs[0]) for r in done)]
+        configs = [dataclasses.replace(config_from_params(c.params), seed=int(s)) for c in task_cells
+                   for s in seeds[task] if not any(r.seed == s and same_setting(r, c.runs[0]) for r in done)]
         if configs:
-            first = task_cells[0]
-            argv = ["--task", task, "--mlflow-uri", uri, "--experiment", names[first.runs[0].experiment_id]]
-            for name in ("backbone", "encoder", "data_dir", "max_train_samples"):  # as the trials ran
-                if first.params.get(name, "None") != "None":
-                    argv += [f"--{name.replace('_', '-')}", first.params[name]]
-            if first.runs[0].parent_id:  # the search's seed fixes the data (sub)sampling: keep the same data
-                argv += ["--seed", client.get_run(first.runs[0].parent_id).data.params.get("seed", "0")]
-            args = build_parser().parse_args([*argv, *search_args])
-            tuning.run_fixed_trials(tuning.SearchRequest.from_args(args), configs, role="confirmation")
+            first = task_cells[0].runs[0]
+            # the search's seed fixes the data (sub)sampling: the confirmations keep the same data
+            data_seed = int(client.get_run(first.parent_id).data.params.get("seed", "0")) if first.parent_id else 0
+            confirm_settings(dataclasses.replace(request, task=task, mlflow_uri=uri, seed=data_seed,
+                                                 experiment=names[first.experiment_id]), configs)
     done = trial_runs(client, list(names), "confirmation", notes)
     found: dict[tuple[str, str], Confirmation] = {}
     for key, c in cells.items():
@@ -200,8 +198,10 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
 
 
 def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confirm_seeds: int = 0,
-                 optuna_storage: Path | None = None, search_args: Sequence[str] = ()) -> Report:
-    """Read, select, tabulate, draw, log. Raises UserError before writing anything on bad input."""
+                 optuna_storage: Path | None = None, placement: SearchRequest | None = None) -> Report:
+    """Read, select, tabulate, draw, log. Raises UserError before writing anything on bad input.
+    `placement`: where confirmation runs go (Ray address, storage path, resources); task, data and settings
+    come from the selected runs."""
     from tune_as import report_figures as figs
 
     client = connect(tracking_uri)
@@ -218,7 +218,8 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
                  for c in cells.values() for r in c.runs}
     report = Report(out, cells, [table6(cells), table2(cells), table3(cells), table4(cells, histories)], notes=notes)
     if confirm_seeds > 0:
-        report.confirmations = confirm(client, cells, trials, confirm_seeds, tracking_uri, names, search_args, notes)
+        report.confirmations = confirm(client, cells, trials, confirm_seeds, tracking_uri, names,
+                                       placement or SearchRequest(task=""), notes)
         report.tables.append(confirmation_table(report.confirmations))
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -293,9 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optuna-storage", type=Path, default=None, metavar="PATH",
                    help="the search's Optuna SQLite file, or its --storage-path (default: tune_as_results, "
                         "where the task's latest search of this experiment is found)")
-    p.add_argument("--search-args", default="", metavar="'ARGS'",
-                   help="for --confirm: more `python -m tune_as.search` options, e.g. '--address auto --storage-path "
-                        "DIR' (backbone, encoder, data dir, sample limit and data seed come from the runs)")
+    where = p.add_argument_group("where --confirm runs (task, data and settings come from the selected runs)")
+    where.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray cluster (default: a local Ray)")
+    where.add_argument("--storage-path", type=Path, default=Path("tune_as_results"),
+                       help="folder for the confirmation runs' checkpoints (shared storage on clusters)")
+    where.add_argument("--cpus-per-trial", type=float, default=1.0)
+    where.add_argument("--gpus-per-trial", type=float, default=None)
+    where.add_argument("--max-concurrent", type=int, default=None)
     return p
 
 
@@ -304,8 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.confirm < 0:
             raise UserError(f"expected --confirm N with N >= 0, received {args.confirm}")
+        placement = SearchRequest(task="", address=args.address, storage_path=args.storage_path,
+                                  cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                                  max_concurrent=args.max_concurrent)
         report = build_report([e.strip() for e in args.experiment.split(",") if e.strip()], args.out,
-                              args.tracking_uri, args.confirm, args.optuna_storage, shlex.split(args.search_args))
+                              args.tracking_uri, args.confirm, args.optuna_storage, placement)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,13 +1,20 @@
-"""`python -m tune_as.search --task TASK`: the CLI. It parses arguments and calls `run_search`."""
+"""`python -m tune_as.search --task TASK`: the CLI. It maps arguments onto a `SearchRequest` and calls
+`tune_as.engine.run.run_search`."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from tune_as.errors import UserError
+
+if TYPE_CHECKING:
+    from tune_as.engine import SearchRequest
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,7 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m tune_as.search",
         description="Search loss hyper-parameters for a task with Ray Tune + Optuna + ASHA, tracked in MLflow.",
     )
-    p.add_argument("--task", required=True, help="task name (see docs/tasks.md), e.g. clinc_oos, eurlex, digits")
+    p.add_argument("--task", default=None,
+                   help="task name (see docs/tasks.md), e.g. clinc_oos, eurlex, digits (with --resume: read from the "
+                        "saved search)")
     p.add_argument("--losses", default=None,
                    help="comma-separated losses (default: every loss that applies to the task's kind)")
     p.add_argument("--trials-per-loss", type=int, default=None,
@@ -29,11 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, default=None,
                    help="local folder of train/validation/test.jsonl[.gz] or HF save_to_disk (default: HF hub)")
     p.add_argument("--max-train-samples", type=int, default=None, help="subsample the training split")
+    p.add_argument("--max-eval-samples", type=int, default=None, help="subsample the validation and test splits")
     p.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="task option, repeatable (the jsonl task: kind=, text_field=, label_field=, ...)")
     p.add_argument("--search-space", type=Path, default=None,
                    help="search space YAML (default: search_spaces/<task>.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override a fixed trial setting, repeatable: lr, batch_size, epochs, max_length, "
+                        "weight_decay, lr_warmup, eval_every_steps, skip_masked_rows, ... (docs/search_spaces.md)")
     p.add_argument("--seed", type=int, default=0, help="seed for Optuna, data order and model init")
+    p.add_argument("--confirm", type=_count, default=0, metavar="N",
+                   help="after the search, re-run each loss's selected setting with N new seeds (no early "
+                        "stopping) and rank the losses on them with 95%% intervals (default 0: single runs)")
     p.add_argument("--gpus-per-trial", type=float, default=None,
                    help="GPUs per trial (0.5 packs two trials per GPU; default 1 when the cluster has GPUs, else 0)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial")
@@ -54,9 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "with --resume: the latest search of the task)")
     p.add_argument("--resume", action="store_true", help="resume the search --name from its last state")
     p.add_argument("--max-failures", type=int, default=2, help="retries of a crashed trial from its checkpoint")
-    p.add_argument("--grace-period", type=float, default=1.0, help="ASHA grace period, in epochs")
+    p.add_argument("--grace-period", type=float, default=None,
+                   help="ASHA grace period, in epochs (default: a third of the epochs, at least 1)")
     p.add_argument("--reduction-factor", type=float, default=3.0, help="ASHA reduction factor")
     p.add_argument("--no-asha", action="store_true", help="run every trial to the end (no early stopping)")
+    p.add_argument("--asha-scope", choices=["loss", "search"], default="loss",
+                   help="compare a trial with trials of its own loss (default) or with every trial of the search "
+                        "(an unfair ablation, for benchmarks)")
+    p.add_argument("--checkpoint-interval", type=float, default=30.0, dest="checkpoint_interval_s",
+                   help="seconds between a trial's checkpoints (it always checkpoints at its end; 0: every evaluation)")
     p.add_argument("--dashboard-host", default="127.0.0.1",
                    help="bind the local Ray dashboard here (binding wider than loopback prints a warning)")
     p.add_argument("--smoke", action="store_true",
@@ -64,23 +86,69 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _count(text: str) -> int:
+    """A non-negative integer, for argparse (which then prints one line and exits 2 on anything else)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def request_from_args(args: argparse.Namespace) -> SearchRequest:
+    from tune_as.engine import SearchRequest
+    from tune_as.search_space import parse_overrides
+
+    if not args.task and not args.resume:
+        raise UserError("--task: expected a task name (see docs/tasks.md), got none")
+    losses = None
+    if args.losses is not None:
+        losses = tuple(x.strip() for x in args.losses.split(",") if x.strip())
+    task_args = []
+    for item in args.task_arg or []:
+        if "=" not in item:
+            raise UserError(f"--task-arg: expected KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        task_args.append((key.strip(), value.strip()))
+    overrides = tuple(parse_overrides(args.overrides).items())
+    fields = {k: v for k, v in vars(args).items() if k not in ("losses", "task_arg", "overrides", "no_asha")}
+    return SearchRequest(**{**fields, "task": args.task or "", "losses": losses, "task_args": tuple(task_args),
+                            "overrides": overrides, "asha": not args.no_asha})
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (a scheduler or `kill`) stops the search like Ctrl-C: Ray Tune saves its state and stops the
+    trials, the runs are closed as KILLED and the resume hint is printed."""
+    global _TERMINATED  # noqa: PLW0603 - a signal handler can only talk to main() through module state
+    _TERMINATED = True
+    signal.raise_signal(signal.SIGINT)
+
+
+_TERMINATED = False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from tune_as.tuning import SearchInterrupted, SearchRequest, run_search
+    from tune_as.engine.run import SearchInterrupted, run_search
 
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    code = 0
     try:
-        request = SearchRequest.from_args(args)
-        run_search(request)
+        run_search(request_from_args(args))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        code = 2
     except SearchInterrupted as exc:
         print(f"interrupted: trials stopped, MLflow runs marked KILLED; resume with:  {exc}", file=sys.stderr)
-        return 130
+        code = 130
     except KeyboardInterrupt:
         print("interrupted before the search started: nothing to resume", file=sys.stderr)
-        return 130
-    return 0
+        code = 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 143 if code == 130 and _TERMINATED else code
 
 
 if __name__ == "__main__":

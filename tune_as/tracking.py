@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.errors import UserError, first_line, tcp_unreachable
+from tune_as.schema import ERROR, LAST_STEP, NODE, ORPHANED, PARENT, ROLE, ROLE_SEARCH, SEARCH, TRIAL
 
 # Fail fast instead of MLflow's default minutes of blocking retries: our own queue retries instead.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -33,9 +34,6 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 log = logging.getLogger(__name__)
 DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 DEFAULT_URI = "sqlite:///mlflow.db"
-ROLE, TASK, LOSS, TRIAL, SEARCH, METRIC = (
-    "tune_as.role", "tune_as.task", "tune_as.loss", "tune_as.trial_id", "tune_as.search_id", "tune_as.metric")
-LAST_STEP, ERROR, NODE = "tune_as.last_step", "tune_as.error", "tune_as.node_id"
 NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", "hostname", "node_ip", "pid",
                "experiment_tag", "config", "time_this_iter_s", "time_total_s", "timestamp", "time_since_restore",
                "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint", "training_iteration"}
@@ -77,6 +75,7 @@ class MlflowTracker:
         self.parent_id: str | None = None
         self.runs: dict[str, str] = {}  # Ray trial id -> MLflow run id
         self.trial_tags: dict[str, dict[str, str]] = {}
+        self.run_names: dict[str, str] = {}
         self.ended: set[str] = set()
         self.last_step: dict[str, int] = {}
         self.pending: deque[tuple[str, Callable[[], None]]] = deque()
@@ -109,7 +108,7 @@ class MlflowTracker:
             self.client.update_run(self.parent_id, status="RUNNING")
         else:
             run = self.client.create_run(self.experiment_id, run_name=self.search_id,
-                                         tags={ROLE: "search", SEARCH: self.search_id, **tags})
+                                         tags={ROLE: ROLE_SEARCH, SEARCH: self.search_id, **tags})
             self.parent_id = run.info.run_id
             self.client.log_batch(self.parent_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
         return self.parent_id
@@ -155,14 +154,16 @@ class MlflowTracker:
             run = found[0]
             self.last_step[trial_id] = int(run.data.tags.get(LAST_STEP, 0))
         else:
-            run = self.client.create_run(self.experiment_id, run_name=trial_id, tags={
-                "mlflow.parentRunId": self.parent_id, SEARCH: self.search_id, TRIAL: trial_id,
+            run = self.client.create_run(self.experiment_id, run_name=self.run_names.get(trial_id, trial_id), tags={
+                PARENT: self.parent_id, SEARCH: self.search_id, TRIAL: trial_id,
                 **self.trial_tags.get(trial_id, {})})
         self.runs[trial_id] = run.info.run_id
         return run.info.run_id
 
-    def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str]) -> None:
+    def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str], name: str | None = None) -> None:
+        """Open (or, after a restart, find) the trial's child run, named `name` (default: the trial id)."""
         self.trial_tags[trial_id] = tags
+        self.run_names[trial_id] = name or trial_id
 
         def op() -> None:
             new = trial_id not in self.runs
@@ -214,6 +215,18 @@ class MlflowTracker:
             self.client.set_terminated(run_id, status)
         self._enqueue(f"end of {trial_id}", op)
 
+    def search_artifacts(self, paths: list[Path]) -> None:
+        """Log files (the search's ranking) to the parent run; copied now, delivered through the queue."""
+        staged = Path(tempfile.mkdtemp(prefix="tune_as_art_"))
+        for path in paths:
+            shutil.copy2(path, staged / path.name)
+
+        def op() -> None:
+            for path in sorted(staged.iterdir()):
+                self.client.log_artifact(str(self.parent_id), str(path))
+            shutil.rmtree(staged, ignore_errors=True)
+        self._enqueue("search artifacts", op)
+
     def unfinished(self) -> list[str]:
         return sorted(set(self.trial_tags) - self.ended)
 
@@ -227,7 +240,7 @@ class MlflowTracker:
             f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` != 'search' and attributes.status = 'RUNNING'"))
         for run in found:
             if run.data.tags.get(TRIAL) not in self.runs:
-                self.client.set_tag(run.info.run_id, "tune_as.orphaned", "trial lost with a killed driver")
+                self.client.set_tag(run.info.run_id, ORPHANED, "trial lost with a killed driver")
                 self.client.set_terminated(run.info.run_id, "KILLED")
                 self.client.delete_run(run.info.run_id)
                 log.warning("MLflow: closed orphaned run %s of trial %s", run.info.run_id, run.data.tags.get(TRIAL))

@@ -1,6 +1,6 @@
 """One trial: fine-tune (or train a head) for a (task, loss) pair and report at every evaluation point.
 
-The loop is plain torch; Ray reaches it through a `Reporter` (tune_as.tuning adapts `ray.tune.report`), so it
+The loop is plain torch; Ray reaches it through a `Reporter` (tune_as.engine adapts `ray.tune.report`), so it
 can be run and tested without Ray. Schedules are functions of *training progress* = samples seen / samples
 planned, so AS-Speed (fewer optimizer steps for the same samples) gets the same learning-rate curve and the
 same AS warm-up as softmax: the optimizer-step counter only advances the schedules, it does not define them.
@@ -30,7 +30,13 @@ PMARGIN_FILE = "pmargin.npy"
 
 
 class Reporter(Protocol):
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Path) -> None: ...
+    """Where a trial's evaluations go (tune_as.engine.callbacks adapts `ray.tune.report`; tests collect them)."""
+
+    def wants_checkpoint(self, final: bool) -> bool:
+        """Whether to save a checkpoint with this report (`final`: the trial's last report)."""
+        ...
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None: ...
 
 
 def _empty_window() -> dict[str, float]:
@@ -276,10 +282,13 @@ class Trial:
                       "train_seconds": self.state.train_seconds}, checkpoint=False)
 
     def _report(self, metrics: dict[str, Any], checkpoint: bool = True) -> None:
+        final = self.state.samples_seen >= self.total_samples
+        if not (checkpoint and self.reporter.wants_checkpoint(final)):
+            self.reporter.report(metrics, None)
+            return
         ckpt = Path(tempfile.mkdtemp(prefix="tune_as_ckpt_"))
         try:
-            if checkpoint:
-                self._save(ckpt)
+            self._save(ckpt)
             self.reporter.report(metrics, ckpt)
         finally:
             shutil.rmtree(ckpt, ignore_errors=True)

@@ -1,0 +1,157 @@
+"""Fast tests of the search engine's parts, without a Ray cluster: the per-loss scheduler (Ray's own ASHA
+behind it, real Tune `Trial` objects), the per-loss Optuna searcher (in-memory SQLite), the ranking rules and
+request validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import TrialScheduler
+
+from tune_as.config import TrialConfig
+from tune_as.engine import ranking
+from tune_as.engine.request import SearchRequest
+from tune_as.engine.schedulers import PerLossASHA, default_grace_period
+from tune_as.engine.searcher import PerLossSearcher
+from tune_as.errors import UserError
+from tune_as.report_select import TrialRun
+from tune_as.search_space import load_search_space
+
+METRIC = "val_accuracy"
+
+
+def trial(loss: str, **config: Any) -> Trial:
+    return Trial("trainable", config={"loss": loss, **config}, stub=True)
+
+
+def scheduler(tmp: Path | None = None, trials_per_loss: int = 6, rf: float = 2.0) -> PerLossASHA:
+    s = PerLossASHA("epoch", 4.0, 1.0, rf, trials_per_loss, tmp / "scheduler.pkl" if tmp else None)
+    s.set_search_properties(METRIC, "max")
+    return s
+
+
+def result(s: PerLossASHA, t: Trial, epoch: float, acc: float) -> str:
+    return s.on_trial_result(None, t, {"epoch": epoch, METRIC: acc})
+
+
+def test_a_slow_loss_is_judged_only_against_its_own_trials() -> None:
+    """Softmax trials reach 0.9 after one epoch, the slow loss's 0.3: one ASHA for both would stop the slow
+    loss at its first rung; per loss, its good trial continues and its bad setting is stopped."""
+    s = scheduler()
+    fast = [trial("softmax") for _ in range(3)]
+    slow_good, slow_bad = trial("slow"), trial("slow")
+    for t in [*fast, slow_good, slow_bad]:
+        s.on_trial_add(None, t)
+    for t in fast:
+        assert result(s, t, 1.0, 0.9) == TrialScheduler.CONTINUE
+    assert result(s, slow_good, 1.0, 0.3) == TrialScheduler.CONTINUE
+    assert result(s, slow_bad, 1.0, 0.05) == TrialScheduler.STOP  # a bad setting of the same loss
+    assert set(s.by_loss) == {"softmax", "slow"}
+
+
+def test_a_loss_with_fewer_trials_than_the_reduction_factor_is_never_stopped() -> None:
+    s = scheduler(trials_per_loss=2, rf=3.0)
+    a, b = trial("softmax"), trial("softmax")
+    for t in (a, b):
+        s.on_trial_add(None, t)
+    assert result(s, a, 1.0, 0.9) == TrialScheduler.CONTINUE
+    assert result(s, b, 1.0, 0.1) == TrialScheduler.CONTINUE  # ASHA would stop it (cutoff = a's 0.9)
+    assert not s.stops_early
+
+
+def test_brackets_survive_a_restart_of_the_driver(tmp_path: Path) -> None:
+    first = scheduler(tmp_path)
+    good, bad = trial("slow"), trial("slow")
+    for t in (good, bad):
+        first.on_trial_add(None, t)
+    assert result(first, good, 1.0, 0.8) == TrialScheduler.CONTINUE
+    # a new driver process: Tune restores the scheduler as it was created (empty), ours reads its file
+    again = scheduler(tmp_path)
+    again.on_trial_add(None, bad)
+    assert result(again, bad, 1.0, 0.1) == TrialScheduler.STOP, "the rung value of before the restart was lost"
+    fresh = scheduler()
+    fresh.on_trial_add(None, bad)
+    assert result(fresh, bad, 1.0, 0.1) == TrialScheduler.CONTINUE  # what a lost state would have decided
+
+
+@pytest.mark.parametrize(("epochs", "rf", "grace"), [(10, 3, 10 / 3), (2, 3, 1.0), (1, 3, 1.0), (30, 3, 10.0)])
+def test_default_grace_period_is_a_fair_part_of_the_epochs(epochs: float, rf: float, grace: float) -> None:
+    assert default_grace_period(epochs, rf) == pytest.approx(grace)
+
+
+SPACE = """task: digits
+trials_per_loss: 3
+fixed: {epochs: 2}
+losses:
+  softmax: {params: {}}
+  as_softmax:
+    params:
+      delta: {type: float, low: 0.1, high: 0.5}
+    paper: {delta: 0.3}
+"""
+
+
+def test_searcher_gives_each_loss_its_quota_warm_start_first_and_seeds_for_parameterless(tmp_path: Path) -> None:
+    path = tmp_path / "digits.yaml"
+    path.write_text(SPACE)
+    space = load_search_space(path, "multiclass")
+    base = TrialConfig(task="digits", loss="softmax", epochs=2, batch_size=32, lr=1e-3, max_length=8,
+                       backbone="cnn", seed=5)
+    searcher = PerLossSearcher(space, base, f"sqlite:///{tmp_path / 'optuna.db'}", "digits", "best_val_accuracy", 0)
+    configs = [searcher.suggest(f"t{i}") for i in range(7)]
+    assert configs[-1] == "FINISHED"
+    by_loss: dict[str, list[dict[str, Any]]] = {}
+    for c in configs[:-1]:
+        assert isinstance(c, dict)
+        TrialConfig.from_dict(c)  # every suggestion is a valid trial config
+        by_loss.setdefault(c["loss"], []).append(c)
+    assert {k: len(v) for k, v in by_loss.items()} == {"softmax": 3, "as_softmax": 3}
+    assert by_loss["as_softmax"][0]["loss.delta"] == 0.3  # the paper's Table 6 setting goes first
+    assert [c["seed"] for c in by_loss["softmax"]] == [5, 6, 7]
+    for i, c in enumerate(configs[:-1]):
+        searcher.on_trial_complete(f"t{i}", {"best_val_accuracy": 0.5 + i / 100})
+    study = searcher.study("as_softmax")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    searcher.on_trial_complete("t0", {"error": "diverged"})  # told twice (a restart): ignored
+
+
+def run(i: int, loss: str, val: float, test: float, seed: int, stopped: bool = False, **params: str) -> TrialRun:
+    return TrialRun(f"r{i}", "digits", loss, {"loss": loss, "seed": str(seed), **params}, "accuracy", val,
+                    {"test_accuracy": test, "optimizer_steps": 10.0}, start_time=i, stopped_early=stopped)
+
+
+def test_ranking_uses_completed_trials_and_confirmed_seeds_with_intervals() -> None:
+    trials = [run(0, "softmax", 0.90, 0.89, 0), run(1, "as_softmax", 0.95, 0.50, 1, **{"loss.delta": "0.3"}),
+              run(2, "as_softmax", 0.97, 0.99, 2, stopped=True, **{"loss.delta": "0.1"}),
+              run(3, "sparsemax", 0.99, 0.99, 3, stopped=True)]
+    assert ranking.confirmation_seeds(trials, 3) == [4, 5, 6]
+    confirmations = [run(10 + s, "softmax", 0.9, 0.90 + s / 1000, s) for s in (4, 5, 6)] + \
+                    [run(20 + s, "as_softmax", 0.93, 0.92 + s / 500, s, **{"loss.delta": "0.3"}) for s in (4, 5, 6)]
+    rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy")}
+    assert rows["as_softmax"].setting == {"loss.delta": "0.3"}, "the stopped trial must not be selected"
+    assert rows["as_softmax"].confirmed and rows["as_softmax"].verdict == "win"
+    assert rows["as_softmax"].diff.startswith("+2.")
+    assert not rows["sparsemax"].val, "a loss whose trials were all stopped early has no number"
+    text = ranking.markdown(ranking.rank(trials, confirmations, "accuracy"), "t")
+    assert "every trial was stopped early" in text and "±" in text
+    # the ranking follows validation, never test
+    assert [r.loss for r in ranking.rank(trials, [], "accuracy")][:2] == ["as_softmax", "softmax"]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"confirm": -1}, "--confirm: expected a non-negative integer"),
+    ({"seed": 2**32}, "--seed: expected an integer in [0, 4294967295]"),
+    ({"seed": -1}, "--seed: expected an integer in [0"),
+    ({"losses": ()}, "--losses: expected comma-separated loss names, got none"),
+    ({"name": "../escape"}, "--name: expected one path segment"),
+    ({"name": "a/b"}, "--name: expected one path segment"),
+    ({"name": "it's"}, "--name: expected one path segment"),
+    ({"max_eval_samples": 0}, "--max-eval-samples: expected a number > 0"),
+    ({"asha_scope": "global"}, "--asha-scope: expected 'loss' or 'search'"),
+])
+def test_request_validation(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        SearchRequest(task="digits", **fields).check()

@@ -1,0 +1,139 @@
+"""The Ray side of a trial and of tracking: the function Tune runs in a worker, its reporter, trial names, and
+the driver-side callback that turns Tune's trial events into MLflow runs (tune_as.tracking)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import tune
+
+from tune_as import schema, tracking
+from tune_as.engine.plan import git_commit
+from tune_as.trainable import run_trial
+
+# Names a test (or a user's instrumentation) may hook into every report of a trial: "module:function", called
+# as function(metrics, loss) in the worker after each report. Unset in normal use.
+HOOK_ENV = "TUNE_AS_TRIAL_HOOK"
+
+
+class RayReporter:
+    """`tune_as.trainable.Reporter` over `ray.tune.report`. A trial checkpoints at an evaluation only when
+    `interval_s` seconds have passed since its last checkpoint, and always at its last one: with a checkpoint
+    at every epoch of a fast trial, Ray snapshots the whole experiment each time (CheckpointConfig(num_to_keep)
+    forces a snapshot once a trial has checkpointed num_to_keep times since the last one)."""
+
+    def __init__(self, loss: str, interval_s: float) -> None:
+        self.loss, self.interval_s = loss, interval_s
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.last_checkpoint = time.monotonic()
+        hook = os.environ.get(HOOK_ENV)
+        self.hook: Callable[[dict[str, Any], str], None] | None = None
+        if hook:
+            module, _, func = hook.partition(":")
+            self.hook = getattr(importlib.import_module(module), func)
+
+    def wants_checkpoint(self, final: bool) -> bool:
+        return final or time.monotonic() - self.last_checkpoint >= self.interval_s
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+        metrics = {**metrics, "node_id": self.node_id}
+        ckpt = None
+        if checkpoint_dir is not None and any(checkpoint_dir.iterdir()):
+            ckpt = tune.Checkpoint.from_directory(str(checkpoint_dir))
+            self.last_checkpoint = time.monotonic()
+        tune.report(metrics, checkpoint=ckpt)
+        if self.hook is not None:
+            self.hook(metrics, self.loss)
+
+
+def trainable(config: dict[str, Any], data: Any = None, task: Any = None, checkpoint_interval_s: float = 30.0) -> None:
+    """What Tune runs in a worker: one trial, restored from Tune's checkpoint when there is one."""
+    checkpoint = tune.get_checkpoint()
+    with checkpoint.as_directory() if checkpoint else nullcontext(None) as restore_dir:
+        reporter = RayReporter(str(config.get("loss")), checkpoint_interval_s)
+        run_trial(config, data, task, reporter, Path(restore_dir) if restore_dir else None)
+
+
+def trial_name(trial: Any) -> str:
+    """`as_softmax_0003`: the loss and the trial's number in the search (Tune's experiment tag starts with it),
+    in the progress table, the trial folders and the MLflow run names."""
+    number = str(getattr(trial, "experiment_tag", "") or "").split("_", 1)[0]
+    suffix = f"{int(number):04d}" if number.isdigit() else str(trial.trial_id)
+    return f"{trial.config.get('loss', 'trial')}_{suffix}"
+
+
+class MlflowCallback(tune.Callback):
+    """Driver-side bridge from Tune's trial events to `tracking.MlflowTracker`.
+
+    Ray pickles a run's callbacks with the experiment and brings that copy back on `Tuner.restore`, in a new
+    driver process: the tracker (a live client with a queue) cannot travel in the pickle. So the callback names
+    its search and finds the tracker that the driver registered for it (`register`) before running."""
+
+    _trackers: dict[str, tracking.MlflowTracker] = {}
+
+    def __init__(self, tracker: tracking.MlflowTracker, metric: str, max_epochs: float, role: str) -> None:
+        self.search_id, self.metric, self.max_epochs, self.role = tracker.search_id, metric, max_epochs, role
+        self.register(tracker)
+
+    @classmethod
+    def register(cls, tracker: tracking.MlflowTracker) -> None:
+        cls._trackers[tracker.search_id] = tracker
+
+    @property
+    def tracker(self) -> tracking.MlflowTracker:
+        return self._trackers[self.search_id]
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        config = {**trial.config, "git_commit": git_commit()}
+        self.tracker.trial_started(trial.trial_id, config, name=trial_name(trial), tags={
+            schema.ROLE: self.role, schema.TASK: str(trial.config["task"]), schema.LOSS: str(trial.config["loss"]),
+            schema.METRIC: f"val_{self.metric}"})
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
+        self.tracker.trial_result(trial.trial_id, result)
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        last = trial.last_result or {}
+        error = last.get("error")
+        tags = {}
+        if not error and not completed(last, self.max_epochs):
+            tags[schema.STOPPED_EARLY] = "true"
+        self.tracker.trial_ended(trial.trial_id, "FAILED" if error else "FINISHED", error=error,
+                                 artifacts=checkpoint_files(trial, schema.PMARGIN_FILE), tags=tags)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.tracker.trial_ended(trial.trial_id, "FAILED", error=trial_error(trial),
+                                 artifacts=checkpoint_files(trial, schema.PMARGIN_FILE))
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        if self.tracker.pending:
+            self.tracker.flush()
+
+
+def completed(result: dict[str, Any], epochs: float) -> bool:
+    """The trial trained all its epochs (not stopped early, not failed)."""
+    return not result.get("error") and result.get("epoch", 0.0) >= epochs - 1e-6
+
+
+def trial_error(trial: Any) -> str:
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        lines = [ln for ln in Path(path).read_text().splitlines() if ln.strip()]
+        return lines[-1] if lines else "trial failed"
+    except OSError:
+        return "trial failed (no error file)"
+
+
+def checkpoint_files(trial: Any, name: str) -> list[Path]:
+    checkpoint = getattr(trial, "checkpoint", None)
+    if checkpoint is None:
+        return []
+    path = Path(checkpoint.path) / name
+    return [path] if path.is_file() else []

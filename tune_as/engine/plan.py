@@ -1,0 +1,245 @@
+"""Planning a search: resolve the request into one base trial config, a search space and prepared data.
+No Ray here and nothing written but the data cache, so every bad input fails before a folder or a run exists.
+
+Where a trial setting comes from, highest first: `--set KEY=VALUE`; the CLI's own options (`--max-epochs`,
+`--max-length`, `--backbone`, ...); `--smoke`; the head defaults of `--encoder frozen` (FROZEN_HEAD, below);
+the search space's `fixed`; the task's defaults (the paper's Table 5); `TrialConfig`'s field defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tune_as import schema
+from tune_as.config import TrialConfig
+from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
+from tune_as.errors import UserError, first_line
+from tune_as.search_space import SearchSpace, default_space_path, load_search_space
+from tune_as.tasks import DataSpec, PreparedData, Task, build_task
+
+# --smoke: a tiny random backbone and little data, so the whole pipeline runs in well under a minute.
+SMOKE: dict[str, Any] = {"backbone": "tiny", "max_train_samples": 256, "max_eval_samples": 128, "max_length": 32,
+                         "epochs": 2.0, "batch_size": 32, "lr": 1e-3}
+SMOKE_TRIALS = 2
+# --encoder frozen trains a head from scratch on cached features: the fine-tuning lr of Table 5 (2e-5) is far
+# too small for it (clinc_oos, 3 epochs: 47.6% at 2e-5 against 85.7% at 1e-3; docs/results.md).
+FROZEN_HEAD: dict[str, Any] = {"lr": 1e-3}
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """Everything resolved and validated before anything is written."""
+
+    request: SearchRequest  # after a resume: the saved request, with this process's runtime options
+    task: Task
+    space: SearchSpace
+    base: TrialConfig  # the settings every trial shares (its loss is the first of the search's)
+    data: PreparedData
+    name: str
+    search_dir: Path
+    experiment: str
+    search_id: str
+
+    @property
+    def losses(self) -> list[str]:
+        return list(self.space.losses)
+
+    @property
+    def metric(self) -> str:
+        """The task metric that selects, e.g. "accuracy"."""
+        return self.task.metrics[0]
+
+    @property
+    def n_trials(self) -> int:
+        return self.space.trials_per_loss * len(self.losses)
+
+
+def build(name: str, task_args: tuple[tuple[str, str], ...] = ()) -> Task:
+    try:
+        return build_task(name, **dict(task_args))
+    except (ValueError, TypeError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def check_losses(names: tuple[str, ...], kind: str) -> None:
+    from tune_as.losses import LOSSES
+
+    for name in names:
+        if name not in LOSSES:
+            raise UserError(f"--losses: unknown loss {name!r}; expected some of {sorted(LOSSES)}")
+        if kind not in LOSSES[name].kinds:
+            applicable = sorted(k for k, cls in LOSSES.items() if kind in cls.kinds)
+            raise UserError(f"--losses: {name!r} does not apply to {kind} tasks; expected some of {applicable}")
+
+
+def check_storage(storage: Path) -> None:
+    """--storage-path must be (or be creatable as) a writable folder: found now, not after Ray started."""
+    probe = storage
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"--storage-path: expected a folder (or a path that can become one), got {storage} "
+                        f"({probe} is a file)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--storage-path: expected a writable place, got {storage} ({probe} is not writable)")
+
+
+def read_state(search_dir: Path) -> dict[str, Any] | None:
+    path = search_dir / schema.SEARCH_STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: expected the search's saved state (JSON), got {first_line(exc)[:200]}") from None
+
+
+def state_of(plan: SearchPlan) -> dict[str, Any]:
+    """What the search folder keeps: enough to resume from `--name` and `--storage-path` alone."""
+    r = plan.request
+    saved = {k: getattr(r, k) for k in RESULT_OPTIONS}
+    saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in saved.items()}
+    return {"search_id": plan.search_id, "task": plan.task.name, "fingerprint": plan.space.fingerprint(),
+            "losses": plan.losses, "experiment": plan.experiment, "request": saved, "finished": False}
+
+
+def _restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
+    """The saved request with this process's runtime options; refuse a changed option that changes results."""
+    saved = dict(state["request"])
+    for key, value in r.given().items():
+        old = saved.get(key)
+        mine = str(value) if isinstance(value, Path) else (list(map(list, value)) if key in ("task_args", "overrides")
+                                                          else (list(value) if key == "losses" else value))
+        if key != "task" and mine != old and key != "confirm":
+            flag = "--" + key.replace("_", "-")
+            raise UserError(f"--resume: {flag} changes what the trials compute: {name} was started with "
+                            f"{old!r}, got {mine!r}; resume without it, or start a new search")
+    if r.task != state["task"] and "task" in r.given():
+        raise UserError(f"--resume: {name} is a {state['task']} search, got --task {r.task}")
+    fields = {**saved, "task": state["task"]}
+    fields["losses"] = tuple(fields["losses"]) if fields["losses"] else None
+    fields["task_args"] = tuple(tuple(x) for x in fields["task_args"])
+    fields["overrides"] = tuple(tuple(x) for x in fields["overrides"])
+    for key in ("data_dir", "search_space"):
+        fields[key] = Path(fields[key]) if fields[key] else None
+    if r.confirm:  # more confirmation seeds can be asked for after the fact
+        fields["confirm"] = r.confirm
+    experiment = r.experiment or state.get("experiment")
+    return dataclasses.replace(r, **fields, experiment=experiment)
+
+
+def _latest_search(storage: Path, task: str | None) -> str | None:
+    found = [p for p in storage.glob(f"*/{schema.SEARCH_STATE_FILE}")
+             if task is None or (read_state(p.parent) or {}).get("task") == task]
+    return max(found, key=lambda p: p.stat().st_mtime).parent.name if found else None
+
+
+def base_config(r: SearchRequest, task: Task, space: SearchSpace) -> TrialConfig:
+    d = task.defaults
+    settings: dict[str, Any] = {"epochs": d.epochs, "batch_size": d.batch_size, "lr": d.lr,
+                                "max_length": d.max_length, "backbone": d.backbone}
+    settings.update(space.fixed)
+    if r.encoder == "frozen" and task.uses_backbone:
+        settings.update(FROZEN_HEAD)
+    if r.smoke:
+        settings.update(SMOKE)
+    cli = {"epochs": r.max_epochs, "max_length": r.max_length, "backbone": r.backbone,
+           "max_train_samples": r.max_train_samples, "max_eval_samples": r.max_eval_samples,
+           "eval_every_steps": r.eval_every_steps}
+    settings.update({k: v for k, v in cli.items() if v is not None})
+    settings.update(dict(r.overrides))
+    first = next(iter(space.losses))
+    try:
+        return TrialConfig.from_dict({**settings, "task": task.name, "loss": first, "encoder": r.encoder,
+                                      "seed": r.seed, "data_dir": str(r.data_dir) if r.data_dir else None})
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"trial settings: {first_line(exc)}") from None
+
+
+def data_spec(cfg: TrialConfig, task: Task, cache_dir: Path | None) -> DataSpec:
+    cache = cache_dir or Path(os.environ.get("TUNE_AS_CACHE", "~/.cache/tune_as")).expanduser()
+    # image tasks have no tokenizer: their max_length is meaningless and the spec keeps its default
+    length = {"max_length": cfg.max_length} if task.uses_backbone else {}
+    return DataSpec(task=task.name, data_dir=Path(cfg.data_dir) if cfg.data_dir else None, backbone=cfg.backbone,
+                    encoder=cfg.encoder, **length, max_train_samples=cfg.max_train_samples,
+                    max_eval_samples=cfg.max_eval_samples, seed=cfg.seed, cache_dir=cache)
+
+
+def prepare(cfg: TrialConfig, task: Task, cache_dir: Path | None) -> PreparedData:
+    """The trials' data, prepared once on the driver (and cached on disk). Loader errors are the user's."""
+    from tune_as.tasks import prepare as prepare_data
+
+    if cfg.data_dir is not None and not Path(cfg.data_dir).exists():
+        raise UserError(f"--data-dir: expected an existing folder, got {cfg.data_dir} (not found)")
+    spec = data_spec(cfg, task, cache_dir)
+    try:
+        return prepare_data(task, spec)
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        raise UserError(first_line(exc)) from None
+    except OSError as exc:  # hub unreachable (ConnectionError is an OSError), model files missing, ...
+        raise UserError(f"could not load {task.name}'s data or backbone {spec.backbone!r}: expected a reachable "
+                        f"Hugging Face hub or local files (--data-dir DIR, --backbone minilm|tiny|PATH), got "
+                        f"{type(exc).__name__}: {first_line(exc)[:300]}") from None
+
+
+def plan_search(r: SearchRequest) -> SearchPlan:
+    """Validate the request, load the space and prepare (cached) data. Writes nothing but the data cache."""
+    r.check()
+    storage = r.storage_path.expanduser().resolve()
+    check_storage(storage)
+    state = None
+    if r.resume:
+        name = r.name or _latest_search(storage, r.task or None)
+        if name is None:
+            raise UserError(f"--resume: expected a previous {r.task or ''} search under {storage}, found none")
+        state = read_state(storage / name)
+        if state is None:
+            raise UserError(f"--resume: expected a search to resume at {storage / name}, found nothing there")
+        r = _restore_request(r, state, name)
+    task = build(r.task, r.task_args)
+    space = load_search_space(r.search_space or default_space_path(task.name), task.kind)
+    if space.task != task.name:
+        raise UserError(f"{space.path}: task: expected {task.name!r} (the --task), got {space.task!r}")
+    if r.losses:
+        check_losses(r.losses, task.kind)
+        space = space.restrict(list(r.losses))
+    if r.overrides:
+        space = space.with_overrides(dict(r.overrides))
+    if r.trials_per_loss or r.smoke:
+        space = dataclasses.replace(space, trials_per_loss=int(r.trials_per_loss or SMOKE_TRIALS))
+    if state is not None:
+        name = (r.name or _latest_search(storage, task.name)) or ""
+        if state["fingerprint"] != space.fingerprint() or state["losses"] != list(space.losses):
+            raise UserError(f"--resume: the search space of {name} changed since it started (expected fingerprint "
+                            f"{state['fingerprint']} for losses {state['losses']}, got {space.fingerprint()} "
+                            f"for {list(space.losses)}); start a new search instead")
+    else:
+        name = r.name or f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if (storage / name).exists():
+            raise UserError(f"--name: expected a new search name, but {storage / name} exists; "
+                            "add --resume to continue it")
+    base = base_config(r, task, space)
+    data = prepare(base, task, r.cache_dir)
+    space.check_classes(data.num_labels)
+    experiment = r.experiment or task.name
+    search_id = state["search_id"] if state else name
+    return SearchPlan(r, task, space, base, data, name, storage / name, experiment, search_id)
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str:
+    """The code's commit, logged with every run (one `git` call per process, not one per trial)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"

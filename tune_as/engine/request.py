@@ -1,0 +1,99 @@
+"""What a user asks of a search: one typed request, validated once, at the edge (before anything is written).
+
+The CLI (tune_as.search) maps its arguments onto `SearchRequest`; the report's confirmation and the tests call
+the engine with one directly. Defaults live here and in `tune_as.config` (trial settings) only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tune_as.errors import UserError
+
+# Options whose value changes what a trial computes: a resumed search must keep them (tune_as.engine.plan).
+RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "max_length", "data_dir",
+                  "max_train_samples", "max_eval_samples", "task_args", "search_space", "seed", "overrides",
+                  "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke", "confirm")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+SEED_MAX = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    task: str
+    losses: tuple[str, ...] | None = None
+    trials_per_loss: int | None = None  # None: the search space file's value
+    max_epochs: float | None = None
+    backbone: str | None = None
+    encoder: str = "finetune"
+    max_length: int | None = None
+    data_dir: Path | None = None
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    task_args: tuple[tuple[str, str], ...] = ()
+    search_space: Path | None = None
+    overrides: tuple[tuple[str, Any], ...] = ()  # --set KEY=VALUE, already typed (search_space.parse_overrides)
+    seed: int = 0
+    confirm: int = 0  # new seeds per loss for its selected setting, after the search
+    gpus_per_trial: float | None = None
+    cpus_per_trial: float = 1.0
+    max_concurrent: int | None = None
+    eval_every_steps: int | None = None
+    address: str | None = None
+    storage_path: Path = Path("tune_as_results")
+    mlflow_uri: str | None = None
+    experiment: str | None = None
+    name: str | None = None
+    resume: bool = False
+    max_failures: int = 2
+    grace_period: float | None = None  # None: a third of the epochs (tune_as.engine.schedulers)
+    reduction_factor: float = 3.0
+    asha: bool = True
+    asha_scope: str = "loss"  # "loss": brackets per loss; "search": one set for every loss (an ablation only)
+    checkpoint_interval_s: float = 30.0  # a trial checkpoints at an evaluation at most this often (and at its end)
+    dashboard_host: str = "127.0.0.1"
+    smoke: bool = False
+    cache_dir: Path | None = None
+    verbose: int = 1
+
+    def check(self) -> None:
+        """Every check that needs nothing but the request; UserError names the option."""
+        _positive("--trials-per-loss", self.trials_per_loss)
+        _positive("--max-epochs", self.max_epochs)
+        _positive("--cpus-per-trial", self.cpus_per_trial)
+        _positive("--gpus-per-trial", self.gpus_per_trial, strict=False)
+        _positive("--max-concurrent", self.max_concurrent)
+        _positive("--max-failures", self.max_failures, strict=False)
+        _positive("--grace-period", self.grace_period)
+        _positive("--eval-every-steps", self.eval_every_steps)
+        _positive("--max-length", self.max_length, 3)
+        _positive("--max-train-samples", self.max_train_samples)
+        _positive("--max-eval-samples", self.max_eval_samples)
+        _positive("--checkpoint-interval", self.checkpoint_interval_s, strict=False)
+        if self.reduction_factor <= 1:
+            raise UserError(f"--reduction-factor: expected a number > 1, got {self.reduction_factor}")
+        if self.asha_scope not in ("loss", "search"):
+            raise UserError(f"--asha-scope: expected 'loss' or 'search', got {self.asha_scope!r}")
+        if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or self.confirm < 0:
+            raise UserError(f"--confirm: expected a non-negative integer (new seeds per loss), got {self.confirm!r}")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise UserError(f"--seed: expected an integer in [0, {SEED_MAX}], got {self.seed}")
+        if self.losses is not None and not self.losses:
+            raise UserError("--losses: expected comma-separated loss names, got none")
+        if self.name is not None and not NAME_PATTERN.fullmatch(self.name):
+            raise UserError(f"--name: expected one path segment of letters, digits, '.', '_' or '-' (at most 100, "
+                            f"not starting with '.', '_' or '-'), got {self.name[:80]!r}")
+
+    def given(self) -> dict[str, Any]:
+        """The result options that differ from their defaults (what a user asked for explicitly)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return {k: getattr(self, k) for k in RESULT_OPTIONS if getattr(self, k) != defaults[k]}
+
+
+def _positive(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
+    if value is not None and (value <= minimum if strict else value < minimum):
+        raise UserError(f"{name}: expected a number {'>' if strict else '>='} {minimum:g}, got {value}")

@@ -1,0 +1,280 @@
+"""Run a planned search through one Ray Tune `Tuner`, confirm the selected settings with new seeds, and give
+the answer: a ranking of the losses (tune_as.engine.ranking), printed and logged to the parent MLflow run."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+# Set before Ray Tune is imported. A diverged trial ends with an error result that has no validation metric
+# (none exists): Tune's strict check would reject that result; the searcher and the callback read `error`.
+os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+# The progress table is Ray's CLIReporter, with our columns (the newer output engine picks its own).
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+
+from ray import tune  # noqa: E402
+from ray.tune import CLIReporter  # noqa: E402
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # noqa: E402
+from ray.tune.search import ConcurrencyLimiter, Searcher  # noqa: E402
+
+from tune_as import schema, tracking  # noqa: E402
+from tune_as.config import TrialConfig  # noqa: E402
+from tune_as.engine import cluster, ranking  # noqa: E402
+from tune_as.engine.callbacks import MlflowCallback, completed, trainable, trial_name  # noqa: E402
+from tune_as.engine.plan import SearchPlan, git_commit, plan_search, state_of  # noqa: E402
+from tune_as.engine.request import SearchRequest  # noqa: E402
+from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
+from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
+from tune_as.errors import UserError  # noqa: E402
+from tune_as.report_select import TrialRun  # noqa: E402
+from tune_as.search_space import config_key  # noqa: E402
+
+CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the search's folder
+SCHEDULER_STATE = "scheduler.pkl"
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM: Ray Tune stopped the trials and saved its state; the message is the resume command."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a finished search returns: the ranking rows and the trials behind them."""
+
+    rows: list[ranking.Row]
+    trials: list[TrialRun]
+    confirmations: list[TrialRun]
+    markdown: str
+
+
+# -- the search folder ------------------------------------------------------------------------------------
+def claim(search_dir: Path, resume: bool) -> IO[str]:
+    """Create (or, resuming, open) the search's folder and hold its lock for this process's lifetime: two
+    processes can never run one search. mkdir is atomic, so of two new searches of one name one gets exit 2."""
+    try:
+        search_dir.mkdir(parents=True, exist_ok=resume)
+    except FileExistsError:
+        raise UserError(f"--name: expected a new search name, but {search_dir} was just created by another "
+                        "process") from None
+    handle = open(search_dir / schema.NAME_LOCK, "a+")  # noqa: SIM115 - held until the process exits
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise UserError(f"--resume: expected a search no other process is running, but {search_dir.name} is "
+                        "running now (its folder is locked)") from None
+    return handle
+
+
+def _write_state(search_dir: Path, state: dict[str, Any]) -> None:
+    tmp = search_dir / (schema.SEARCH_STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, search_dir / schema.SEARCH_STATE_FILE)
+
+
+def resume_hint(plan: SearchPlan) -> str:
+    hint = f"python -m tune_as.search --resume --name {plan.name} --storage-path {plan.request.storage_path}"
+    uri = plan.request.mlflow_uri
+    if uri and tracking.redact_uri(uri) == uri:  # a URI with a password is not printed: pass it again
+        hint += f" --mlflow-uri {uri}"
+    return hint
+
+
+# -- Tune -------------------------------------------------------------------------------------------------
+def _trainable_for(plan: SearchPlan, res: dict[str, float]) -> Any:
+    return tune.with_resources(tune.with_parameters(
+        trainable, data=plan.data, task=plan.task, checkpoint_interval_s=plan.request.checkpoint_interval_s), res)
+
+
+def _reporter(plan: SearchPlan) -> CLIReporter:
+    metric = plan.metric
+    params = {"seed": "seed"} | {config_key(d.name): d.name for s in plan.space.losses.values() for d in s.params}
+    # validation only: test metrics during a search invite choosing on test
+    return CLIReporter(metric_columns={"epoch": "epoch", f"val_{metric}": f"val_{metric}",
+                                       f"best_val_{metric}": f"best_val_{metric}", "masked_ratio": "masked"},
+                       parameter_columns=params, max_report_frequency=30, sort_by_metric=False)
+
+
+def _tuner(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, float], name: str, role: str,
+           search_alg: Searcher, scheduler: TrialScheduler, num_samples: int, epochs: float) -> tune.Tuner:
+    r = plan.request
+    run_config = tune.RunConfig(
+        name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
+        callbacks=[MlflowCallback(tracker, plan.metric, epochs, role)], verbose=r.verbose,
+        progress_reporter=_reporter(plan), failure_config=tune.FailureConfig(max_failures=r.max_failures),
+        # Two, not one: Ray forces an experiment snapshot whenever a trial has saved num_to_keep checkpoints since
+        # the last snapshot; with 1, every trial's final checkpoint forced one ("snapshotting ... bottleneck").
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+    return tune.Tuner(_trainable_for(plan, res), run_config=run_config, tune_config=tune.TuneConfig(
+        scheduler=scheduler, search_alg=search_alg, num_samples=num_samples, reuse_actors=True,
+        trial_name_creator=trial_name, trial_dirname_creator=trial_name))
+
+
+def _scheduler(plan: SearchPlan) -> TrialScheduler:
+    r, epochs = plan.request, float(plan.base.epochs)
+    if not r.asha:
+        return FIFOScheduler()
+    grace = min(r.grace_period, epochs) if r.grace_period else default_grace_period(epochs, r.reduction_factor)
+    metric = f"val_{plan.metric}"
+    if r.asha_scope == "search":  # the ablation: every loss in one set of brackets
+        return ASHAScheduler(time_attr="epoch", max_t=epochs, grace_period=grace,  # type: ignore[arg-type]
+                             reduction_factor=r.reduction_factor, metric=metric, mode="max")
+    scheduler = PerLossASHA("epoch", epochs, grace, r.reduction_factor, plan.space.trials_per_loss,
+                            plan.search_dir / SCHEDULER_STATE)
+    scheduler.set_search_properties(metric, "max")
+    return scheduler
+
+
+def _fit(tuner: tune.Tuner, tracker: tracking.MlflowTracker, hint: str, expected: int) -> tune.ResultGrid:
+    """Ray Tune swallows Ctrl-C (it checkpoints and returns), so an interruption is recognised by trials left
+    open or not finished."""
+    try:
+        grid = tuner.fit()
+    except KeyboardInterrupt:
+        raise SearchInterrupted(hint) from None
+    if tracker.unfinished() or grid.num_terminated + grid.num_errors < expected:
+        raise SearchInterrupted(hint)
+    return grid
+
+
+def _results(grid: tune.ResultGrid, metric: str, epochs: float) -> list[TrialRun]:
+    runs = []
+    for i in range(len(grid)):
+        result = grid[i]
+        metrics, config = result.metrics or {}, result.config or {}
+        run = ranking.trial_run(str(metrics.get("trial_id", result.path)), config, metrics, metric,
+                                completed(metrics, epochs))
+        if run is not None:
+            runs.append(run)
+    return runs
+
+
+# -- the search -----------------------------------------------------------------------------------------------
+def run_search(r: SearchRequest) -> Outcome:
+    """Plan and validate (nothing written on bad input), search, confirm, rank. Returns the answer."""
+    plan = plan_search(r)
+    r = plan.request
+    tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id)
+    tracker.check_reachable()
+    if r.address:
+        cluster.check_address(r.address)
+    cluster.init_ray(r.address, r.dashboard_host)
+    res = cluster.resources(r.cpus_per_trial, r.gpus_per_trial)
+    lock = claim(plan.search_dir, r.resume)
+    state = state_of(plan)
+    _write_state(plan.search_dir, state)
+    tracker.start_search(
+        params={"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.space.trials_per_loss,
+                "backbone": plan.base.backbone, "encoder": plan.base.encoder, "epochs": plan.base.epochs,
+                "seed": r.seed, "confirm": r.confirm, "git_commit": git_commit(), "search_space": str(plan.space.path)},
+        tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max"})
+    print(f"MLflow: {tracking.redact_uri(tracker.uri)}  experiment {plan.experiment!r}, parent run {tracker.parent_id}")
+    print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  "
+          f"(optuna-dashboard {schema.optuna_url(plan.search_dir)})")
+    status = "FAILED"
+    try:
+        outcome = _search_and_confirm(plan, tracker, res)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.search_ended(status)
+        lock.close()
+    _write_state(plan.search_dir, {**state, "finished": True})
+    return outcome
+
+
+def _search_and_confirm(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, float]) -> Outcome:
+    r, hint, epochs = plan.request, resume_hint(plan), float(plan.base.epochs)
+    MlflowCallback.register(tracker)
+    if r.resume and tune.Tuner.can_restore(str(plan.search_dir)):
+        tuner = tune.Tuner.restore(str(plan.search_dir), _trainable_for(plan, res), resume_unfinished=True,
+                                   resume_errored=True)
+    else:
+        searcher = PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
+                                   metric=f"best_val_{plan.metric}", seed=r.seed)
+        tuner = _tuner(plan, tracker, res, plan.name, schema.ROLE_TRIAL,
+                       ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, res)),
+                       _scheduler(plan), plan.n_trials, epochs)
+    trials = _results(_fit(tuner, tracker, hint, plan.n_trials), plan.metric, epochs)
+    confirmations: list[TrialRun] = []
+    if r.confirm:
+        configs = confirmation_configs(trials, r.confirm)
+        print(f"\nConfirming {len(configs) // max(1, r.confirm)} selected settings with {r.confirm} new seeds each "
+              f"({len(configs)} runs, no early stopping)")
+        confirmations = run_trials(plan, tracker, res, configs, hint)
+    rows = ranking.rank(trials, confirmations, plan.metric)
+    title = (f"{plan.task.name}: which loss wins ({plan.metric}, %; {epochs:g} epochs each; "
+             + (f"{r.confirm} confirmation seeds" if r.confirm else "single runs, not confirmed: add --confirm N")
+             + ")")
+    text = ranking.markdown(rows, title)
+    print("\n" + text)
+    with tempfile.TemporaryDirectory() as tmp:
+        md, csv = Path(tmp) / schema.RANKING_MD, Path(tmp) / schema.RANKING_CSV
+        md.write_text(text)
+        csv.write_text(ranking.csv_text(rows))
+        tracker.search_artifacts([md, csv])
+    return Outcome(rows, trials, confirmations, text)
+
+
+def confirmation_configs(trials: list[TrialRun], n: int) -> list[TrialConfig]:
+    """Each loss's selected setting with the same N new seeds (deterministic: a resume recomputes the same)."""
+    from tune_as.schema import config_from_params
+
+    seeds = ranking.confirmation_seeds(trials, n)
+    cells = ranking.selected(trials)
+    return [dataclasses.replace(config_from_params(cells[loss].params), seed=seed)
+            for loss in sorted(cells) for seed in seeds]
+
+
+def run_trials(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, float],
+               configs: list[TrialConfig], hint: str) -> list[TrialRun]:
+    """Run complete trial configs to the end (no early stopping) as child runs with role=confirmation, in a
+    Tune experiment of their own inside the search folder (resumable like the search)."""
+    path = plan.search_dir / CONFIRM_DIR
+    if tune.Tuner.can_restore(str(path)):
+        tuner = tune.Tuner.restore(str(path), _trainable_for(plan, res), resume_unfinished=True, resume_errored=True)
+    else:
+        searcher = ConcurrencyLimiter(FixedConfigs([c.to_dict() for c in configs], f"best_val_{plan.metric}"),
+                                      max_concurrent=cluster.concurrency(plan.request.max_concurrent, res))
+        tuner = _tuner(plan, tracker, res, CONFIRM_DIR, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(),
+                       len(configs), max(c.epochs for c in configs))
+    grid = _fit(tuner, tracker, hint, len(configs))
+    return _results(grid, plan.metric, float(plan.base.epochs))
+
+
+def confirm_settings(r: SearchRequest, configs: list[TrialConfig]) -> list[TrialRun]:
+    """The report's `--confirm`: run given settings (with their seeds) as a confirmation batch of their own,
+    a parent run with tag purpose=confirmation. The request names the task, data and where to track."""
+    if not configs:
+        raise UserError("confirm_settings: expected at least one trial config, got none")
+    first = configs[0]
+    request = dataclasses.replace(r, task=first.task, backbone=first.backbone, encoder=first.encoder,
+                                  max_length=first.max_length, max_train_samples=first.max_train_samples,
+                                  max_eval_samples=first.max_eval_samples, asha=False,
+                                  data_dir=Path(first.data_dir) if first.data_dir else r.data_dir,
+                                  name=r.name or f"{first.task}-confirm-{os.getpid()}-{len(configs)}")
+    plan = plan_search(request)
+    tracker = tracking.MlflowTracker(request.mlflow_uri, plan.experiment, plan.search_id)
+    tracker.check_reachable()
+    cluster.init_ray(request.address, request.dashboard_host)
+    res = cluster.resources(request.cpus_per_trial, request.gpus_per_trial)
+    lock = claim(plan.search_dir, False)
+    tracker.start_search(params={"task": plan.task.name, "trials": len(configs), "git_commit": git_commit()},
+                         tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max",
+                               schema.PURPOSE: schema.ROLE_CONFIRMATION})
+    MlflowCallback.register(tracker)
+    status = "FAILED"
+    try:
+        runs = run_trials(plan, tracker, res, configs, "(confirmation runs: rerun the report to continue)")
+        status = "FINISHED"
+    finally:
+        tracker.search_ended(status)
+        lock.close()
+    return runs

@@ -1,0 +1,113 @@
+"""Early stopping that compares a trial only with trials of its own loss.
+
+One ASHA for the whole search would rank every loss's trials together: in their first epochs several losses
+are numerically identical to softmax (AS-Softmax masks nothing yet, a 6th-order Taylor exp equals exp for small
+logits), and a loss that learns slower early is cut by other losses' trials, so the final comparison mixes
+1-epoch runs with full runs. `PerLossASHA` keeps one set of Ray's own ASHA brackets per loss and delegates each
+trial's events to its loss's scheduler; nothing here decides by itself.
+
+Ray Tune does not save a scheduler's state with the experiment (only the searcher's and the callbacks'), so
+the brackets are written to `state_path` after every decision and read back when a resumed search first
+calls the scheduler: a resumed trial is judged against the same rung values as before the interruption.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+
+
+def default_grace_period(epochs: float, reduction_factor: float) -> float:
+    """A third of the epochs at the default reduction factor (epochs / reduction_factor), at least one epoch:
+    with ASHA's geometric rungs that leaves one rung before the end, so a trial is judged once, after a fair
+    part of its budget, never on a first epoch in which most losses still look alike."""
+    return min(epochs, max(1.0, epochs / reduction_factor))
+
+
+class PerLossASHA(TrialScheduler):
+    """One `ASHAScheduler` per loss (keyed by the trial config's "loss"); a loss with fewer trials than the
+    reduction factor gets a `FIFOScheduler` (there is nothing to compare a trial with)."""
+
+    def __init__(self, time_attr: str, max_t: float, grace_period: float, reduction_factor: float,
+                 trials_per_loss: int, state_path: Path | None = None) -> None:
+        super().__init__()
+        self.time_attr, self.max_t, self.grace_period = time_attr, max_t, grace_period
+        self.reduction_factor, self.trials_per_loss = reduction_factor, trials_per_loss
+        self.state_path = state_path
+        self.by_loss: dict[str, TrialScheduler] = {}
+        self._loaded = False
+        self._fifo = FIFOScheduler()
+
+    @property
+    def stops_early(self) -> bool:
+        return self.trials_per_loss >= self.reduction_factor
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        self._metric, self._mode = metric, mode
+        for scheduler in self.by_loss.values():
+            scheduler.set_search_properties(metric, mode, **spec)
+        return True
+
+    def _for(self, trial: Any) -> TrialScheduler:
+        self._load()
+        loss = str(trial.config["loss"])
+        if loss not in self.by_loss:
+            scheduler: TrialScheduler
+            if self.stops_early:
+                # ASHA compares `epoch` (fractional) against float rungs: its int annotations are narrower
+                scheduler = ASHAScheduler(time_attr=self.time_attr, max_t=self.max_t,  # type: ignore[arg-type]
+                                          grace_period=self.grace_period,  # type: ignore[arg-type]
+                                          reduction_factor=self.reduction_factor)
+            else:
+                scheduler = FIFOScheduler()
+            scheduler.set_search_properties(self._metric, self._mode)
+            self.by_loss[loss] = scheduler
+        return self.by_loss[loss]
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        self._for(trial).on_trial_add(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        self._for(trial).on_trial_error(tune_controller, trial)
+        self._save()
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        decision = self._for(trial).on_trial_result(tune_controller, trial, result)
+        self._save()
+        return str(decision)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+        self._for(trial).on_trial_complete(tune_controller, trial, result)
+        self._save()
+
+    def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+        self._for(trial).on_trial_remove(tune_controller, trial)
+        self._save()
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        return self._fifo.choose_trial_to_run(tune_controller)  # every loss's scheduler runs FIFO
+
+    def debug_string(self) -> str:
+        kind = "ASHA" if self.stops_early else "no early stopping"
+        return f"Per-loss early stopping ({kind}) for {sorted(self.by_loss)}"
+
+    # -- persistence ------------------------------------------------------------------------------------
+    def _save(self) -> None:
+        if self.state_path is None:
+            return
+        tmp = self.state_path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(self.by_loss, f)
+        os.replace(tmp, self.state_path)  # atomic: a kill never leaves half a file
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        if self.state_path is not None and self.state_path.is_file():
+            with open(self.state_path, "rb") as f:
+                self.by_loss = pickle.load(f)

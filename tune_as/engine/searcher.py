@@ -1,0 +1,117 @@
+"""One Optuna study per loss behind one Ray Tune `Searcher`.
+
+ONE Tuner runs every loss of a search and `PerLossSearcher` keeps ONE Optuna study per loss (TPE,
+multivariate, seeded, in an SQLite file optuna-dashboard can open). Each loss gets exactly its own trial budget
+and TPE models each loss's own parameters, while the cluster stays full across losses (a Tuner per loss would
+idle GPUs whenever one loss has fewer pending trials than there are GPUs). The paper's Table 6 setting of each
+loss is enqueued first in its study as a warm start.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zlib
+from typing import Any
+
+import optuna
+from ray.tune.search import Searcher
+
+from tune_as import schema
+from tune_as.config import TrialConfig
+from tune_as.search_space import SearchSpace, config_key
+
+
+class PerLossSearcher(Searcher):
+    """Losses take turns (the one with the fewest suggestions goes next), so each gets its quota."""
+
+    def __init__(self, space: SearchSpace, base: TrialConfig, storage_url: str, study_prefix: str,
+                 metric: str, seed: int) -> None:
+        super().__init__(metric=metric, mode="max")
+        self.space, self.base, self.storage_url = space, base.to_dict(), storage_url
+        self.study_prefix, self.seed = study_prefix, seed
+        self.suggested = {loss: 0 for loss in space.losses}
+        self.live: dict[str, tuple[str, int]] = {}  # Ray trial id -> (loss, Optuna trial number)
+        self._studies: dict[str, optuna.Study] = {}
+
+    def study(self, loss: str) -> optuna.Study:
+        if loss not in self._studies:
+            sampler = optuna.samplers.TPESampler(seed=self.seed + zlib.crc32(loss.encode()) % 10_000,
+                                                 multivariate=True, constant_liar=True)
+            study = optuna.create_study(study_name=schema.study_name(self.study_prefix, loss),
+                                        storage=self.storage_url, direction="maximize", sampler=sampler,
+                                        load_if_exists=True)
+            space = self.space.losses[loss]
+            if space.paper and not study.trials and space.params:
+                study.enqueue_trial({d.name: space.paper[d.name] for d in space.params if d.name in space.paper})
+            self._studies[loss] = study
+        return self._studies[loss]
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
+        open_losses = [loss for loss in self.space.losses if self.suggested[loss] < self.space.trials_per_loss]
+        if not open_losses:
+            return Searcher.FINISHED
+        loss = min(open_losses, key=lambda name: self.suggested[name])
+        space = self.space.losses[loss]
+        trial = self.study(loss).ask()
+        params = {config_key(d.name): d.suggest(trial) for d in space.params}
+        if not space.params:  # nothing to tune: repeat over seeds, so every loss is "best of N" alike
+            params["seed"] = self.base["seed"] + self.suggested[loss]
+        self.suggested[loss] += 1
+        self.live[trial_id] = (loss, trial.number)
+        return {**self.base, **space.constants(), "loss": loss, **params}
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        if trial_id not in self.live:
+            return
+        loss, number = self.live.pop(trial_id)
+        study = self.study(loss)
+        if study.get_trials(deepcopy=False)[number].state.is_finished():
+            return  # told before a driver restart whose searcher checkpoint predates the tell
+        value = None if (error or not result or result.get("error")) else result.get(self.metric)
+        state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
+        study.tell(number, value, state=state)
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"suggested": self.suggested, "live": self.live}, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            saved = pickle.load(f)
+        self.suggested, self.live = saved["suggested"], saved["live"]
+        # Optuna trials asked after the last searcher checkpoint belong to no Ray trial: close them.
+        known = {(loss, number) for loss, number in self.live.values()}
+        for loss in self.space.losses:
+            for t in self.study(loss).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+                if (loss, t.number) not in known:
+                    self.study(loss).tell(t.number, state=optuna.trial.TrialState.FAIL)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_studies"] = {}  # studies live in the database, not in pickles
+        return state
+
+
+class FixedConfigs(Searcher):
+    """Hands out given configs, once each, in order (confirmation runs of selected settings)."""
+
+    def __init__(self, configs: list[dict[str, Any]], metric: str) -> None:
+        super().__init__(metric=metric, mode="max")
+        self.configs, self.next = configs, 0
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
+        if self.next >= len(self.configs):
+            return Searcher.FINISHED
+        self.next += 1
+        return dict(self.configs[self.next - 1])
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        return None
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"next": self.next}, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.next = pickle.load(f)["next"]

@@ -1,0 +1,78 @@
+"""The run schema, in one place: MLflow tag names and roles, artifact names, the search folder layout, and
+turning a child run's MLflow params back into a trial config.
+
+The search writes this schema (tune_as.engine, tune_as.tracking) and the report reads it (tune_as.report);
+neither spells a tag, an artifact or a file name of its own. docs/architecture.md ("MLflow schema") shows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+from tune_as.config import LOSS_PREFIX, TrialConfig
+
+# -- MLflow tags ----------------------------------------------------------------------------------------
+ROLE = "tune_as.role"  # one of the ROLE_* values below
+TASK = "tune_as.task"
+LOSS = "tune_as.loss"
+TRIAL = "tune_as.trial_id"  # Ray's trial id: a restored trial finds its run again
+SEARCH = "tune_as.search_id"  # the search (or confirmation batch) a run belongs to
+METRIC = "tune_as.metric"  # the selection metric, e.g. "val_accuracy"
+MODE = "tune_as.mode"  # "max"
+LAST_STEP = "tune_as.last_step"  # the last metric step logged (dedupes replays after a restart)
+ERROR = "tune_as.error"
+NODE = "tune_as.node_id"
+STOPPED_EARLY = "tune_as.stopped_early"  # "true" on a trial early stopping cut before its last epoch
+PURPOSE = "tune_as.purpose"  # on a parent run that only holds confirmations
+EXPERIMENTS = "tune_as.experiments"  # on a report run: the experiments it read
+ORPHANED = "tune_as.orphaned"
+PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
+
+ROLE_SEARCH, ROLE_TRIAL, ROLE_CONFIRMATION, ROLE_REPORT = "search", "trial", "confirmation", "report"
+
+# -- artifacts --------------------------------------------------------------------------------------------
+PMARGIN_FILE = "pmargin.npy"  # p_t - max p_i on the test split, of the best-validation model (Figure 4)
+RANKING_MD, RANKING_CSV = "ranking.md", "ranking.csv"  # the search's final answer, on its parent run
+
+# -- the search's folder: <storage_path>/<name>/ ----------------------------------------------------------
+SEARCH_STATE_FILE = "tune_as_search.json"  # what the search was started with (resume reads it)
+OPTUNA_DB = "optuna.db"  # one Optuna study per loss, named STUDY_NAME
+NAME_LOCK = ".tune_as.lock"  # held by the process that runs the search
+
+
+def study_name(prefix: str, loss: str) -> str:
+    return f"{prefix}-{loss}"
+
+
+def optuna_url(search_dir: Path) -> str:
+    return f"sqlite:///{search_dir / OPTUNA_DB}"
+
+
+# -- params -> config ---------------------------------------------------------------------------------------
+def from_param(raw: str) -> Any:
+    """An MLflow param string back to its value: None, bool, int, finite float, else the string itself
+    (so a categorical choice such as taylor_softmax's backward='inf' stays a string)."""
+    if raw == "None":
+        return None
+    if raw in ("True", "False"):
+        return raw == "True"
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:
+        number = float(raw)
+    except ValueError:
+        return raw
+    return number if math.isfinite(number) else raw
+
+
+def config_from_params(params: dict[str, str]) -> TrialConfig:
+    """Rebuild the trial config of a child run from its MLflow params (strings back to values)."""
+    fields = {f.name for f in dataclasses.fields(TrialConfig)}
+    config = {key: from_param(raw) for key, raw in params.items()
+              if key in fields or key.startswith(LOSS_PREFIX)}
+    return TrialConfig.from_dict(config)
