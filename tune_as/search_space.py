@@ -1,6 +1,6 @@
 """Search spaces are data: `search_spaces/<task>.yaml`, loaded and validated here, in one place.
 
-File format (see search_spaces/clinc_oos.yaml for a commented example)::
+File format (see search_spaces/clinc_oos.yaml for a commented example, docs/search_spaces.md for the rules)::
 
     task: clinc_oos
     trials_per_loss: 20          # Optuna trials per loss
@@ -15,6 +15,13 @@ File format (see search_spaces/clinc_oos.yaml for a commented example)::
 
 Parameter names that are trial settings (``warmup_r``, ``lr``, ...) go to the trainer; every other name is a
 hyper-parameter of the loss and becomes ``loss.<name>`` in the trial config.
+
+Every value is typed here, once: a trial setting by its `TrialConfig` annotation, a loss hyper-parameter by
+the type of its default in the loss's ``__init__`` (so ``lr: 2e-5``, a string to YAML 1.1, is the float
+2e-5). Each ``params`` entry becomes the optuna distribution the search draws from, so optuna's own checks
+(``low <= high``, ``log`` needs ``low > 0``, ``step > 0``, ...) run when the file is loaded. A distribution
+with a single value is a constant: it joins the loss's ``fixed``. YAML aliases are refused (a few hundred
+bytes of nested aliases expand to gigabytes), and so are duplicate keys.
 """
 
 from __future__ import annotations
@@ -22,21 +29,40 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import typing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+from optuna.distributions import (
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+    distribution_to_json,
+)
 
 from tune_as.config import LOSS_PREFIX, TrialConfig
-from tune_as.errors import UserError
+from tune_as.errors import UserError, first_line
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 TRIAL_KEYS = {f.name for f in dataclasses.fields(TrialConfig)} - {"loss_params", "task", "loss"}
+_TRIAL_TYPES = typing.get_type_hints(TrialConfig)
+# Stand-ins for TrialConfig's required fields, so that a few settings can be judged on their own.
+_PROBE = {"task": "x", "loss": "softmax", "epochs": 1.0, "batch_size": 1, "lr": 1e-3, "max_length": 8, "backbone": "x"}
 _TOP_KEYS = {"task", "trials_per_loss", "fixed", "losses"}
 _LOSS_KEYS = {"params", "fixed", "paper"}
 _DIST_KEYS = {"float": {"type", "low", "high", "log", "step"}, "int": {"type", "low", "high", "log", "step"},
               "categorical": {"type", "choices"}}
+# Distribution types that can only draw values of the parameter's type (an int parameter never gets 2.7).
+_KINDS_FOR: dict[Any, set[str]] = {Any: set(_DIST_KEYS), float: set(_DIST_KEYS), int: {"int", "categorical"}}
+_EXPECTED = {float: "a float", int: "an integer", bool: "true or false", str: "a string"}
+_BOOLS = {"true": True, "false": False, "1": True, "0": False}
+_EXCERPT = 80  # characters of a user's value quoted in a message (a value can be megabytes long)
+
+OptunaDistribution = FloatDistribution | IntDistribution | CategoricalDistribution
 
 
 class OptunaTrialLike(Protocol):
@@ -47,23 +73,26 @@ class OptunaTrialLike(Protocol):
 
 @dataclass(frozen=True)
 class Distribution:
+    """One searched parameter: its name and the optuna distribution (validated by optuna) it is drawn from."""
+
     name: str
-    type: str
-    low: float | int | None = None
-    high: float | int | None = None
-    log: bool = False
-    step: float | int | None = None
-    choices: tuple[Any, ...] = ()
+    dist: OptunaDistribution
+
+    @property
+    def type(self) -> str:
+        return {FloatDistribution: "float", IntDistribution: "int", CategoricalDistribution: "categorical"}[type(self.dist)]
 
     def suggest(self, trial: OptunaTrialLike) -> Any:
-        if self.type == "categorical":
-            return trial.suggest_categorical(self.name, list(self.choices))
-        if self.type == "int":
-            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)  # type: ignore[arg-type]
-        return trial.suggest_float(self.name, float(self.low), float(self.high), step=self.step, log=self.log)  # type: ignore[arg-type]
+        d = self.dist
+        if isinstance(d, CategoricalDistribution):
+            return trial.suggest_categorical(self.name, list(d.choices))
+        if isinstance(d, IntDistribution):
+            return trial.suggest_int(self.name, d.low, d.high, step=d.step, log=d.log)
+        return trial.suggest_float(self.name, d.low, d.high, step=d.step, log=d.log)
 
     def extremes(self) -> list[Any]:
-        return list(self.choices) if self.type == "categorical" else [self.low, self.high]
+        """The values that bound what the search can draw: every choice, or both ends of the range."""
+        return list(self.dist.choices) if isinstance(self.dist, CategoricalDistribution) else [self.dist.low, self.dist.high]
 
 
 def config_key(name: str) -> str:
@@ -84,7 +113,6 @@ class LossSpace:
     def paper_point(self) -> dict[str, Any] | None:
         return None if self.paper is None else {config_key(k): v for k, v in self.paper.items()}
 
-
 @dataclass(frozen=True)
 class SearchSpace:
     path: Path
@@ -96,7 +124,8 @@ class SearchSpace:
     def fingerprint(self) -> str:
         """Stable hash of the content: `--resume` refuses a search space that changed."""
         payload = {"task": self.task, "fixed": self.fixed, "losses": {
-            k: {"params": [dataclasses.asdict(d) for d in v.params], "fixed": v.fixed, "paper": v.paper}
+            k: {"params": [[d.name, distribution_to_json(d.dist)] for d in v.params], "fixed": v.fixed,
+                "paper": v.paper}
             for k, v in sorted(self.losses.items())}}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -109,53 +138,183 @@ class SearchSpace:
     def check_classes(self, num_labels: int) -> None:
         """Top-k losses cannot keep more classes than the task has."""
         for space in self.losses.values():
-            ks = [d.high for d in space.params if d.name == "k"] + [space.fixed.get("k"), (space.paper or {}).get("k")]
-            too_big = [k for k in ks if k is not None and k > num_labels]
+            ks = [v for d in space.params if d.name == "k" for v in d.extremes()]
+            ks += [space.fixed.get("k"), (space.paper or {}).get("k")]
+            too_big = [k for k in ks if isinstance(k, int | float) and k > num_labels]
             if too_big:
                 raise UserError(f"{self.path}: losses.{space.loss}: expected k <= {num_labels} (the task's classes), "
                                 f"got k={too_big[0]}")
 
 
+# -- values ----------------------------------------------------------------------------------------------
+def _show(value: Any) -> str:
+    """A user's value for a message: its repr, cut to a bounded excerpt."""
+    text = repr(value)
+    return text if len(text) <= _EXCERPT else text[:_EXCERPT - 3] + "..."
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """`value` (a YAML value or command-line text) as the type `hint` (float, int, bool, str, X | None, Any).
+
+    Numeric text becomes a number: YAML 1.1 reads ``2e-5`` as a string. Raises ValueError saying what was expected.
+    """
+    args = typing.get_args(hint)
+    if type(None) in args:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+            return None
+        (inner,) = (a for a in args if a is not type(None))
+        try:
+            return _coerce(value, inner)
+        except ValueError:
+            raise ValueError(f"{_EXPECTED[inner]} or none") from None
+    if hint not in _EXPECTED:  # e.g. a loss hyper-parameter without a default: the loss judges the value
+        return value
+    text = value.strip() if isinstance(value, str) else None
+    if hint is str and text is not None:
+        return value
+    if hint is bool and (isinstance(value, bool) or (text or str(value)).lower() in _BOOLS):
+        return value if isinstance(value, bool) else _BOOLS[(text or str(value)).lower()]
+    if hint in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
+        if hint is float:
+            return float(value)
+        if isinstance(value, int):
+            return value
+    if hint in (int, float) and text is not None:
+        try:
+            return hint(text)
+        except ValueError:
+            pass
+    raise ValueError(_EXPECTED[hint])
+
+
 def _fail(path: Path, where: str, message: str) -> UserError:
-    return UserError(f"{path}: {where}: {message}")
+    return UserError(f"{path}: {_clip(where, 120)}: {_clip(message, 400)}")
+
+
+def _excerpted(exc: BaseException, values: dict[str, Any]) -> str:
+    """A library's message about `values` (TrialConfig's, a loss's) with each long value cut to an excerpt."""
+    message = first_line(exc)
+    for value in values.values():
+        if len(repr(value)) > _EXCERPT:
+            message = message.replace(repr(value), _show(value))
+    return message
+
+
+def _trial_problem(settings: dict[str, Any]) -> str | None:
+    """What TrialConfig's own checks say about these trial settings, or None when they pass."""
+    try:
+        TrialConfig(**{**_PROBE, **settings})
+    except (ValueError, TypeError) as exc:
+        return _excerpted(exc, settings)
+    return None
+
+
+def _typed(path: Path, where: str, value: Any, hint: Any) -> Any:
+    try:
+        return _coerce(value, hint)
+    except ValueError as exc:
+        raise _fail(path, where, f"expected {exc}, got {_show(value)}") from None
 
 
 def _mapping(path: Path, where: str, value: Any) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _fail(path, where, f"expected a mapping, got {type(value).__name__} {value!r}")
+        raise _fail(path, where, f"expected a mapping, got {type(value).__name__} {_show(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise _fail(path, where, f"expected names as keys, got {type(key).__name__} {_show(key)}")
     return value
 
 
 def _check_keys(path: Path, where: str, got: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(got) - allowed)
     if unknown:
-        raise _fail(path, where, f"unknown key(s) {unknown}; expected some of {sorted(allowed)}")
+        raise _fail(path, where, f"unknown key(s) {_show(unknown)}; expected some of {sorted(allowed)}")
 
 
-def _distribution(path: Path, where: str, name: str, raw: Any) -> Distribution:
+# -- distributions ---------------------------------------------------------------------------------------
+def _distribution(path: Path, where: str, name: str, raw: Any, hint: Any) -> Distribution:
+    """The optuna distribution of one `params` entry; optuna's own checks (and warnings) refuse bad ones."""
     raw = _mapping(path, where, raw)
     kind = raw.get("type")
     if kind not in _DIST_KEYS:
-        raise _fail(path, where, f"expected type one of {sorted(_DIST_KEYS)}, got {kind!r}")
+        raise _fail(path, where + ".type", f"expected one of {sorted(_DIST_KEYS)}, got {_show(kind)}")
     _check_keys(path, where, raw, _DIST_KEYS[kind])
+    allowed = _KINDS_FOR.get(hint, {"categorical"})
+    if kind not in allowed:
+        raise _fail(path, where + ".type", f"expected {' or '.join(sorted(allowed))} ({name} takes "
+                    f"{_EXPECTED.get(hint, hint)}), got {kind}")
     if kind == "categorical":
         choices = raw.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise _fail(path, where, f"expected a non-empty list of choices, got {choices!r}")
-        return Distribution(name, kind, choices=tuple(choices))
-    low, high = raw.get("low"), raw.get("high")
-    number = int if kind == "int" else (int, float)
-    for label, v in (("low", low), ("high", high)):
-        if isinstance(v, bool) or not isinstance(v, number):
-            raise _fail(path, where, f"expected {label} to be {'an integer' if kind == 'int' else 'a number'}, got {v!r}")
-    if not low < high:
-        raise _fail(path, where, f"expected low < high (a non-empty range), got low={low}, high={high}")
-    log = raw.get("log", False)
-    if not isinstance(log, bool):
-        raise _fail(path, where, f"expected log to be true/false, got {log!r}")
-    return Distribution(name, kind, low=low, high=high, log=log, step=raw.get("step"))
+        if not isinstance(choices, list):
+            raise _fail(path, where + ".choices", f"expected a list of values, got {_show(choices)}")
+        args: dict[str, Any] = {"choices": [_typed(path, f"{where}.choices", c, hint) for c in choices]}
+    else:
+        number = int if kind == "int" else float
+        args = {key: _typed(path, f"{where}.{key}", raw.get(key), number) for key in ("low", "high")}
+        args["log"] = _typed(path, where + ".log", raw.get("log", False), bool)
+        if "step" in raw or kind == "int":
+            args["step"] = _typed(path, where + ".step", raw.get("step", 1), number)
+        for key in ("low", "high", "step"):
+            if not math.isfinite(args.get(key, 0)):
+                raise _fail(path, f"{where}.{key}", f"expected a finite number, got {args[key]}")
+    factory = {"float": FloatDistribution, "int": IntDistribution, "categorical": CategoricalDistribution}[kind]
+    try:
+        with warnings.catch_warnings():  # optuna warns where it would change the range or cannot store a choice
+            warnings.simplefilter("error")
+            dist = factory(**args)
+    except (ValueError, Warning) as exc:
+        raise _fail(path, where, f"invalid {kind} distribution: {first_line(exc)}") from None
+    return Distribution(name, dist)
+
+
+# -- the loader ------------------------------------------------------------------------------------------
+class _StrictLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses aliases (a 352-byte file of nested aliases expands to gigabytes) and duplicate
+    keys (YAML would keep the last one silently)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"expected no aliases (write each value out), got "
+                                              f"*{_clip(str(event.anchor), _EXCERPT)}", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"expected each key once, got {_show(key_node.value)} twice", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"search space file not found: expected {path} to exist")
+    try:
+        raw = yaml.load(path.read_bytes(), Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        raise UserError(f"{path}: invalid YAML at {at}: {_clip(str(getattr(exc, 'problem', None) or exc), 300)}") from None
+    except RecursionError:
+        raise UserError(f"{path}: invalid YAML: expected a few levels of nesting, got too many") from None
+    except OSError as exc:
+        raise UserError(f"{path}: expected a readable file, got {first_line(exc)}") from None
+    if raw is None:
+        raise _fail(path, "top level", "expected a mapping with task and losses, got an empty file")
+    if not isinstance(raw, dict):
+        raise _fail(path, "top level", f"expected a mapping with task and losses, got {type(raw).__name__} {_show(raw)}")
+    return _mapping(path, "top level", raw)
 
 
 def _validate_values(path: Path, where: str, loss: str, values: dict[str, Any], base: dict[str, Any]) -> None:
@@ -166,9 +325,11 @@ def _validate_values(path: Path, where: str, loss: str, values: dict[str, Any], 
     trial_kw = {k: v for k, v in values.items() if k in TRIAL_KEYS}
     try:
         build_loss(loss, **loss_kw)
-        TrialConfig(task="x", loss=loss, **{**base, **trial_kw})
     except (ValueError, TypeError) as exc:
-        raise _fail(path, where, str(exc)) from None
+        raise _fail(path, where, _excerpted(exc, loss_kw)) from None
+    problem = _trial_problem({**base, "loss": loss, **trial_kw})
+    if problem:
+        raise _fail(path, where, problem)
 
 
 def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]) -> LossSpace:
@@ -181,50 +342,55 @@ def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]
         raise _fail(path, where, f"loss does not apply to {kind} tasks (it supports {sorted(LOSSES[loss].kinds)})")
     raw = _mapping(path, where, raw)
     _check_keys(path, where, raw, _LOSS_KEYS)
-    accepted = set(LOSSES[loss]().hparams()) | TRIAL_KEYS
-    params_raw = _mapping(path, where + ".params", raw.get("params"))
-    fixed = _mapping(path, where + ".fixed", raw.get("fixed"))
-    paper = raw.get("paper")
-    for section, names in (("params", params_raw), ("fixed", fixed), ("paper", _mapping(path, where, paper))):
-        bad = sorted(set(names) - accepted)
+    defaults = LOSSES[loss]().hparams()
+    hints = {**{n: Any if v is None else type(v) for n, v in defaults.items()}, **_TRIAL_TYPES}
+    sections = {s: _mapping(path, f"{where}.{s}", raw.get(s)) for s in ("params", "fixed", "paper")}
+    for section, names in sections.items():
+        bad = sorted(set(names) - set(defaults) - TRIAL_KEYS)
         if bad:
-            raise _fail(path, f"{where}.{section}", f"unknown parameter(s) {bad}; {loss} takes {sorted(accepted - TRIAL_KEYS)} "
-                        f"and the trial settings {sorted(TRIAL_KEYS)}")
-    params = tuple(_distribution(path, f"{where}.params.{n}", n, d) for n, d in params_raw.items())
-    for dist in params:
+            raise _fail(path, f"{where}.{section}", f"unknown parameter(s) {_show(bad)}; {loss} takes "
+                        f"{sorted(defaults)} and the trial settings {sorted(TRIAL_KEYS)}")
+    both = sorted(set(sections["params"]) & set(sections["fixed"]))
+    if both:
+        raise _fail(path, f"{where}.fixed", f"expected each name in params or in fixed, got {both} in both")
+    fixed = {n: _typed(path, f"{where}.fixed.{n}", v, hints[n]) for n, v in sections["fixed"].items()}
+    paper = None if raw.get("paper") is None else {
+        n: _typed(path, f"{where}.paper.{n}", v, hints[n]) for n, v in sections["paper"].items()}
+    params = []
+    for name, spec in sections["params"].items():
+        dist = _distribution(path, f"{where}.params.{name}", name, spec, hints[name])
         for value in dist.extremes():
-            _validate_values(path, f"{where}.params.{dist.name}", loss, {**fixed, dist.name: value}, base)
+            _validate_values(path, f"{where}.params.{name}", loss, {**fixed, name: value}, base)
+        if dist.dist.single():  # one value: a constant, so a loss left with nothing to search repeats over seeds
+            fixed[name] = dist.extremes()[0]
+        else:
+            params.append(dist)
     _validate_values(path, f"{where}.fixed", loss, fixed, base)
     if paper is not None:
         _validate_values(path, f"{where}.paper", loss, {**fixed, **paper}, base)
-    return LossSpace(loss, params, fixed, paper)
+    return LossSpace(loss, tuple(params), fixed, paper)
 
 
 def load_search_space(path: Path, kind: str) -> SearchSpace:
     """Load and validate one YAML file for a task of `kind`; every problem is a UserError naming file and key."""
-    if not path.is_file():
-        raise UserError(f"search space file not found: expected {path} to exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise UserError(f"{path}: invalid YAML at {at}: {getattr(exc, 'problem', exc)}") from None
-    raw = _mapping(path, "top level", raw)
+    raw = _read_yaml(path)
     _check_keys(path, "top level", raw, _TOP_KEYS)
     task = raw.get("task")
     if not isinstance(task, str):
-        raise _fail(path, "task", f"expected the task name as a string, got {task!r}")
-    trials = raw.get("trials_per_loss", 20)
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise _fail(path, "trials_per_loss", f"expected an integer >= 1, got {trials!r}")
-    fixed = _mapping(path, "fixed", raw.get("fixed"))
-    _check_keys(path, "fixed", fixed, TRIAL_KEYS)
+        raise _fail(path, "task", f"expected the task name as a string, got {_show(task)}")
+    trials = _typed(path, "trials_per_loss", raw.get("trials_per_loss", 20), int)
+    if trials < 1:
+        raise _fail(path, "trials_per_loss", f"expected an integer >= 1, got {trials}")
+    fixed_raw = _mapping(path, "fixed", raw.get("fixed"))
+    _check_keys(path, "fixed", fixed_raw, TRIAL_KEYS)
+    fixed = {k: _typed(path, f"fixed.{k}", v, _TRIAL_TYPES[k]) for k, v in fixed_raw.items()}
+    problem = _trial_problem(fixed)
+    if problem:
+        raise _fail(path, "fixed", problem)
     losses_raw = _mapping(path, "losses", raw.get("losses"))
     if not losses_raw:
         raise _fail(path, "losses", "expected at least one loss, got none")
-    base = {"epochs": 1, "batch_size": 1, "lr": 1e-3, "max_length": 8, "backbone": "x", **fixed}
-    losses = {name: _loss_space(path, name, spec, kind, base) for name, spec in losses_raw.items()}
+    losses = {name: _loss_space(path, name, spec, kind, fixed) for name, spec in losses_raw.items()}
     return SearchSpace(path, task, trials, fixed, losses)
 
 
