@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,15 @@ from hypothesis import strategies as st
 from tune_as.config import TrialConfig
 from tune_as.errors import UserError
 from tune_as.losses import LOSSES
-from tune_as.search_space import SPACES_DIR, SearchSpace, config_key, load_search_space
+from tune_as.search_space import (
+    OVERRIDE_KEYS,
+    OWN_OPTION_KEYS,
+    SPACES_DIR,
+    SearchSpace,
+    config_key,
+    load_search_space,
+    parse_overrides,
+)
 from tune_as.tasks import TASKS, build_task
 
 SHIPPED = sorted(SPACES_DIR.glob("*.yaml"))
@@ -304,6 +313,106 @@ LONG = "x" * 100_000
 def test_a_long_value_is_quoted_as_a_short_excerpt(tmp_path: Path, text: str) -> None:
     message = _error(tmp_path, text)
     assert len(message) < 600 and "x" * 100 not in message
+
+
+# -- --set KEY=VALUE ---------------------------------------------------------------------------------------
+def test_set_keys_are_the_trial_settings_without_their_own_option() -> None:
+    fields = {f.name for f in dataclasses.fields(TrialConfig)}
+    assert fields - {"task", "loss", "loss_params"} - OWN_OPTION_KEYS == OVERRIDE_KEYS
+    assert {"lr", "batch_size", "epochs", "max_length", "warmup_r", "eval_every_steps", "precision"} <= OVERRIDE_KEYS
+    assert {"backbone", "encoder", "data_dir", "max_train_samples", "max_eval_samples", "seed"} == OWN_OPTION_KEYS
+
+
+def test_set_values_are_typed_by_trial_config() -> None:
+    got = parse_overrides(["lr=2e-5", "batch_size = 16", "epochs=3", "skip_masked_rows=true", "precision=fp32",
+                           "eval_every_steps=none", "max_grad_norm=1"])
+    assert got == {"lr": 2e-5, "batch_size": 16, "epochs": 3.0, "skip_masked_rows": True, "precision": "fp32",
+                   "eval_every_steps": None, "max_grad_norm": 1.0}
+    assert [type(got[k]) for k in ("batch_size", "epochs", "max_grad_norm")] == [int, float, float]
+    assert parse_overrides(["eval_every_steps=50"]) == {"eval_every_steps": 50}
+    assert parse_overrides([]) == {}
+
+
+@pytest.mark.parametrize(("text", "value"), [("true", True), ("FALSE", False), ("1", True), ("0", False)])
+def test_set_booleans(text: str, value: bool) -> None:
+    assert parse_overrides([f"skip_masked_rows={text}"]) == {"skip_masked_rows": value}
+
+
+@given(st.floats(allow_nan=False))
+def test_set_float_round_trips_its_repr(x: float) -> None:
+    assert parse_overrides([f"max_grad_norm={x!r}"]) == {"max_grad_norm": x}
+
+
+SET_ERRORS = [
+    (["lr"], "--set: expected KEY=VALUE, got 'lr'"),
+    (["=3"], "--set: expected KEY=VALUE, got '=3'"),
+    (["no_such_key=1"], "--set: unknown key 'no_such_key'; expected one of ['batch_size', 'epochs', "),
+    (["seed=3"], "--set: 'seed' has its own command-line option; expected one of ['batch_size', "),
+    (["loss=softmax"], "--set: unknown key 'loss'; expected one of"),
+    (["lr=abc"], "--set lr: expected a float, got 'abc'"),
+    (["batch_size=3.5"], "--set batch_size: expected an integer, got '3.5'"),
+    (["skip_masked_rows=maybe"], "--set skip_masked_rows: expected true or false, got 'maybe'"),
+    (["eval_every_steps=often"], "--set eval_every_steps: expected an integer or none, got 'often'"),
+    (["warmup_r=1.5"], "--set: warmup_r must be in [0, 1), got 1.5"),
+    (["precision=fp8"], "--set: precision must be one of ('auto', 'fp32', 'bf16', 'fp16'), got 'fp8'"),
+    (["lr=1e-3", "lr=2e-3"], "--set: expected each key once, got lr twice ('1e-3' and '2e-3')"),
+    ([f"precision={LONG}"], "--set: precision must be one of ('auto', 'fp32', 'bf16', 'fp16'), got 'xxxx"),
+]
+
+
+@pytest.mark.parametrize(("items", "message"), SET_ERRORS, ids=[e[1][:40] for e in SET_ERRORS])
+def test_set_errors_are_one_line(items: list[str], message: str) -> None:
+    with pytest.raises(UserError) as info:
+        parse_overrides(items)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 600
+
+
+def test_with_overrides_sets_the_shared_fixed_settings() -> None:
+    clinc = load_search_space(SPACES_DIR / "clinc_oos.yaml", "multiclass")
+    faster = clinc.with_overrides(parse_overrides(["lr=1e-4", "epochs=2", "eval_every_steps=100"]))
+    assert faster.fixed == {"epochs": 2.0, "batch_size": 32, "lr": 1e-4, "max_length": 64, "eval_every_steps": 100}
+    assert clinc.fixed["lr"] == 2e-5, "the original space is unchanged"
+    assert faster.losses == clinc.losses
+    assert faster.fingerprint() != clinc.fingerprint()
+    assert clinc.with_overrides({}).fingerprint() == clinc.fingerprint()
+    assert clinc.with_overrides({"lr": 2e-5}).fingerprint() == clinc.fingerprint(), "the file's own value: same space"
+
+
+def test_with_overrides_pins_a_setting_a_loss_searches() -> None:
+    """--set warmup_r=0 must reach every trial: as_softmax stops searching warmup_r instead of ignoring --set."""
+    clinc = load_search_space(SPACES_DIR / "clinc_oos.yaml", "multiclass")
+    pinned = clinc.with_overrides({"warmup_r": 0.0})
+    for loss in ("as_softmax", "as_speed"):
+        assert "warmup_r" in [d.name for d in clinc.losses[loss].params]
+        assert "warmup_r" not in [d.name for d in pinned.losses[loss].params]
+        assert "warmup_r" not in (pinned.losses[loss].paper or {}) and "warmup_r" not in pinned.losses[loss].fixed
+    assert pinned.losses["as_softmax"].paper == {"delta": 0.3}
+    assert pinned.fixed["warmup_r"] == 0.0 and pinned.fingerprint() != clinc.fingerprint()
+
+
+def test_with_overrides_pins_a_loss_fixed_setting_and_can_leave_nothing_to_search(tmp_path: Path) -> None:
+    space = _space(tmp_path, """task: sst5
+losses:
+  as_softmax:
+    params:
+      warmup_r: {type: float, low: 0.0, high: 0.3}
+  softmax:
+    fixed: {lr: 1.0e-3}
+""").with_overrides({"lr": 5e-4, "warmup_r": 0.1})
+    assert space.losses["as_softmax"].params == (), "nothing left to search: the loss repeats over seeds"
+    assert space.losses["softmax"].constants() == {}
+    assert space.fixed == {"lr": 5e-4, "warmup_r": 0.1}
+
+
+def test_with_overrides_checks_what_it_is_given() -> None:
+    clinc = load_search_space(SPACES_DIR / "clinc_oos.yaml", "multiclass")
+    with pytest.raises(UserError, match=r"^--set: unknown key 'delta'; expected one of"):
+        clinc.with_overrides({"delta": 0.3})
+    with pytest.raises(UserError, match=r"^--set batch_size: expected an integer, got 2.5$"):
+        clinc.with_overrides({"batch_size": 2.5})
+    with pytest.raises(UserError, match=r"^--set: lr must be > 0, got -1.0$"):
+        clinc.with_overrides({"lr": -1})
 
 
 def test_k_above_classes_is_rejected(tmp_path: Path) -> None:

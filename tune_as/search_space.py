@@ -22,6 +22,9 @@ the type of its default in the loss's ``__init__`` (so ``lr: 2e-5``, a string to
 (``low <= high``, ``log`` needs ``low > 0``, ``step > 0``, ...) run when the file is loaded. A distribution
 with a single value is a constant: it joins the loss's ``fixed``. YAML aliases are refused (a few hundred
 bytes of nested aliases expand to gigabytes), and so are duplicate keys.
+
+`parse_overrides` and `SearchSpace.with_overrides` implement ``--set KEY=VALUE``: a shared fixed trial
+setting that wins over the file everywhere (a loss that searches it has it pinned).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import json
 import math
 import typing
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +53,9 @@ from tune_as.errors import UserError, first_line
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 TRIAL_KEYS = {f.name for f in dataclasses.fields(TrialConfig)} - {"loss_params", "task", "loss"}
+# Trial settings with their own command-line option: --set refuses them, so each has one way in.
+OWN_OPTION_KEYS = frozenset({"backbone", "encoder", "data_dir", "max_train_samples", "max_eval_samples", "seed"})
+OVERRIDE_KEYS = frozenset(TRIAL_KEYS - OWN_OPTION_KEYS)
 _TRIAL_TYPES = typing.get_type_hints(TrialConfig)
 # Stand-ins for TrialConfig's required fields, so that a few settings can be judged on their own.
 _PROBE = {"task": "x", "loss": "softmax", "epochs": 1.0, "batch_size": 1, "lr": 1e-3, "max_length": 8, "backbone": "x"}
@@ -113,6 +120,13 @@ class LossSpace:
     def paper_point(self) -> dict[str, Any] | None:
         return None if self.paper is None else {config_key(k): v for k, v in self.paper.items()}
 
+    def without(self, names: set[str]) -> LossSpace:
+        """This loss's space with `names` neither searched nor fixed here (a shared setting pins them)."""
+        paper = None if self.paper is None else {k: v for k, v in self.paper.items() if k not in names}
+        return dataclasses.replace(self, params=tuple(d for d in self.params if d.name not in names),
+                                   fixed={k: v for k, v in self.fixed.items() if k not in names}, paper=paper)
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     path: Path
@@ -122,7 +136,7 @@ class SearchSpace:
     losses: dict[str, LossSpace]
 
     def fingerprint(self) -> str:
-        """Stable hash of the content: `--resume` refuses a search space that changed."""
+        """Stable hash of the content (with any --set overrides): `--resume` refuses a search space that changed."""
         payload = {"task": self.task, "fixed": self.fixed, "losses": {
             k: {"params": [[d.name, distribution_to_json(d.dist)] for d in v.params], "fixed": v.fixed,
                 "paper": v.paper}
@@ -134,6 +148,17 @@ class SearchSpace:
         if missing:
             raise UserError(f"{self.path}: losses {missing} are not in this search space; it has {sorted(self.losses)}")
         return dataclasses.replace(self, losses={name: self.losses[name] for name in losses})
+
+    def with_overrides(self, overrides: dict[str, Any]) -> SearchSpace:
+        """This space with `overrides` (trial settings, e.g. from `parse_overrides`) in the shared `fixed`.
+
+        An override wins everywhere: a loss that searches the setting (``warmup_r`` for as_softmax) or fixes it
+        has it pinned instead (removed from its ``params``, ``fixed`` and ``paper``), so that no trial runs with
+        another value. The fingerprint changes with the content, so `--resume` refuses different overrides.
+        """
+        typed = _check_overrides(overrides, self.fixed)
+        return dataclasses.replace(self, fixed={**self.fixed, **typed},
+                                   losses={name: s.without(set(typed)) for name, s in self.losses.items()})
 
     def check_classes(self, num_labels: int) -> None:
         """Top-k losses cannot keep more classes than the task has."""
@@ -396,3 +421,46 @@ def load_search_space(path: Path, kind: str) -> SearchSpace:
 
 def default_space_path(task: str) -> Path:
     return SPACES_DIR / f"{task}.yaml"
+
+
+# -- --set KEY=VALUE -------------------------------------------------------------------------------------
+def _check_override_key(key: str) -> None:
+    if key in OVERRIDE_KEYS:
+        return
+    what = f"{_show(key)} has its own command-line option" if key in OWN_OPTION_KEYS else f"unknown key {_show(key)}"
+    raise UserError(f"--set: {what}; expected one of {sorted(OVERRIDE_KEYS)}")
+
+
+def _check_overrides(overrides: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
+    """Overrides typed by TrialConfig's annotations and judged by TrialConfig's checks (with the file's `fixed`)."""
+    typed = {}
+    for key, value in overrides.items():
+        _check_override_key(key)
+        try:
+            typed[key] = _coerce(value, _TRIAL_TYPES[key])
+        except ValueError as exc:
+            raise UserError(f"--set {key}: expected {exc}, got {_show(value)}") from None
+    problem = _trial_problem({**fixed, **typed})
+    if problem:
+        raise UserError(f"--set: {_clip(problem, 300)}")
+    return typed
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as typed trial settings (``["lr=2e-5", "eval_every_steps=none"]`` ->
+    ``{"lr": 2e-05, "eval_every_steps": None}``), for `SearchSpace.with_overrides`.
+
+    Keys are the fields of TrialConfig in `OVERRIDE_KEYS`; values are coerced by the field's type (bool from
+    true/false/1/0, ``none`` for an optional field) and checked by TrialConfig. Any problem is a UserError.
+    """
+    raw: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"--set: expected KEY=VALUE, got {_show(item)}")
+        _check_override_key(key)
+        if key in raw:
+            raise UserError(f"--set: expected each key once, got {key} twice ({_show(raw[key])} and {_show(value.strip())})")
+        raw[key] = value.strip()
+    return _check_overrides(raw, {})
