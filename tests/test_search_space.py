@@ -126,6 +126,8 @@ def _one_param(loss: str, name: str, spec: str) -> str:
 
 # Each of these loaded cleanly before optuna judged distributions at load time, and failed in the running search.
 DISTRIBUTION_ERRORS = [
+    ("type not a name", "as_softmax", "delta", "type: [float], low: 0.1, high: 0.5",
+     "params.delta.type: expected one of ['categorical', 'float', 'int'], got ['float']"),
     ("log from 0", "as_softmax", "delta", "type: float, low: 0.0, high: 0.5, log: true",
      "params.delta: invalid float distribution: `low > 0` must hold for `log=True`"),
     ("log with step", "as_softmax", "delta", "type: float, low: 0.1, high: 0.5, log: true, step: 0.1",
@@ -306,10 +308,11 @@ LONG = "x" * 100_000
     f"task: sst5\nfixed: {{precision: {LONG}}}\nlosses: {{softmax: {{}}}}\n",  # TrialConfig's own message
     f"task: sst5\nfixed: {{lr: {LONG}}}\nlosses: {{softmax: {{}}}}\n",
     f"task: [{LONG}]\nlosses: {{softmax: {{}}}}\n",
-    f"task: sst5\nlosses: {{softmax: {{}}, {LONG}: {{}}}}\n",
-    f"task: sst5\n{LONG}: 1\n",
+    f"task: sst5\nlosses:\n  softmax: {{}}\n  ? {LONG}\n  : {{}}\n",  # YAML's explicit key: no length limit
+    f"task: sst5\n? {LONG}\n: 1\n",
+    f"task: sst5\nlosses:\n  softmax:\n    params:\n      ? {LONG}\n      : {{type: float}}\n",
     f"task: sst5\nlosses: {{taylor_softmax: {{fixed: {{backward: {LONG}}}}}}}\n",  # the loss's own message
-], ids=["trial check", "type", "task", "loss name", "top key", "loss check"])
+], ids=["trial check", "type", "task", "loss name", "top key", "param name", "loss check"])
 def test_a_long_value_is_quoted_as_a_short_excerpt(tmp_path: Path, text: str) -> None:
     message = _error(tmp_path, text)
     assert len(message) < 600 and "x" * 100 not in message

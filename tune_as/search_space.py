@@ -172,14 +172,13 @@ class SearchSpace:
 
 
 # -- values ----------------------------------------------------------------------------------------------
-def _show(value: Any) -> str:
-    """A user's value for a message: its repr, cut to a bounded excerpt."""
-    text = repr(value)
-    return text if len(text) <= _EXCERPT else text[:_EXCERPT - 3] + "..."
-
-
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _show(value: Any) -> str:
+    """A user's value for a message: its repr, cut to a bounded excerpt."""
+    return _clip(repr(value), _EXCERPT)
 
 
 def _coerce(value: Any, hint: Any) -> Any:
@@ -198,26 +197,29 @@ def _coerce(value: Any, hint: Any) -> Any:
             raise ValueError(f"{_EXPECTED[inner]} or none") from None
     if hint not in _EXPECTED:  # e.g. a loss hyper-parameter without a default: the loss judges the value
         return value
-    text = value.strip() if isinstance(value, str) else None
-    if hint is str and text is not None:
-        return value
-    if hint is bool and (isinstance(value, bool) or (text or str(value)).lower() in _BOOLS):
-        return value if isinstance(value, bool) else _BOOLS[(text or str(value)).lower()]
-    if hint in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
-        if hint is float:
-            return float(value)
-        if isinstance(value, int):
+    if hint is str:
+        if isinstance(value, str):
             return value
-    if hint in (int, float) and text is not None:
+    elif hint is bool:
+        if isinstance(value, bool):
+            return value
+        word = str(value).strip().lower() if isinstance(value, str | int) else ""
+        if word in _BOOLS:
+            return _BOOLS[word]
+    elif isinstance(value, bool):
+        pass  # True is an int to Python, not a number to a user
+    elif isinstance(value, int) or (hint is float and isinstance(value, float)):
+        return hint(value)
+    elif isinstance(value, str):
         try:
-            return hint(text)
+            return hint(value.strip())
         except ValueError:
             pass
     raise ValueError(_EXPECTED[hint])
 
 
 def _fail(path: Path, where: str, message: str) -> UserError:
-    return UserError(f"{path}: {_clip(where, 120)}: {_clip(message, 400)}")
+    return UserError(f"{path}: {_clip(where, 100)}: {_clip(message, 400)}")
 
 
 def _excerpted(exc: BaseException, values: dict[str, Any]) -> str:
@@ -267,7 +269,7 @@ def _distribution(path: Path, where: str, name: str, raw: Any, hint: Any) -> Dis
     """The optuna distribution of one `params` entry; optuna's own checks (and warnings) refuse bad ones."""
     raw = _mapping(path, where, raw)
     kind = raw.get("type")
-    if kind not in _DIST_KEYS:
+    if not isinstance(kind, str) or kind not in _DIST_KEYS:
         raise _fail(path, where + ".type", f"expected one of {sorted(_DIST_KEYS)}, got {_show(kind)}")
     _check_keys(path, where, raw, _DIST_KEYS[kind])
     allowed = _KINDS_FOR.get(hint, {"categorical"})
