@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from tune_as.losses import LOSSES
 from tune_as.tasks import DataSpec, build_task
-from tune_as.trainable import PMARGIN_FILE, STATE_FILE, Trial, lr_factor, p_margin, run_trial
+from tune_as.trainable import PMARGIN_FILE, STATE_FILE, PhaseTimer, Trial, lr_factor, p_margin, run_trial
 
 
 class Recorder:
@@ -24,8 +25,10 @@ class Recorder:
         return True
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
-        assert checkpoint_dir is not None, "this recorder asks for a checkpoint at every report"
         self.reports.append(metrics)
+        if checkpoint_dir is None:  # a failed trial's last report carries no checkpoint
+            assert "error" in metrics, "this recorder asks for a checkpoint at every successful report"
+            return
         target = self.root / f"ckpt_{len(self.reports)}"
         shutil.copytree(checkpoint_dir, target)
         self.checkpoints.append(target)
@@ -78,8 +81,22 @@ def test_resume_from_mid_training_checkpoint_is_exact(digits, tmp_path: Path) ->
     run_trial(cfg, data, task, full)
     resumed = Recorder(tmp_path / "resumed")
     run_trial(cfg, data, task, resumed, restore_dir=full.checkpoints[1])
-    keys = ("val_loss", "optimizer_steps", "samples_seen", "accum_steps", "test_accuracy")
+    keys = ("val_loss", "optimizer_steps", "samples_seen", "backward_rows", "accum_steps", "test_accuracy")
     assert [{k: r[k] for k in keys} for r in resumed.reports] == [{k: r[k] for k in keys} for r in full.reports[2:]]
+
+
+def test_resume_with_row_skipping_is_exact(digits, tmp_path: Path) -> None:
+    """The probe draws dropout masks from the global RNG: the checkpoint's RNG state must cover it."""
+    task, data = digits
+    cfg = config(epochs=3.0, eval_every_steps=9, loss="as_speed", skip_masked_rows=True,
+                 **{"loss.delta": 0.3, "loss.lam": 1.0, "loss.max_steps": 3})
+    full = Recorder(tmp_path / "full")
+    run_trial(cfg, data, task, full)
+    resumed = Recorder(tmp_path / "resumed")
+    run_trial(cfg, data, task, resumed, restore_dir=full.checkpoints[2])
+    keys = ("val_loss", "train_loss", "optimizer_steps", "samples_seen", "backward_rows", "masked_ratio")
+    assert [{k: r[k] for k in keys} for r in resumed.reports] == [{k: r[k] for k in keys} for r in full.reports[3:]]
+    assert full.reports[-1]["backward_rows"] < full.reports[-1]["samples_seen"]
 
 
 def test_as_warmup_keeps_delta_at_one_for_the_first_r(digits, tmp_path: Path) -> None:
@@ -133,3 +150,85 @@ def test_bf16_autocast_path_trains_with_finite_fp32_losses(digits, tmp_path: Pat
     (last,) = rec.reports
     assert "error" not in last and np.isfinite(last["val_loss"]) and np.isfinite(last["train_loss"])
     assert last["best_val_accuracy"] > 0.3
+
+
+SKIPPING = sorted(name for name, cls in LOSSES.items() if cls.supports_row_skipping and "multiclass" in cls.kinds)
+
+
+def masked_and_unmasked_rows(trial: Trial, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`n` training rows the eval-mode model classifies correctly and `n` it gets wrong: at delta = 0 with
+    the head scaled up, exactly the first are fully masked (p_t is the unique largest probability)."""
+    idx = torch.arange(len(trial.data.train))
+    with torch.no_grad():
+        batch = trial.data.train.batch(idx)
+        right = trial.model(batch).argmax(1) == batch["labels"]
+    assert right.sum() >= n and (~right).sum() >= n, "the fixture's model needs both kinds of rows"
+    return idx[right][:n], idx[~right][:n]
+
+
+def eval_mode_trial(digits: tuple[Any, Any], tmp_path: Path, loss: str, skip: bool) -> Trial:
+    task, data = digits
+    trial = Trial(config(loss=loss, skip_masked_rows=skip, **{"loss.delta": 0.0}), data, task, Recorder(tmp_path))
+    with torch.no_grad():
+        trial.model.head.weight.mul_(30.0)  # confident logits: correct rows get p_t far above every competitor
+    trial.model.eval()  # no dropout: the probe and the gradient pass see the same logits
+    trial._apply_schedules()
+    return trial
+
+
+@pytest.mark.parametrize("loss", SKIPPING)
+def test_skipping_masked_rows_gives_the_same_loss_and_gradients(digits, tmp_path: Path, loss: str) -> None:
+    right, wrong = masked_and_unmasked_rows(eval_mode_trial(digits, tmp_path, loss, False), 12)
+    idx = torch.cat([right, wrong])[torch.randperm(24, generator=torch.Generator().manual_seed(0))]
+    results = {}
+    for skip in (False, True):
+        trial = eval_mode_trial(digits, tmp_path, loss, skip)
+        loss_value, rows, masked = trial._forward_backward(idx, steps=2)
+        grads = {name: p.grad.clone() for name, p in trial.model.named_parameters()}
+        results[skip] = (loss_value, rows, masked, grads, trial.state.backward_rows)
+    plain, skipped = results[False], results[True]
+    assert plain[1:3] == skipped[1:3] == (24, 12)  # every row counted, the correct ones masked, either way
+    assert plain[4] == 24 and skipped[4] == 12  # only the unmasked examples went through backward
+    assert skipped[0] == pytest.approx(plain[0], rel=1e-6) and plain[0] > 0
+    assert plain[3].keys() == skipped[3].keys()
+    for name, grad in plain[3].items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(skipped[3][name], grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_a_micro_batch_with_every_example_masked_has_no_backward(digits, tmp_path: Path) -> None:
+    trial = eval_mode_trial(digits, tmp_path, "as_speed", True)
+    right, _ = masked_and_unmasked_rows(trial, 10)
+    assert trial._forward_backward(right, steps=1) == (0.0, 10, 10)
+    assert trial.state.backward_rows == 0
+    assert all(p.grad is None for p in trial.model.parameters())
+
+
+def test_backward_rows_equals_samples_seen_without_skipping(digits, tmp_path: Path) -> None:
+    task, data = digits
+    rec = Recorder(tmp_path)
+    run_trial(config(loss="as_softmax", **{"loss.delta": 0.3}), data, task, rec)
+    assert [r["backward_rows"] for r in rec.reports] == [r["samples_seen"] for r in rec.reports]
+    assert rec.reports[-1]["masked_ratio"] > 0.1  # rows were masked, yet every one went through backward
+
+
+def test_skipping_saves_backward_rows_and_still_learns(digits, tmp_path: Path) -> None:
+    task, data = digits
+    rec = Recorder(tmp_path)
+    trial = Trial(config(loss="as_softmax", epochs=3.0, skip_masked_rows=True, warmup_r=0.34, **{"loss.delta": 0.3}),
+                  data, task, rec)
+    trial.timer = PhaseTimer(trial.device)
+    trial.run()
+    first, last = rec.reports[0], rec.reports[-1]
+    assert first["backward_rows"] == first["samples_seen"]  # epoch 1 lies inside the warm-up: delta = 1, no probe
+    assert last["backward_rows"] < 0.8 * last["samples_seen"]
+    assert last["best_val_accuracy"] > 0.8
+    assert set(trial.timer.seconds) == {"probe", "forward", "backward", "step"}
+    assert sum(trial.timer.seconds.values()) <= last["train_seconds"]
+
+
+@pytest.mark.parametrize("loss", ["softmax", "label_smoothing", "as_variant"])
+def test_row_skipping_with_a_loss_that_cannot_skip_is_a_clear_error(digits, tmp_path: Path, loss: str) -> None:
+    task, data = digits
+    with pytest.raises(ValueError, match=rf"skip_masked_rows: expected one of the losses .*as_softmax.*got loss '{loss}'"):
+        Trial(config(loss=loss, skip_masked_rows=True), data, task, Recorder(tmp_path))

@@ -4,6 +4,27 @@ The loop is plain torch; Ray reaches it through a `Reporter` (tune_as.engine ada
 can be run and tested without Ray. Schedules are functions of *training progress* = samples seen / samples
 planned, so AS-Speed (fewer optimizer steps for the same samples) gets the same learning-rate curve and the
 same AS warm-up as softmax: the optimizer-step counter only advances the schedules, it does not define them.
+
+Row skipping (`skip_masked_rows`, AS-Softmax family only). A fully masked example has loss exactly 0 and gradient
+exactly 0, but without skipping the whole backbone still runs its backward pass for it. With skipping, each
+micro-batch first runs a gradient-free forward (the *probe*), asks the loss which examples are fully masked
+(`Loss.masked_examples`), and then runs forward + backward on the other examples only. The kept examples' mean
+loss is scaled by kept_rows / all_rows, so the loss and every gradient are those of the mean over all counted
+rows, as without skipping; a micro-batch whose examples are all masked has no backward at all (its rows still
+count, for AS-Speed's Eq. 19 and for the logged masked ratio).
+
+Why a probe, and why in train mode. The alternative, reusing the mask an example had when it was last seen
+(an epoch ago), is free but stale: the model moves a lot in an epoch of fine-tuning, and an example that turns
+unmasked would lose its gradient for a whole epoch. The probe is current, and costs one forward without
+activations kept (about 1/3 of forward + backward), paid only once delta < 1 (during the AS warm-up delta = 1
+and no row can be masked, so there is no probe then). The probe runs in the model's training mode: with
+dropout on, it draws its own dropout masks, independent of the gradient pass's (the two passes see different
+batch shapes, so they could not share masks anyway). An example is then skipped with the same probability with
+which the gradient pass, run on it, would have masked it, but not always on the same draw: some skipped
+examples would have had a small non-zero loss in the gradient pass (their gradient is lost), and some kept
+ones get loss 0 there (computed for nothing). Without dropout (eval mode, no dropout layers) both passes agree
+and skipping is exact; benchmarks/bench_finetune.py measures the disagreement with dropout
+(docs/bench_finetune.md). `backward_rows` (examples that went through a backward pass) is logged for every trial.
 """
 
 from __future__ import annotations
@@ -13,8 +34,9 @@ import random
 import shutil
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,11 +72,33 @@ class LoopState:
     epoch: int = 0
     batch_in_epoch: int = 0
     samples_seen: int = 0
+    backward_rows: int = 0  # examples that went through a backward pass (== samples_seen unless rows are skipped)
     optimizer_steps: int = 0
     train_seconds: float = 0.0
     best_val: float = -math.inf
     best: dict[str, float] = field(default_factory=dict)  # test_<m> and best_val_<m> of the best-val model
     window: dict[str, float] = field(default_factory=_empty_window)  # since the last report
+
+
+class PhaseTimer:
+    """Optional wall-clock split of the training loop (probe, forward, backward, step), summed in seconds.
+    Off by default: on a GPU each phase boundary has to synchronize, which slows a real run down."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.sync = device.type == "cuda"
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if self.sync:
+            torch.cuda.synchronize()
+        tic = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.sync:
+                torch.cuda.synchronize()
+            self.seconds[name] += time.perf_counter() - tic
 
 
 def seed_everything(seed: int) -> None:
@@ -109,6 +153,12 @@ class Trial:
         seed_everything(cfg.seed)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.loss_fn: Any = build_loss(cfg.loss, **cfg.loss_params)  # delta is settable on the AS family
+        if cfg.skip_masked_rows and not self.loss_fn.supports_row_skipping:
+            from tune_as.losses import LOSSES
+
+            able = sorted(name for name, cls in LOSSES.items() if cls.supports_row_skipping)
+            raise ValueError(f"skip_masked_rows: expected one of the losses {able} (they mask rows), "
+                             f"got loss {cfg.loss!r}; set skip_masked_rows=false")
         self.target_delta = getattr(self.loss_fn, "delta", None)
         head = "cosine" if self.loss_fn.needs_cosine_head else "linear"
         self.model = build_model(data, head=head, seed=cfg.seed).to(self.device)
@@ -121,6 +171,7 @@ class Trial:
         self.eval_batch = max(cfg.batch_size, 64)
         self.state = LoopState()
         self.pmargin: np.ndarray | None = None
+        self.timer: PhaseTimer | None = None  # set one to time the loop's phases (benchmarks)
         if restore_dir is not None:
             self._load(restore_dir)
 
@@ -169,20 +220,11 @@ class Trial:
         tic = time.perf_counter()
         for idx in self._batches():
             self._apply_schedules()
-            batch = self._to_device(self.data.train.batch(idx))
-            with self.autocast:
-                logits = self.model(batch)
-            out = self.loss_fn(logits.float(), batch["labels"])
-            # one host sync per micro-batch for the three numbers the loop needs
-            loss_value, rows, masked = torch.stack([out.loss.detach().double(), out.n_rows.double(),
-                                                    out.n_masked.double()]).tolist()
+            loss_value, n_rows, n_masked = self._forward_backward(idx, steps)
             if not math.isfinite(loss_value):
                 self.state.train_seconds += time.perf_counter() - tic
                 return self._fail(f"non-finite training loss ({loss_value}) at optimizer step "
                                   f"{self.state.optimizer_steps}; lower the lr or the loss's scale/margin")
-            scaled = out.loss / steps
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            n_rows, n_masked = int(rows), int(masked)
             if self.accumulator:
                 self.accumulator.observe(n_rows, n_masked)
             micro, cycle_rows, cycle_masked = micro + 1, cycle_rows + n_rows, cycle_masked + n_masked
@@ -210,21 +252,66 @@ class Trial:
                 self.model.train()
                 tic = time.perf_counter()
 
+    def _phase(self, name: str) -> AbstractContextManager[None]:
+        return self.timer.phase(name) if self.timer else nullcontext()
+
+    def _forward_backward(self, idx: torch.Tensor, steps: int) -> tuple[float, int, int]:
+        """Forward and backward of one micro-batch (its gradient / `steps` added to .grad), skipping the fully
+        masked examples when asked (module docstring). Returns the mean loss over the micro-batch's counted
+        rows, those rows and the masked ones; a non-finite loss returns before any backward."""
+        batch = self._to_device(self.data.train.batch(idx))
+        all_rows: torch.Tensor | None = None  # counted rows of the whole micro-batch, when probed
+        if self.cfg.skip_masked_rows and self.loss_fn.delta < 1.0:  # delta = 1 (warm-up) masks no row
+            with self._phase("probe"), torch.no_grad():
+                with self.autocast:
+                    probe = self.model(batch).float()
+                keep = ~self.loss_fn.masked_examples(probe, batch["labels"])  # (N,) bool
+                all_rows = self.loss_fn(probe, batch["labels"]).n_rows
+                n_keep = int(keep.sum())
+            if n_keep == 0:  # nothing to learn from: no backward; the rows still count (all masked)
+                rows = int(all_rows)
+                return 0.0, rows, rows
+            if n_keep < len(idx):
+                # re-batched from the split so that padding is trimmed to the longest kept example
+                batch = self._to_device(self.data.train.batch(idx[keep.cpu()]))
+        with self._phase("forward"):
+            with self.autocast:
+                logits = self.model(batch)
+            out = self.loss_fn(logits.float(), batch["labels"])
+            loss = out.loss
+            counts = [out.n_rows.double(), out.n_masked.double()]
+            if all_rows is not None:  # the kept rows' mean -> the mean over all counted rows of the micro-batch
+                loss = loss * out.n_rows / all_rows.clamp(min=1)
+                skipped = (all_rows - out.n_rows).double()  # rows of skipped examples: counted, and masked
+                counts = [c + skipped for c in counts]
+            # one host sync per micro-batch for the three numbers the loop needs
+            loss_value, rows_f, masked_f = torch.stack([loss.detach().double(), *counts]).tolist()
+        if math.isfinite(loss_value):
+            with self._phase("backward"):
+                scaled = loss / steps
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            self.state.backward_rows += len(batch["labels"])
+        return loss_value, int(rows_f), int(masked_f)
+
     def _optimizer_step(self, skip: bool) -> bool:
         """Skip the update when every row of the cycle was masked: the accumulated gradient is exactly zero
         and AdamW would still move the weights through its momentum and weight decay. True if it stepped."""
         if not skip:
-            if self.scaler:
-                self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
-            if self.scaler:
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-            else:
-                self.optimizer.step()
-            self.state.optimizer_steps += 1
+            with self._phase("step"):
+                self._step()
         self.optimizer.zero_grad(set_to_none=True)
         return not skip
+
+    def _step(self) -> None:
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.state.optimizer_steps += 1
 
     # -- evaluation ------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -267,6 +354,7 @@ class Trial:
             "accum_steps": steps,
             "optimizer_steps": self.state.optimizer_steps,
             "samples_seen": self.state.samples_seen,
+            "backward_rows": self.state.backward_rows,
             "epoch": self.state.samples_seen / self.n_train,
             "train_seconds": self.state.train_seconds,
             "eval_seconds": time.perf_counter() - tic,
