@@ -1,22 +1,33 @@
-"""MlflowTracker against a real `mlflow server`: replayed results, driver restarts, outages, orphaned runs."""
+"""MlflowTracker against a real `mlflow server`: replayed results, driver restarts, outages (told by exception
+type), orphaned runs, deleted experiments, two processes opening a fresh SQLite file at once."""
 
 from __future__ import annotations
 
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from contextlib import closing
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 from conftest import free_port
 from mlflow.tracking import MlflowClient
 
-from tune_as import tracking
+from tune_as import schema, tracking
 from tune_as.tracking import MlflowTracker
 
-TAGS = {tracking.ROLE: "trial", tracking.LOSS: "softmax"}
+TAGS = {schema.ROLE: "trial", schema.LOSS: "softmax"}
 
 
 def _tracker(uri: str, experiment: str, search_id: str = "s1") -> MlflowTracker:
     t = MlflowTracker(uri, experiment, search_id, final_flush_s=5)
     t.check_reachable()
-    t.start_search(params={"task": "digits"}, tags={tracking.TASK: "digits"})
+    t.start_search(params={"task": "digits"}, tags={schema.TASK: "digits"})
     return t
 
 
@@ -34,7 +45,7 @@ def test_replayed_results_are_logged_once_across_a_driver_restart(mlflow_server)
     second.trial_ended("t1", "FINISHED")
     assert second.search_ended("FINISHED")
     client = MlflowClient(mlflow_server.uri)
-    (run,) = [r for r in client.search_runs([second.experiment_id]) if r.data.tags.get(tracking.ROLE) == "trial"]
+    (run,) = [r for r in client.search_runs([second.experiment_id]) if r.data.tags.get(schema.ROLE) == "trial"]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [1, 2, 3, 4]
     assert run.info.status == "FINISHED" and run.data.params["lr"] == "0.1"
 
@@ -48,8 +59,8 @@ def test_orphaned_run_of_a_killed_driver_is_closed_and_hidden(mlflow_server) -> 
     resumed.trial_ended("kept", "FINISHED")
     assert resumed.search_ended("FINISHED")
     client = MlflowClient(mlflow_server.uri)
-    visible = [r for r in client.search_runs([resumed.experiment_id]) if r.data.tags.get(tracking.ROLE) == "trial"]
-    assert [r.data.tags[tracking.TRIAL] for r in visible] == ["kept"]
+    visible = [r for r in client.search_runs([resumed.experiment_id]) if r.data.tags.get(schema.ROLE) == "trial"]
+    assert [r.data.tags[schema.TRIAL] for r in visible] == ["kept"]
     lost = client.get_run(killed.runs["lost"])
     assert lost.info.status == "KILLED" and lost.info.lifecycle_stage == "deleted"
     assert "killed driver" in lost.data.tags["tune_as.orphaned"]
@@ -81,3 +92,108 @@ def test_unreachable_database_fails_in_seconds_without_the_password() -> None:
         assert "pw123" not in str(exc) and "expected a reachable database" in str(exc)
     else:
         raise AssertionError("an unreachable database was accepted")
+
+
+# -- outages are told by exception type (what MLflow 3 raises, from real failures) --------------------------
+class _Unavailable(BaseHTTPRequestHandler):
+    """A real HTTP server in maintenance: 503 to everything, as a proxy in front of a restarting MLflow says."""
+
+    def do_GET(self) -> None:
+        self.send_response(503)
+        self.end_headers()
+        self.wfile.write(b"down for maintenance")
+
+    do_POST = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _raised(call: Callable[[], object]) -> BaseException:
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the exception is the subject
+        return exc
+    raise AssertionError("the call succeeded")
+
+
+def test_a_stopped_server_and_a_503_are_outages(tmp_path: Path) -> None:
+    refused = _raised(lambda: MlflowClient(f"http://127.0.0.1:{free_port()}").search_experiments(max_results=1))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Unavailable)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        unavailable = _raised(lambda: MlflowClient(
+            f"http://127.0.0.1:{server.server_address[1]}").search_experiments(max_results=1))
+    finally:
+        server.shutdown()
+    assert tracking.is_outage(refused) and tracking.is_outage(unavailable)
+    assert tracking.failure_reason(refused, "") == "Connection refused"
+
+
+def test_answers_are_not_outages_even_when_their_text_says_timeout(mlflow_server) -> None:
+    client = MlflowClient(mlflow_server.uri)
+    run_id = client.create_run(client.create_experiment("trk-answers")).info.run_id
+    client.log_param(run_id, "on_error", "Timeout")
+    changed = _raised(lambda: client.log_param(run_id, "on_error", "retry"))  # MLflow refuses to change a param
+    missing = _raised(lambda: client.get_run("0" * 32))
+    assert "Timeout" in str(changed)  # the old text match took this for an outage and retried it forever
+    assert not tracking.is_outage(changed) and not tracking.is_outage(missing)
+
+
+@pytest.mark.slow
+def test_a_locked_sqlite_store_is_an_outage(tmp_path: Path) -> None:
+    client = tracking.open_client(f"sqlite:///{tmp_path / 'm.db'}")
+    with closing(sqlite3.connect(tmp_path / "m.db", isolation_level=None)) as other_writer:
+        other_writer.execute("BEGIN EXCLUSIVE")
+        locked = _raised(lambda: client.create_experiment("x"))  # after MLflow's own 20 s busy timeout
+    assert "database is locked" in str(locked) and tracking.is_outage(locked)
+
+
+# -- a deleted experiment -----------------------------------------------------------------------------------
+def test_a_deleted_experiment_is_one_line_that_says_how_to_restore_it(mlflow_server) -> None:
+    client = MlflowClient(mlflow_server.uri)
+    exp_id = client.create_experiment("trk-deleted")
+    client.delete_experiment(exp_id)  # what the MLflow UI's delete does
+    tracker = MlflowTracker(mlflow_server.uri, "trk-deleted", "s1")
+    with pytest.raises(tracking.UserError, match="is deleted: expected an active or new experiment") as info:
+        tracker.check_reachable()
+    command = re.search(r"`(mlflow experiments restore [^`]+)`", str(info.value))
+    assert command is not None
+    # the command the line gives works as given
+    subprocess.run([sys.executable, "-m", *command.group(1).split()], check=True, capture_output=True,
+                   env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server.uri})
+    restored = _tracker(mlflow_server.uri, "trk-deleted")
+    assert restored.experiment_id == exp_id
+
+
+# -- the first use of a fresh SQLite file --------------------------------------------------------------------
+_OPEN_AT_ONCE = """
+import sys
+from tune_as.tracking import MlflowTracker
+print("ready", flush=True)
+sys.stdin.readline()  # the barrier: both processes are imported and wait here
+MlflowTracker(sys.argv[1], "race", "s").check_reachable()
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_opening_a_fresh_sqlite_file_at_once(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'fresh.db'}"
+    logs = [tmp_path / f"opener{i}.log" for i in range(2)]  # files, not pipes: a full pipe would block a child
+    procs = []
+    for log in logs:
+        with open(log, "w") as err:
+            procs.append(subprocess.Popen([sys.executable, "-c", _OPEN_AT_ONCE, uri], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=err, text=True))
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:  # release both together: each then migrates the fresh file, unless serialized
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    codes = [proc.wait(timeout=600) for proc in procs]
+    assert codes == [0, 0], [log.read_text()[-1500:] for log in logs]
+    # the file is whole: a third opener finds the schema complete and can write
+    client = tracking.open_client(uri)
+    client.create_experiment("after-the-race")
+    assert {e.name for e in client.search_experiments()} == {"Default", "after-the-race"}

@@ -4,19 +4,24 @@ concurrent writers. Schema: docs/architecture.md ("MLflow schema").
 Every write goes through a FIFO queue: when the tracking server is unreachable, the operations stay queued
 and are retried, in order, on the next callback (and for up to `final_flush_s` at the end of the search). The
 search itself never fails because MLflow is briefly away.
+
+`open_client` is the one door to MLflow for this package (the search's tracker and the report): no password
+of a tracking URI can reach a printed or logged line (see its docstring).
 """
 
 from __future__ import annotations
 
+import base64
+import fcntl
 import logging
 import os
-import re
 import shutil
 import tempfile
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +32,17 @@ from tune_as.schema import ERROR, LAST_STEP, NODE, ORPHANED, PARENT, ROLE, ROLE_
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
-import mlflow  # noqa: E402
+import requests  # noqa: E402  (MLflow's HTTP transport: its exception types tell an outage)
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.environment_variables import MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_USERNAME  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
+from mlflow.protos.databricks_pb2 import (  # noqa: E402
+    DEADLINE_EXCEEDED,
+    REQUEST_LIMIT_EXCEEDED,
+    RESOURCE_EXHAUSTED,
+    TEMPORARILY_UNAVAILABLE,
+    ErrorCode,
+)
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -37,17 +51,71 @@ DEFAULT_URI = "sqlite:///mlflow.db"
 NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", "hostname", "node_ip", "pid",
                "experiment_tag", "config", "time_this_iter_s", "time_total_s", "timestamp", "time_since_restore",
                "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint", "training_iteration"}
+# What MLflow raises when its server or database is away for now (the cause/context chain of its exceptions):
+# the HTTP transport's failures, and the error codes MLflow gives transient states ("database is locked" is
+# TEMPORARILY_UNAVAILABLE). Anything else is an answer: retrying the same write would get the same answer.
+_NETWORK_FAILURES = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                     requests.exceptions.RetryError, ConnectionError, TimeoutError)
+_TRANSIENT_CODES = {ErrorCode.Name(code) for code in (
+    TEMPORARILY_UNAVAILABLE, DEADLINE_EXCEEDED, REQUEST_LIMIT_EXCEEDED, RESOURCE_EXHAUSTED)}
+
+
+def _userinfo(uri: str) -> tuple[str, str | None, str]:
+    """(user, password or None, the URI without them), as written in the URI (percent-encoding kept). The
+    userinfo is everything before the LAST '@' of the network location, so a password may contain '@'."""
+    netloc = urllib.parse.urlsplit(uri).netloc
+    userinfo, at, hostport = netloc.rpartition("@")
+    if not at:
+        return "", None, uri
+    user, colon, password = userinfo.partition(":")
+    return user, (password if colon else None), uri.replace(f"//{netloc}", f"//{hostport}", 1)
 
 
 def redact_uri(uri: str) -> str:
-    """The URI with any password replaced: never print or log credentials."""
-    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", uri)
+    """The URI with any password replaced by ***: the only form of a tracking URI to print or log."""
+    user, password, _ = _userinfo(uri)
+    if password is None:
+        return uri
+    netloc = urllib.parse.urlsplit(uri).netloc
+    return uri.replace(f"//{netloc}", f"//{user}:***@{netloc.rpartition('@')[2]}", 1)
 
 
-def _is_outage(exc: Exception) -> bool:
-    text = f"{type(exc).__name__} {exc}"
-    return any(s in text for s in ("ConnectionError", "Connection refused", "Max retries", "timed out",
-                                   "Timeout", "API request", "TEMPORARILY_UNAVAILABLE", "database is locked"))
+def scrub(text: str, uri: str) -> str:
+    """`text` with the password of `uri` replaced by *** wherever it appears: as written in the URI, decoded,
+    or inside a basic-auth header. Every exception text that reaches a user line passes through here."""
+    user, password, _ = _userinfo(uri)
+    if not password:
+        return text
+    plain_user, plain = urllib.parse.unquote(user), urllib.parse.unquote(password)
+    basic = base64.b64encode(f"{plain_user}:{plain}".encode()).decode()
+    for secret in sorted({password, plain, urllib.parse.quote(plain, safe=""), basic}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """The exception, then what it was raised from or while handling, down to the root."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True when `exc` says the tracking store is away for now (retry later), judged by exception types along
+    its cause/context chain, never by its text: MLflow wraps a refused connection or a timeout in a plain
+    MlflowException whose context is the `requests` error."""
+    return any(isinstance(e, _NETWORK_FAILURES) or (isinstance(e, MlflowException) and e.error_code in _TRANSIENT_CODES)
+               for e in _chain(exc))
+
+
+def failure_reason(exc: BaseException, uri: str) -> str:
+    """Why a call to MLflow at `uri` failed, in one line without secrets: the operating system's reason for a
+    network failure ("Connection refused", "Name or service not known"), else the exception's first line."""
+    reasons = [e.strerror for e in _chain(exc) if isinstance(e, OSError) and e.strerror]
+    return scrub(reasons[-1] if reasons else first_line(exc), uri)[:300]
 
 
 def check_database_port(uri: str) -> None:
@@ -64,9 +132,76 @@ def check_database_port(uri: str) -> None:
                         f"database at {parts.hostname}:{port}, received: {reason}")
 
 
+class TrackingUnusable(UserError):
+    """Nothing usable answers at a tracking URI. `shown` is the URI without its password, `reason` says why."""
+
+    def __init__(self, shown: str, reason: str) -> None:
+        self.shown, self.reason = shown, reason
+        super().__init__(f"MLflow tracking URI {shown} is not usable: expected a reachable tracking server or "
+                         f"database, got {reason}")
+
+
+def _credentials_to_env(uri: str) -> str:
+    """For an http(s) URI with user:password@, put them in MLflow's MLFLOW_TRACKING_USERNAME/PASSWORD (over any
+    set before: the URI is the more specific) and return the URI without them. MLflow sends them as basic auth
+    either way, but only a URI without them keeps them out of MLflow's own messages ("API request to URL
+    failed", "View run ... at URL"). An empty user name stays in the URI: MLflow sends the environment's
+    credentials only when both are non-empty, `requests` sends a URI's as they are."""
+    user, password, bare = _userinfo(uri)
+    if not urllib.parse.urlsplit(uri).scheme.startswith("http") or not user or not password:
+        return uri
+    os.environ[MLFLOW_TRACKING_USERNAME.name] = urllib.parse.unquote(user)
+    os.environ[MLFLOW_TRACKING_PASSWORD.name] = urllib.parse.unquote(password)
+    return bare
+
+
+@contextmanager
+def _first_use_lock(uri: str) -> Iterator[None]:
+    """Serializes MLflow's opening of a SQLite file across processes: two processes migrating a fresh file at
+    once leave it broken ("table _alembic_tmp_tags already exists"). The lock is an flock on a sibling
+    `<file>.lock`, released when the client exists (the schema is complete by then)."""
+    path = uri.removeprefix("sqlite:///").split("?", 1)[0] if uri.startswith("sqlite:///") else ""
+    fd = None
+    if path and path != ":memory:":
+        try:
+            fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:  # e.g. a read-only folder: MLflow cannot migrate a file there either, and says so
+            fd = None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def open_client(uri: str) -> MlflowClient:
+    """A client for `uri`, checked with one cheap request, or TrackingUnusable in seconds (for a database URI,
+    check_database_port's UserError). The one way this package opens MLflow, so that:
+    - a password in an http(s) URI never reaches MLflow's messages (`_credentials_to_env`), and every reason
+      printed passes through `scrub`;
+    - MLflow prints no "View run ... at URL" line per run: the CLIs print their own summary;
+    - the first use of a fresh SQLite file is serialized across processes (`_first_use_lock`)."""
+    check_database_port(uri)
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    target = _credentials_to_env(uri)
+    try:
+        with _first_use_lock(target):
+            client = MlflowClient(tracking_uri=target)
+        client.search_experiments(max_results=1)
+    except Exception as exc:  # noqa: BLE001 - any failure means "cannot use this URI"
+        raise TrackingUnusable(redact_uri(uri), failure_reason(exc, uri)) from None
+    return client
+
+
 class MlflowTracker:
+    """The runs of one search. `uri` may hold a password: print `shown` (the URI without it), never `uri`."""
+
     def __init__(self, uri: str | None, experiment: str, search_id: str, final_flush_s: float = 120.0) -> None:
         self.uri = uri or DEFAULT_URI
+        self.shown = redact_uri(self.uri)
         self.experiment = experiment
         self.search_id = search_id
         self.final_flush_s = final_flush_s
@@ -83,19 +218,23 @@ class MlflowTracker:
 
     @property
     def client(self) -> MlflowClient:
-        """Created on first use: for a database URI, creating it already connects (with minutes of retries)."""
+        """Opened by `check_reachable` (or on first use)."""
         if self._client is None:
-            self._client = MlflowClient(tracking_uri=self.uri)
+            self._client = open_client(self.uri)
         return self._client
 
     # -- set-up (synchronous: errors here are the user's to see) -----------------------------------------
     def check_reachable(self) -> None:
-        check_database_port(self.uri)
-        try:
-            self.client.search_experiments(max_results=1)
-        except Exception as exc:  # noqa: BLE001 - any failure means "cannot use this URI"
-            raise UserError(f"MLflow tracking URI {redact_uri(self.uri)} is not usable: expected a reachable "
-                            f"tracking server or database, got {first_line(exc)[:300]}") from None
+        """UserError unless the store answers and the experiment is usable. An experiment deleted in the MLflow
+        UI (soft-deleted: MLflow keeps its name taken) is not restored behind the user's back, which would bring
+        its discarded runs back into the report: the error says how to restore it or to use another name."""
+        self._client = open_client(self.uri)
+        exp = self._client.get_experiment_by_name(self.experiment)
+        if exp is not None and exp.lifecycle_stage == "deleted":
+            raise UserError(
+                f"MLflow experiment {self.experiment!r} at {self.shown} is deleted: expected an active or new "
+                f"experiment; restore it with `mlflow experiments restore --experiment-id {exp.experiment_id}` "
+                "(MLFLOW_TRACKING_URI set to this tracking URI), or choose another experiment name (--experiment)")
 
     def start_search(self, params: dict[str, Any], tags: dict[str, str]) -> str:
         """Find (on resume) or create the experiment and the parent run of this search."""
@@ -125,13 +264,14 @@ class MlflowTracker:
             try:
                 op()
             except Exception as exc:  # noqa: BLE001
-                if not _is_outage(exc):
-                    log.warning("MLflow: dropped %s: %s", what, exc)
+                if not is_outage(exc):
+                    log.warning("MLflow: dropped %s: %s", what, failure_reason(exc, self.uri))
                     self.pending.popleft()
                     continue
-                if self.outage_since is None:
+                if self.outage_since is None:  # one line per outage, not per attempt
                     self.outage_since = time.monotonic()
-                    log.warning("MLflow unreachable (%s); buffering writes and retrying", str(exc)[:200])
+                    log.warning("MLflow unreachable at %s (%s); buffering writes and retrying",
+                                self.shown, failure_reason(exc, self.uri))
                 if deadline is None or time.monotonic() > deadline:
                     return False
                 time.sleep(2.0)
@@ -186,7 +326,7 @@ class MlflowTracker:
         if result.get("node_id"):
             tags.append(RunTag(NODE, str(result["node_id"])))
         if result.get("error"):
-            tags.append(RunTag(ERROR, str(result["error"])[:5000]))
+            tags.append(RunTag(ERROR, scrub(str(result["error"]), self.uri)[:5000]))
 
         def op() -> None:
             self.client.log_batch(self._child(trial_id), metrics=metrics, tags=tags)
@@ -205,7 +345,7 @@ class MlflowTracker:
             run_id = self._child(trial_id)
             extra = dict(tags or {})
             if error:
-                extra[ERROR] = error.strip().splitlines()[-1][:5000] if error.strip() else "error"
+                extra[ERROR] = scrub(error.strip().splitlines()[-1], self.uri)[:5000] if error.strip() else "error"
             if extra:
                 self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in extra.items()])
             if staged is not None:
@@ -260,9 +400,5 @@ class MlflowTracker:
         self._enqueue("end of search", op)
         done = self.flush(deadline=time.monotonic() + self.final_flush_s)
         if not done:
-            log.error("MLflow: %d writes could not be delivered to %s", len(self.pending), redact_uri(self.uri))
+            log.error("MLflow: %d writes could not be delivered to %s", len(self.pending), self.shown)
         return done
-
-
-def mlflow_version() -> str:
-    return str(mlflow.__version__)
