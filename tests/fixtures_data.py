@@ -4,6 +4,7 @@ Each writer produces what a real user has after `load_dataset(...).save_to_disk(
 Image features included), or the JSON Lines a user gets from `Dataset.to_json`, so the tests drive the
 same loader code as a real run. Schemas: coastalcph/lex_glue eurlex, web_of_science WOS46985,
 nyu-mll/glue mnli / qnli / qqp, ylecun/mnist, uoft-cs/cifar10, uoft-cs/cifar100.
+The last section writes broken files, as users end up with them (cut-off downloads, misnamed files).
 """
 
 from __future__ import annotations
@@ -152,3 +153,30 @@ def images(task: str, folder: Path, sizes: tuple[int, int] = (40, 10)) -> Path:
             cols["coarse_label"] = [int(v) % 20 for v in labels]
         splits[split] = cols
     return save_to_disk(folder, splits, datasets.Features(spec))
+
+
+# -- broken files ---------------------------------------------------------------------------------------
+def labelled(labels: list[Any], seed: int = 0) -> list[dict[str, Any]]:
+    """{"text", "label"} rows, one per label."""
+    rng = random.Random(seed)
+    return [{"text": sentence(rng), "label": label} for label in labels]
+
+
+def jsonl_text(rows: list[Any]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def write_plain(path: Path, text: str | bytes) -> Path:
+    """A file as given (uncompressed whatever its name says)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def truncated_gzip(path: Path, rows: list[Any], keep: float = 0.5) -> Path:
+    """A gzip download cut off part-way: the first `keep` of the compressed bytes."""
+    blob = gzip.compress(jsonl_text(rows).encode())
+    return write_plain(path, blob[: int(len(blob) * keep)])

@@ -3,6 +3,7 @@ scoring through the batch layout, and the disk cache."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import pickle
 import time
@@ -16,6 +17,7 @@ from conftest import shared_data
 from tune_as.tasks import TASKS, DataSpec, PreparedData, Split, build_model, build_task, prepare
 from tune_as.tasks import backbones as backbones_module
 from tune_as.tasks import featurize as featurize_module
+from tune_as.tasks import sources as sources_module
 
 REAL = ["clinc_oos", "sst5", "conll2003", "sighan2015", "rte", "mrpc", "cola", "sst2"]
 TABLE5 = {  # AS-Softmax paper, Table 5: epochs, batch size, learning rate
@@ -210,30 +212,174 @@ def test_hub_path_calls_load_dataset_with_the_task_id(tmp_path: Path, cache: Pat
     assert calls == [("coastalcph/lex_glue", "eurlex")] and len(data.train) == 60
 
 
-# -- user errors ------------------------------------------------------------------------------------------
+# -- user errors: one line naming what was expected and what was received, never an OSError ---------------
+# (the CLI reports ValueError / FileNotFoundError as `error: ...`, but any other OSError as an unreachable hub)
 def write_split(folder: Path, split: str, rows: list[dict[str, object]]) -> None:
     fx.write_jsonl(folder / f"{split}.jsonl.gz", rows)
 
 
-def test_unknown_validation_label_names_the_label_and_split(tmp_path: Path, cache: Path) -> None:
-    write_split(tmp_path, "train", [{"text": "a b", "label": "pos"}, {"text": "c d", "label": "neg"}])
-    write_split(tmp_path, "validation", [{"text": "e f", "label": "neutral"}])
-    with pytest.raises(ValueError, match="label 'neutral' in the validation split .*validation.jsonl.gz.*"
-                                         "does not occur in the training split"):
+GOOD = fx.labelled(["pos", "neg"] * 5)  # 10 rows, lines 1..10
+LATIN1_LINE = '{"text": "café", "label": "pos"}\n'.encode("latin-1")
+BAD_TRAIN = {  # case: (write a broken training file into the folder, expected message)
+    "truncated gzip": (lambda d: fx.truncated_gzip(d / "train.jsonl.gz", GOOD),
+                       r"train\.jsonl\.gz: expected complete gzip data, got EOFError"),
+    "plain text named .gz": (lambda d: fx.write_plain(d / "train.jsonl.gz", fx.jsonl_text(GOOD)),
+                             r"train\.jsonl\.gz: expected gzip data .* not gzip-compressed: name it without \.gz"),
+    "gzip named .jsonl": (lambda d: fx.write_plain(d / "train.jsonl", gzip.compress(fx.jsonl_text(GOOD).encode())),
+                          r"train\.jsonl:1: expected UTF-8 text, got byte 0x8b .*name the file \*\.jsonl\.gz"),
+    "folder named train.jsonl": (lambda d: (d / "train.jsonl").mkdir(),
+                                 r"train\.jsonl: expected a JSON Lines file, found a folder"),
+    "malformed JSON line": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text(GOOD[:2]) + "\n{'text': 1}\n"),
+                            r"train\.jsonl:4: expected one JSON object per line, got invalid JSON \(.* column 2\)"),
+    "not UTF-8": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text(GOOD).encode() + LATIN1_LINE),
+                  r"train\.jsonl:11: expected UTF-8 text, got byte 0xe9 at column 14"),
+    "a JSON array file": (lambda d: fx.write_plain(d / "train.json", json.dumps(GOOD)),
+                          r"train\.json:1: expected a JSON object, got list \(a JSON array: expected JSON Lines"),
+    "fields differ": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text([*GOOD, {"text": "x"}])),
+                      r"train\.jsonl:11: expected the fields of line 1 \['label', 'text'\], got \['text'\]"),
+    "null label": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text([*GOOD, {"text": "x", "label": None}])),
+                   r"train\.jsonl:11: expected a label in the train split, got null"),
+    "text not a string": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text([*GOOD, {"text": 5, "label": "pos"}])),
+                          r"train\.jsonl:11: expected field 'text' to be a string, got int \(5\)"),
+    "missing text field": (lambda d: write_split(d, "train", [{"sentence": "a b", "label": "pos"}] * 10),
+                           r"train\.jsonl\.gz: expected a field named 'text'; found fields \['label', 'sentence'\]"),
+    "single class": (lambda d: write_split(d, "train", fx.labelled(["pos"] * 10)),
+                     r"train\.jsonl\.gz: expected at least 2 classes in the train split, found only 'pos' "
+                     r"\(all 10 rows\): nothing to learn"),
+    "two files for train": (lambda d: [write_split(d, "train", GOOD), fx.write_plain(d / "train.jsonl", "")],
+                            r"expected one file for 'train', found \['train\.jsonl\.gz', 'train\.jsonl'\]"),
+    "empty file": (lambda d: fx.write_plain(d / "train.jsonl", "\n  \n"),
+                   r"train\.jsonl: expected at least one JSON object, the file is empty"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TRAIN))
+def test_bad_training_file_is_one_clear_value_error(case: str, tmp_path: Path, cache: Path) -> None:
+    write, message = BAD_TRAIN[case]
+    write(tmp_path)
+    write_split(tmp_path, "validation", GOOD[:4])
+    with pytest.raises(ValueError, match=message) as info:
+        tiny("sst5", tmp_path, cache)
+    assert "\n" not in str(info.value)
+
+
+def test_unreadable_file_is_a_value_error_not_an_os_error(tmp_path: Path, cache: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    write_split(tmp_path, "train", GOOD)
+    write_split(tmp_path, "validation", GOOD)
+
+    def denied(path: object, mode: str = "r") -> None:  # root reads any file: chmod cannot show this
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(sources_module, "open", denied, raising=False)
+    with pytest.raises(ValueError, match="train.jsonl.gz: expected a readable file, got PermissionError: "
+                                         "Permission denied"):
         tiny("sst5", tmp_path, cache)
 
 
-def test_missing_field_names_file_expected_and_found_fields(tmp_path: Path, cache: Path) -> None:
-    write_split(tmp_path, "train", [{"sentence": "a b", "label": "pos"}] * 10)
-    with pytest.raises(ValueError, match="train.jsonl.gz: expected a field named 'text'; found fields "
-                                         "\\['label', 'sentence'\\]"):
+def test_validation_errors_name_the_file_and_line(tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "train", GOOD)
+    write_split(tmp_path, "validation", [*GOOD[:2], {"text": "e f", "label": "neutral"}])
+    with pytest.raises(ValueError, match="validation.jsonl.gz:3: label 'neutral' in the validation split does "
+                                         "not occur in the training split; expected one of the 2 training labels"):
+        tiny("sst5", tmp_path, cache)
+    write_split(tmp_path, "validation", [{"text": "e f"}] * 3)
+    with pytest.raises(ValueError, match="validation.jsonl.gz: expected a field named 'label'; found fields "
+                                         "\\['text'\\]"):
         tiny("sst5", tmp_path, cache)
 
 
-def test_missing_train_file_lists_what_was_found(tmp_path: Path, cache: Path) -> None:
-    write_split(tmp_path, "training", [{"text": "a", "label": "x"}])
-    with pytest.raises(FileNotFoundError, match="expected a training split \\(train.jsonl.gz.*found \\['training"):
+def test_hidden_labels_drop_test_but_are_an_error_in_validation(tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "train", fx.labelled([0, 1] * 5))
+    write_split(tmp_path, "validation", fx.labelled([0, 1]))
+    write_split(tmp_path, "test", [{"text": "a b"}, {"text": "c d"}])  # an unlabelled test file
+    data = tiny("sst2", tmp_path, cache)
+    assert data.test is None and any("test split has no labels" in n for n in data.notes)
+    write_split(tmp_path, "validation", fx.labelled([-1, -1]))  # GLUE's hidden label
+    with pytest.raises(ValueError, match="validation.jsonl.gz: expected labels in the validation split, found "
+                                         "only hidden ones \\(null or -1\\)"):
+        tiny("sst2", tmp_path, cache)
+
+
+def test_errors_point_at_the_file_line_after_carving(tmp_path: Path, cache: Path) -> None:
+    rows = fx.labelled(["pos", "neg"] * 15)
+    rows[24]["text"] = ["not", "a", "string"]
+    write_split(tmp_path, "train", rows)  # no validation file: 3 rows are carved out of train
+    with pytest.raises(ValueError, match="train.jsonl.gz:25: expected field 'text' to be a string, got list"):
         tiny("sst5", tmp_path, cache)
+
+
+def test_broken_save_to_disk_folders(tmp_path: Path, cache: Path) -> None:
+    import datasets
+
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["a", "b"])})
+    empty = fx.save_to_disk(tmp_path / "empty", {"train": {"text": ["x", "y"], "label": [0, 1]},
+                                                 "validation": {"text": [], "label": []}}, features)
+    with pytest.raises(ValueError, match="empty: expected a readable datasets.save_to_disk folder, got IndexError"):
+        tiny("sst5", empty, cache)  # datasets cannot read back the empty split it saved
+    folder = fx.eurlex(tmp_path / "eurlex")
+    next((folder / "validation").glob("*.arrow")).unlink()
+    with pytest.raises(ValueError, match="eurlex: expected a readable datasets.save_to_disk folder, got "
+                                         "FileNotFoundError: .*validation/data"):
+        tiny("eurlex", folder, cache)
+
+
+def test_empty_hub_split_is_refused(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    splits = {"train": {"text": ["a b", "c d"], "label": [0, 1]}, "validation": {"text": [], "label": []}}
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["a", "b"])})
+    dd = datasets.DatasetDict({k: datasets.Dataset.from_dict(v, features=features) for k, v in splits.items()})
+    monkeypatch.setattr(datasets, "load_dataset", lambda path, name=None: dd)
+    with pytest.raises(ValueError, match="SetFit/sst5 \\[validation\\]: expected rows in the validation split, "
+                                         "found none"):
+        tiny("sst5", None, cache)
+
+
+def test_undecodable_image_names_its_row(tmp_path: Path, cache: Path) -> None:
+    import datasets
+
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["0", "1"])})
+    pixels = [{"bytes": b"not a png", "path": None}] * 4
+    folder = fx.save_to_disk(tmp_path / "img", {"train": {"image": pixels, "label": [0, 1, 0, 1]},
+                                                "test": {"image": pixels[:2], "label": [0, 1]}}, features)
+    with pytest.raises(ValueError, match="img \\[train\\] row 1: expected an image, got UnidentifiedImageError"):
+        tiny("mnist", folder, cache)
+
+
+@pytest.mark.parametrize("kind,rows,message", [
+    ("token", [{"text": ["a", "b"], "label": ["O", "O"]}] * 10, "found only 'O'"),
+    ("multilabel", [{"text": "a b", "label": ["x", "y"]}] * 10,
+     "expected rows with different labels in the train split, found \\['x', 'y'\\] on all 10 rows"),
+])
+def test_single_target_token_and_multilabel_data_is_refused(kind: str, rows: list[dict[str, object]],
+                                                            message: str, tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "train", rows)
+    write_split(tmp_path, "validation", rows)
+    spec = DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache)
+    with pytest.raises(ValueError, match=f"train.jsonl.gz: .*{message}"):
+        prepare(build_task("jsonl", kind=kind), spec)
+
+
+def test_jsonl_options_as_the_cli_passes_them(tmp_path: Path, cache: Path) -> None:
+    """`--task-arg KEY=VALUE` hands build_task strings: metrics is a comma-separated list."""
+    task = build_task("jsonl", metrics="accuracy, mcc")
+    assert task.metrics == ("accuracy", "mcc") and build_task("jsonl", **task.options) == task
+    assert build_task("jsonl", metrics=("f1",)).metrics == ("f1",)
+    for options, message in [
+        ({"metrics": "accuracy,top5"}, "expected a non-empty subset of .*comma-separated.*got 'accuracy,top5'"),
+        ({"metrics": " , "}, "expected a non-empty subset"),
+        ({"text_field": ""}, "text_field: expected a field name, got ''"),
+        ({"label_field": "text"}, "label_field: expected a field other than the text fields, got 'text'"),
+        ({"textfield": "q"}, "unknown options \\['textfield'\\]; expected some of"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            build_task("jsonl", **options)
+    write_split(tmp_path, "train", fx.labelled(["a", "b", "c"] * 4))
+    spec = DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache)
+    with pytest.raises(ValueError, match="metric 'f1' is the F1 of label id 1 of a 2-class task: expected 2 "
+                                         "classes, got 3 \\(a, b, c\\); use macro_f1 or micro_f1"):
+        prepare(build_task("jsonl", metrics="f1"), spec)
 
 
 def test_jsonl_task_with_user_fields_and_clear_kind_errors(tmp_path: Path, cache: Path) -> None:

@@ -15,7 +15,7 @@ from .. import metrics
 from . import preparation
 from .data import DataSpec, PreparedData, Split
 from .labels import LabelMap
-from .sources import SPLITS, HubSource, RawSplit, carve, load_folder, load_hub, subsample
+from .sources import HubSource, RawSplit, carve, load_folder, load_hub, subsample
 
 log = logging.getLogger(__name__)
 KINDS = ("multiclass", "token", "multilabel")
@@ -81,6 +81,9 @@ class Task:
 
     def raw_splits(self, data_dir: Path | None) -> tuple[dict[str, RawSplit], list[str]]:
         raw, notes = self.load_raw(data_dir), []
+        for split, rows in raw.items():
+            if not len(rows):
+                raise ValueError(f"{rows.origin}: expected rows in the {split} split, found none")
         for split, fraction in self.carve:
             if split not in raw:
                 raw["train"], raw[split] = carve(raw["train"], fraction, split)
@@ -97,13 +100,21 @@ class Task:
         raw, notes = self.raw_splits(spec.data_dir)
         train = raw["train"]
         labels = self.fit_labels(train)
-        examples = {}
-        for split in SPLITS:
-            if split not in raw or not self.has_labels(raw[split]):
-                continue
+
+        def examples_of(split: str) -> dict[str, Any]:
             limit = spec.max_train_samples if split == "train" else spec.max_eval_samples
-            rows = raw[split].take(subsample(len(raw[split]), limit, spec.seed))
-            examples[split] = self.examples(rows, labels, split)
+            return self.examples(raw[split].take(subsample(len(raw[split]), limit, spec.seed)), labels, split)
+
+        examples = {"train": examples_of("train")}
+        self.check_labels(train, labels)  # after the rows: a wrong field is the first thing to report
+        for split in ("validation", "test"):
+            if split in raw and self.has_labels(raw[split]):
+                examples[split] = examples_of(split)
+        if "validation" not in examples:  # it selects the trials: hidden labels there are an error
+            validation = raw["validation"]
+            validation.field_name(self.fields["label"])  # a missing field: name it and the fields found
+            raise ValueError(f"{validation.origin}: expected labels in the validation split, found only hidden "
+                             f"ones (null or -1)")
         if "test" in raw and "test" not in examples:
             notes.append(f"{self.name}: the test split has no labels (hidden, as in GLUE); test = None")
         return self.featurize(examples, labels, spec, tuple(notes))
@@ -112,8 +123,26 @@ class Task:
         name = train.field_name(self.fields["label"])
         return LabelMap.fit(self.label_values(train), train.class_names.get(name), train.origin)
 
+    def check_labels(self, train: RawSplit, labels: LabelMap) -> None:
+        """Refuse training labels a classifier cannot learn from, and a metric the labels do not support."""
+        classes = {v for v in self.label_values(train) if v is not None}
+        if len(classes) < 2:
+            raise ValueError(f"{train.origin}: expected at least 2 classes in the train split, found only "
+                             f"{', '.join(map(repr, classes))} (all {len(train)} rows): nothing to learn, and "
+                             f"a validation split of that class would score 1.0")
+        if self.kind == "multiclass" and "f1" in self.metrics and len(labels) != 2:
+            shown = ", ".join(labels.names[:5]) + (", ..." if len(labels) > 5 else "")
+            raise ValueError(f"{self.name}: metric 'f1' is the F1 of label id 1 of a 2-class task: expected 2 "
+                             f"classes, got {len(labels)} ({shown}); use macro_f1 or micro_f1")
+
     def has_labels(self, raw: RawSplit) -> bool:
+        if not raw.has(self.fields["label"]):  # e.g. a test file without labels
+            return False
         return any(v is not None and v != -1 for v in raw.field(self.fields["label"]))  # -1: hidden (GLUE)
+
+    def label_ids(self, raw: RawSplit, labels: LabelMap, split: str) -> list[int]:
+        """The id of each row's single label (multi-class text and images)."""
+        return [labels.id_of(v, split, raw.where(i)) for i, v in enumerate(raw.field(self.fields["label"]))]
 
     def label_values(self, raw: RawSplit) -> list[Any]:
         return raw.field(self.fields["label"])

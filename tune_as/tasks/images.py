@@ -11,24 +11,28 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import first_line
 from .base import Task, TaskDefaults
 from .data import DataSpec, PreparedData, Split
 from .labels import LabelMap
 from .sources import HubSource, RawSplit
 
 
-def to_chw(value: Any, origin: str, row: int) -> np.ndarray:
-    """One image (PIL image, HF {"bytes": ...} dict, or nested lists / array (H, W) or (H, W, C)) as (C, H, W)."""
-    if isinstance(value, dict) and value.get("bytes") is not None:
-        from PIL import Image
+def to_chw(value: Any, where: str) -> np.ndarray:
+    """One image (PIL image, HF {"bytes": ...} dict, or nested lists / array (H, W) or (H, W, C)) as (C, H, W);
+    `where` names the row in errors."""
+    try:
+        if isinstance(value, dict) and value.get("bytes") is not None:
+            from PIL import Image
 
-        value = Image.open(io.BytesIO(value["bytes"]))
-    array = np.asarray(value)
+            value = Image.open(io.BytesIO(value["bytes"]))
+        array = np.asarray(value)  # a PIL image decodes here
+    except (OSError, ValueError) as err:  # undecodable bytes (PIL's errors are OSErrors), ragged lists
+        raise ValueError(f"{where}: expected an image, got {type(err).__name__}: {first_line(err)[:120]}") from None
     if array.ndim == 2:
         array = array[:, :, None]
     if array.ndim != 3 or array.dtype == object:
-        raise ValueError(f"{origin}: row {row + 1}: expected an image (H, W) or (H, W, C), got shape "
-                         f"{array.shape} of {array.dtype}")
+        raise ValueError(f"{where}: expected an image (H, W) or (H, W, C), got shape {array.shape} of {array.dtype}")
     return array.transpose(2, 0, 1)
 
 
@@ -44,11 +48,11 @@ class ImageClassification(Task):
     uses_backbone = False
 
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
-        images = [to_chw(v, raw.origin, i) for i, v in enumerate(raw.field(self.fields["image"]))]
+        images = [to_chw(v, raw.where(i)) for i, v in enumerate(raw.field(self.fields["image"]))]
         shapes = {im.shape for im in images}
         if len(shapes) != 1:
             raise ValueError(f"{raw.origin}: expected images of one shape, found {sorted(shapes)[:4]}")
-        y = labels.encode(raw.field(self.fields["label"]), split, raw.origin)
+        y = self.label_ids(raw, labels, split)
         pixels = torch.from_numpy(np.stack(images).clip(0, 255).astype(np.uint8))
         return {"pixels": pixels, "labels": torch.tensor(y, dtype=torch.long)}
 

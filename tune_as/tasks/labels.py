@@ -33,15 +33,13 @@ class LabelMap:
     def __len__(self) -> int:
         return len(self.names)
 
-    def encode(self, values: Iterable[Any], split: str, origin: str) -> list[int]:
-        out = []
-        for value in values:
-            key = str(value)
-            if key not in self.ids:
-                shown = ", ".join(self.names[:10]) + (", ..." if len(self.names) > 10 else "")
-                raise ValueError(
-                    f"label {value!r} in the {split} split ({origin}) does not occur in the training split; "
-                    f"expected one of the {len(self.names)} training labels ({shown})"
-                )
-            out.append(self.ids[key])
-        return out
+    def id_of(self, value: Any, split: str, where: str) -> int:
+        """The id of one label; `where` names its row (`path:line`) in the error."""
+        if value is None:
+            raise ValueError(f"{where}: expected a label in the {split} split, got null")
+        key = str(value)
+        if key not in self.ids:
+            shown = ", ".join(self.names[:10]) + (", ..." if len(self.names) > 10 else "")
+            raise ValueError(f"{where}: label {value!r} in the {split} split does not occur in the training split; "
+                             f"expected one of the {len(self.names)} training labels ({shown})")
+        return self.ids[key]

@@ -34,8 +34,8 @@ class MultiLabelText(Task):
         rows = raw.field(self.fields["label"])
         for i, row in enumerate(rows):
             if not isinstance(row, list):
-                raise ValueError(f"{raw.origin}: row {i + 1}: expected field {raw.field_name(self.fields['label'])!r}"
-                                 f" to be a list of labels (multi-label task), got {row!r:.60}")
+                raise ValueError(f"{raw.where(i)}: expected field {raw.field_name(self.fields['label'])!r} to be a "
+                                 f"list of labels (multi-label task), got {row!r:.60}")
         return rows
 
     def label_values(self, raw: RawSplit) -> list[Any]:
@@ -44,8 +44,15 @@ class MultiLabelText(Task):
     def has_labels(self, raw: RawSplit) -> bool:
         return raw.has(self.fields["label"])
 
+    def check_labels(self, train: RawSplit, labels: LabelMap) -> None:
+        label_sets = {tuple(sorted(map(str, row))) for row in self.label_lists(train)}
+        if len(label_sets) < 2:
+            raise ValueError(f"{train.origin}: expected rows with different labels in the train split, found "
+                             f"{list(label_sets.pop())} on all {len(train)} rows: nothing to learn, and a "
+                             f"validation split like it would score 1.0")
+
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
-        ids = [labels.encode(row, split, raw.origin) for row in self.label_lists(raw)]
+        ids = [[labels.id_of(v, split, raw.where(i)) for v in row] for i, row in enumerate(self.label_lists(raw))]
         return dict(text_inputs(self, raw), labels=multi_hot(ids, len(labels)))
 
     def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,

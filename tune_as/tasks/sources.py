@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-SPLITS = ("train", "validation", "test")
+from ..errors import first_line
+
 SUFFIXES = (".jsonl.gz", ".jsonl", ".json.gz", ".json")
 # A fixed seed, independent of DataSpec.seed: every trial of every seed sees the same carved validation set.
 CARVE_SEED = 20240521
@@ -34,14 +36,28 @@ class RawSplit:
 
     class_names: for Hugging Face `ClassLabel` columns, the label names in the dataset's own order
     (the integer ids were already turned into these names).
+    positions: where each row came from, 1-based: the line of a JSON Lines file (unit "line"), else the row
+    of the dataset (unit "row"); kept through `take`, so errors after subsampling or carving still point
+    at the right line.
     """
 
     origin: str
     columns: dict[str, list[Any]]
     class_names: dict[str, list[str]] = field(default_factory=dict)
+    positions: list[int] = field(default_factory=list)
+    unit: str = "row"
+
+    def __post_init__(self) -> None:
+        if not self.positions:
+            self.positions = list(range(1, len(self) + 1))
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def where(self, i: int) -> str:
+        """Row i for an error message: `path:line` for files, `origin row n` for datasets."""
+        n = self.positions[i]
+        return f"{self.origin}:{n}" if self.unit == "line" else f"{self.origin} row {n}"
 
     def has(self, candidates: Sequence[str]) -> bool:
         return any(name in self.columns for name in candidates)
@@ -60,30 +76,72 @@ class RawSplit:
 
     def take(self, idx: Sequence[int] | np.ndarray, origin: str | None = None) -> RawSplit:
         cols = {k: [v[i] for i in idx] for k, v in self.columns.items()}
-        return RawSplit(origin or self.origin, cols, self.class_names)
+        return RawSplit(origin or self.origin, cols, self.class_names, [self.positions[i] for i in idx], self.unit)
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _json_line(path: Path, line_no: int, line: bytes) -> Any:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        hint = " (gzip data: name the file *.jsonl.gz)" if line_no == 1 and line.startswith(GZIP_MAGIC) else ""
+        raise ValueError(f"{path}:{line_no}: expected UTF-8 text, got byte {line[err.start]:#04x} at column "
+                         f"{err.start + 1}{hint}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{line_no}: expected one JSON object per line, got invalid JSON "
+                         f"({err.msg} at column {err.colno})") from None
+
+
+def _read_lines(path: Path) -> list[tuple[int, Any]]:
+    """(line number, parsed JSON value) of every non-blank line. A local file's problems become ValueErrors
+    naming it: an OSError would reach the CLI as "expected a reachable Hugging Face hub"."""
+    if not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        raise ValueError(f"{path}: expected a JSON Lines file, found {kind}")
+    gzipped = path.name.endswith(".gz")
+    values = []
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+        if gzipped and head and head != GZIP_MAGIC:  # (an empty file is reported as empty below)
+            raise ValueError(f"{path}: expected gzip data (the name ends in .gz), got a file that is not "
+                             f"gzip-compressed: name it without .gz")
+        with gzip.open(path, "rb") if gzipped else open(path, "rb") as fh:
+            for line_no, line in enumerate(fh, 1):
+                if line_no == 1:
+                    line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark (some editors write one)
+                if line.strip():
+                    values.append((line_no, _json_line(path, line_no, line)))
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # truncated or corrupt
+        raise ValueError(f"{path}: expected complete gzip data, got {type(err).__name__}: {err} (a truncated "
+                         f"or damaged file?)") from None
+    except OSError as err:  # permission denied, I/O error, ...
+        raise ValueError(f"{path}: expected a readable file, got {type(err).__name__}: "
+                         f"{err.strerror or err}") from None
+    return values
 
 
 def read_jsonl(path: Path) -> RawSplit:
-    opener = gzip.open if path.name.endswith(".gz") else open
+    """One split from a JSON Lines file, gzip-compressed when its name ends in .gz. Every record must be
+    an object with the same fields as the first."""
     rows: list[dict[str, Any]] = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: expected one JSON object per line ({err})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
+    lines: list[int] = []
+    for line_no, row in _read_lines(path):
+        if not isinstance(row, dict):
+            hint = " (a JSON array: expected JSON Lines, one object per line)" if isinstance(row, list) else ""
+            raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}{hint}")
+        if rows and set(row) != set(rows[0]):
+            raise ValueError(f"{path}:{line_no}: expected the fields of line {lines[0]} {sorted(rows[0])}, "
+                             f"got {sorted(row)}")
+        rows.append(row)
+        lines.append(line_no)
     if not rows:
         raise ValueError(f"{path}: expected at least one JSON object, the file is empty")
-    names = list(rows[0])
-    for line_no, row in enumerate(rows, 1):
-        if set(row) != set(names):
-            raise ValueError(f"{path}: record {line_no} has fields {sorted(row)}, record 1 has {sorted(names)}")
-    return RawSplit(str(path), {k: [r[k] for r in rows] for k in names})
+    return RawSplit(str(path), {k: [r[k] for r in rows] for k in rows[0]}, positions=lines, unit="line")
 
 
 def _from_hf(ds: Any, origin: str) -> RawSplit:
@@ -101,8 +159,29 @@ def _from_hf(ds: Any, origin: str) -> RawSplit:
     return RawSplit(origin, columns, class_names)
 
 
+def _load_from_disk(folder: Path) -> Any:
+    import datasets
+
+    try:
+        return datasets.load_from_disk(str(folder))
+    except Exception as err:  # datasets fails in many types: OSError, JSONDecodeError, IndexError (empty split)
+        raise ValueError(f"{folder}: expected a readable datasets.save_to_disk folder, got "
+                         f"{type(err).__name__}: {first_line(err)}") from None
+
+
 def _pick(available: Sequence[str], candidates: Sequence[str]) -> str | None:
     return next((c for c in candidates if c in available), None)
+
+
+def _split_file(folder: Path, candidates: Sequence[str]) -> Path | None:
+    """The file of a split: the first stem in `candidates` that has a file, which must be one file."""
+    for stem in candidates:
+        found = [folder / f"{stem}{suffix}" for suffix in SUFFIXES if (folder / f"{stem}{suffix}").exists()]
+        if len(found) > 1:
+            raise ValueError(f"{folder}: expected one file for {stem!r}, found {[p.name for p in found]}")
+        if found:
+            return found[0]
+    return None
 
 
 def load_folder(folder: Path, stems: dict[str, tuple[str, ...]]) -> dict[str, RawSplit]:
@@ -110,13 +189,9 @@ def load_folder(folder: Path, stems: dict[str, tuple[str, ...]]) -> dict[str, Ra
     if not folder.is_dir():
         raise FileNotFoundError(f"data_dir: expected a folder, {folder} does not exist or is not a folder")
     if (folder / "state.json").exists():  # a single Dataset saved with save_to_disk: the training split
-        import datasets
-
-        out = {"train": _from_hf(datasets.load_from_disk(str(folder)), str(folder))}
+        out = {"train": _from_hf(_load_from_disk(folder), str(folder))}
     elif (folder / "dataset_dict.json").exists():
-        import datasets
-
-        dd = datasets.load_from_disk(str(folder))
+        dd = _load_from_disk(folder)
         out = {}
         for split, candidates in stems.items():
             name = _pick(list(dd.keys()), candidates)
@@ -125,8 +200,7 @@ def load_folder(folder: Path, stems: dict[str, tuple[str, ...]]) -> dict[str, Ra
     else:
         out = {}
         for split, candidates in stems.items():
-            files = [folder / f"{stem}{suffix}" for stem in candidates for suffix in SUFFIXES]
-            path = next((p for p in files if p.exists()), None)
+            path = _split_file(folder, candidates)
             if path is not None:
                 out[split] = read_jsonl(path)
     if "train" not in out:

@@ -21,8 +21,8 @@ def strings(raw: RawSplit, candidates: tuple[str, ...]) -> list[str]:
     values = raw.field(candidates)
     for i, value in enumerate(values):
         if not isinstance(value, str):
-            raise ValueError(f"{raw.origin}: row {i + 1}: expected field {raw.field_name(candidates)!r} to be "
-                             f"a string, got {type(value).__name__} ({value!r:.60})")
+            raise ValueError(f"{raw.where(i)}: expected field {raw.field_name(candidates)!r} to be a string, "
+                             f"got {type(value).__name__} ({value!r:.60})")
     return values
 
 
@@ -53,8 +53,7 @@ class TextClassification(Task):
     family = "text"
 
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
-        y = labels.encode(raw.field(self.fields["label"]), split, raw.origin)
-        return dict(text_inputs(self, raw), labels=torch.tensor(y, dtype=torch.long))
+        return dict(text_inputs(self, raw), labels=torch.tensor(self.label_ids(raw, labels, split), dtype=torch.long))
 
     def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
                   notes: tuple[str, ...]) -> PreparedData:

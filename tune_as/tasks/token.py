@@ -25,8 +25,8 @@ def word_lists(raw: RawSplit, candidates: tuple[str, ...]) -> list[list[str]]:
     rows = raw.field(candidates)
     for i, row in enumerate(rows):
         if not isinstance(row, list) or not all(isinstance(w, str) for w in row):
-            raise ValueError(f"{raw.origin}: row {i + 1}: expected field {raw.field_name(candidates)!r} to be "
-                             f"a list of strings, got {row!r:.80}")
+            raise ValueError(f"{raw.where(i)}: expected field {raw.field_name(candidates)!r} to be a list of "
+                             f"strings, got {row!r:.80}")
     return rows
 
 
@@ -67,9 +67,8 @@ class TokenTagging(Task):
         words, tags = word_lists(raw, self.fields["words"]), word_lists(raw, self.fields["label"])
         for i, (w, t) in enumerate(zip(words, tags, strict=True)):
             if len(w) != len(t):
-                raise ValueError(f"{raw.origin}: row {i + 1}: expected one tag per word, got {len(w)} words "
-                                 f"and {len(t)} tags")
-        ids = [labels.encode(t, split, raw.origin) for t in tags]
+                raise ValueError(f"{raw.where(i)}: expected one tag per word, got {len(w)} words and {len(t)} tags")
+        ids = [[labels.id_of(tag, split, raw.where(i)) for tag in t] for i, t in enumerate(tags)]
         return {"words": words, "labels": ids, "meta": {"gold": tags}}
 
     def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
@@ -110,8 +109,8 @@ class SpellingCorrection(TokenTagging):
         sources, targets = raw.field(self.fields["source"]), raw.field(self.fields["label"])
         for i, (s, t) in enumerate(zip(sources, targets, strict=True)):
             if not (isinstance(s, str) and isinstance(t, str)) or len(s) != len(t):
-                raise ValueError(f"{raw.origin}: row {i + 1}: expected source and target strings of equal "
-                                 f"length, got {s!r:.60} / {t!r:.60}")
+                raise ValueError(f"{raw.where(i)}: expected source and target strings of equal length, got "
+                                 f"{s!r:.60} / {t!r:.60}")
         ids = [[labels.ids.get(c, 0) for c in t] for t in targets]
         return {"words": [list(s) for s in sources], "labels": ids,
                 "meta": {"source": sources, "target": targets}}
