@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tune_as.accumulation import AdaptiveAccumulation
+from tune_as.losses import build_loss
 
 
 def run(acc: AdaptiveAccumulation, cycles: list[tuple[int, int]]) -> list[int]:
@@ -93,16 +94,20 @@ def test_state_dict_resumes_exactly() -> None:
 @pytest.mark.parametrize(
     ("lam", "max_steps", "message"),
     [
-        (0.0, 2, "lam must be a finite number > 0, got 0.0"),
-        (float("inf"), 2, "lam must be a finite number > 0, got inf"),
-        (1.0, 0, "max_steps must be an integer >= 1, got 0"),
-        (1.0, 2.5, "max_steps must be an integer >= 1, got 2.5"),
+        (0.0, 2, "lam must be in (0, 16], got 0.0"),
+        (float("inf"), 2, "lam must be in (0, 16], got inf"),
+        (16.5, 2, "lam must be in (0, 16], got 16.5"),
+        (1.0, 0, "max_steps must be an integer in [1, 64], got 0"),
+        (1.0, 65, "max_steps must be an integer in [1, 64], got 65"),
+        (1.0, 2.5, "max_steps must be an integer in [1, 64], got 2.5"),
     ],
 )
 def test_rejects_bad_hyper_parameters(lam: float, max_steps: int, message: str) -> None:
-    with pytest.raises(ValueError) as err:
-        AdaptiveAccumulation(lam, max_steps)
-    assert message in str(err.value)
+    """One definition of the ranges: the accumulator and the as_speed loss reject the same values alike."""
+    for make in (lambda: AdaptiveAccumulation(lam, max_steps), lambda: build_loss("as_speed", lam=lam, max_steps=max_steps)):
+        with pytest.raises(ValueError) as err:
+            make()
+        assert message in str(err.value)
 
 
 def test_rejects_more_masked_than_rows() -> None:

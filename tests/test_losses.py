@@ -34,6 +34,8 @@ HPARAMS: dict[str, dict] = {
     "multilabel_as_softmax": {"delta": 0.05},
     "multilabel_sparse_softmax": {"k": 3},
 }
+# The capabilities, declared on the class (docs/losses.md): the AS-Softmax family proper.
+AS_FAMILY = {"as_softmax", "as_speed", "multilabel_as_softmax"}
 # (logit scale, dtype, tolerance): "large" runs fp32 where p_t underflows and exp would overflow.
 CASES = {"normal": (3.0, torch.float64, 1e-9), "ties": (1.0, torch.float64, 1e-9), "large": (60.0, torch.float32, 2e-4)}
 
@@ -74,12 +76,14 @@ def reference(name: str, x: torch.Tensor, t: torch.Tensor, **override: object) -
 
 
 def test_registry_contract() -> None:
-    """File stem = registry key; kinds, cosine head, hparams() names = build_loss keywords, accumulator."""
+    """File stem = registry key; kinds, capabilities, hparams() names = build_loss keywords, accumulator."""
     root = Path(__file__).resolve().parent.parent / "tune_as" / "losses"
+    x, t = torch.randn(3, 4), torch.zeros(3, dtype=torch.long)
     for name, cls in LOSSES.items():
         assert (root / f"{name}.py").is_file() and cls.name == name
         assert cls.kinds and cls.kinds <= KINDS
         assert cls.needs_cosine_head == (name == "am_softmax")
+        assert cls.supports_warmup == cls.supports_row_skipping == (name in AS_FAMILY), name
         loss_fn = build_loss(name)
         assert isinstance(loss_fn, torch.nn.Module)
         params = set(inspect.signature(cls.__init__).parameters) - {"self"}
@@ -87,6 +91,11 @@ def test_registry_contract() -> None:
         assert build_loss(name, **loss_fn.hparams()).hparams() == loss_fn.hparams()
         acc = loss_fn.make_accumulator()
         assert (acc is None) == (name != "as_speed")
+        if name not in AS_FAMILY:  # a capability the loss lacks is an error, never a silent no-op
+            with pytest.raises(TypeError, match=f"loss '{name}' has no warm-up"):
+                loss_fn.set_warmup(True)
+            with pytest.raises(TypeError, match=f"loss '{name}' masks no rows"):
+                loss_fn.masked_examples(x, t)
     acc = build_loss("as_speed", lam=1.5, max_steps=3).make_accumulator()
     assert isinstance(acc, AdaptiveAccumulation) and (acc.lam, acc.max_steps) == (1.5, 3)
     assert LOSSES["as_speed"].kinds == KINDS
@@ -116,18 +125,111 @@ def test_build_loss_rejects_bad_input(name: str, hparams: dict, message: str) ->
 
 
 def test_delta_is_settable_and_validated() -> None:
-    x, t = inputs("as_softmax", 6, 7)
-    for name in ("as_softmax", "as_speed", "multilabel_as_softmax"):
+    for name in sorted(AS_FAMILY):
         loss_fn = build_loss(name, delta=0.3)
-        loss_fn.delta = 1.0
-        assert loss_fn.hparams()["delta"] == 1.0
+        loss_fn.delta = 0.2
+        assert loss_fn.delta == loss_fn.hparams()["delta"] == 0.2
         with pytest.raises(ValueError, match=r"delta must be in \[0, 1\], got -0.1"):
             loss_fn.delta = -0.1
-    loss_fn = build_loss("as_softmax", delta=0.0)
-    masked_at_0 = loss_fn(x, t).n_masked
-    loss_fn.delta = 1.0  # the warm-up value: plain cross-entropy, nothing masked
-    assert loss_fn(x, t).n_masked == 0 < masked_at_0
-    torch.testing.assert_close(loss_fn(x, t).loss, F.cross_entropy(x, t))
+
+
+@pytest.mark.parametrize("name", sorted(AS_FAMILY))
+def test_warmup_is_cross_entropy_and_keeps_the_searched_delta(name: str) -> None:
+    x, t = inputs(name, 40, 9, seed=3)
+    x = x * 2  # confident rows: many are masked at delta = 0
+    loss_fn = build_loss(name, delta=0.0)
+    masked_at_0 = int(loss_fn(x, t).n_masked)
+    loss_fn.set_warmup(True)
+    assert loss_fn.delta == 1.0 and loss_fn.hparams()["delta"] == 0.0  # in use / searched
+    warm = loss_fn(x, t)
+    plain = "softmax" if int_kind(name) else "multilabel_softmax"
+    assert int(warm.n_masked) == 0 < masked_at_0
+    torch.testing.assert_close(warm.loss, build_loss(plain)(x, t).loss)
+    ignored = t == -100 if int_kind(name) else torch.zeros(len(x), dtype=torch.bool)  # no counted row: True
+    assert torch.equal(loss_fn.masked_examples(x, t), ignored)
+    loss_fn.set_warmup(False)
+    assert loss_fn.delta == 0.0 and int(loss_fn(x, t).n_masked) == masked_at_0
+
+
+def test_as_variant_margin_is_not_warmed_up() -> None:
+    """delta' is a logit margin, not AS-Softmax's delta: warm-up (delta = 1) must never touch it."""
+    loss_fn = build_loss("as_variant", delta=2.5)
+    assert not loss_fn.supports_warmup
+    with pytest.raises(TypeError):
+        loss_fn.set_warmup(True)
+    assert loss_fn.delta == 2.5
+
+
+def test_the_trainer_warms_up_only_losses_that_support_it(tmp_path: Path) -> None:
+    """A trial with warmup_r > 0 sets delta = 1 on as_softmax and leaves as_variant's delta' alone."""
+    from tune_as.tasks import DataSpec, build_task
+    from tune_as.trainable import Trial
+
+    class Silent:
+        def report(self, metrics: dict, checkpoint_dir: Path) -> None: ...
+
+    task = build_task("digits")
+    data = task.prepare(DataSpec(task="digits", cache_dir=tmp_path))
+    seen = {}
+    for loss, delta in (("as_variant", 2.5), ("as_softmax", 0.2)):
+        config = {"task": "digits", "loss": loss, "epochs": 1.0, "batch_size": 64, "lr": 1e-3, "max_length": 8, "backbone": "cnn",
+                  "warmup_r": 0.5, "loss.delta": delta}
+        trial = Trial(config, data, task, Silent())
+        trial._apply_schedules()  # progress 0: inside the warm-up
+        seen[loss] = trial.loss_fn.delta
+        trial.evaluate(data.validation)  # evaluation uses the searched delta
+        seen[loss, "eval"] = trial.loss_fn.delta
+    assert seen == {"as_variant": 2.5, ("as_variant", "eval"): 2.5, "as_softmax": 1.0, ("as_softmax", "eval"): 0.2}
+
+
+SKIPPING = sorted(name for name, cls in LOSSES.items() if cls.supports_row_skipping)
+
+
+def skipping_inputs(name: str, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Confident fp64 logits, so that rows are masked at small delta: multiclass (30, 9) with ignored rows,
+    token (10, 3, 9) with ignored positions and one example of ignored positions only, or multi-label."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(30, 9, generator=g, dtype=torch.float64) * 6
+    if kind == "multilabel":
+        return x, (torch.rand(30, 9, generator=g) < 0.3).double()
+    t = x.argmax(dim=1)  # mostly the top class: confident and right
+    wrong = torch.rand(30, generator=g) < 0.3
+    t[wrong] = torch.randint(0, 9, (int(wrong.sum()),), generator=g)
+    t[[4, 17]] = -100
+    if kind == "token":
+        x, t = x.reshape(10, 3, 9), t.reshape(10, 3)
+        t[7] = -100  # an example with no counted position
+    return x, t
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.05, 0.3, 0.8, 1.0])
+@pytest.mark.parametrize(
+    ("name", "kind"), [(n, k) for n in SKIPPING for k in sorted(LOSSES[n].kinds)]
+)
+def test_masked_examples_match_the_reference_the_count_and_the_gradient(name: str, kind: str, delta: float) -> None:
+    x, t = skipping_inputs(name, kind)
+    loss_fn = build_loss(name, delta=delta)
+    got = loss_fn.masked_examples(x, t)
+    assert got.dtype == torch.bool and got.shape == (x.shape[0],)
+    # Brute force: an example is masked iff each of its counted rows is (vacuously true without one).
+    rows_x, rows_t = x.reshape(-1, 9), t.reshape(x.shape[0] * (3 if kind == "token" else 1), -1).squeeze(1)
+    _, ref_masked = reference(name, rows_x, rows_t, delta=delta)
+    per_row = [m or (kind != "multilabel" and int(tt) == -100) for m, tt in zip(ref_masked, rows_t, strict=True)]
+    expected = torch.tensor(per_row).reshape(x.shape[0], -1).all(dim=1)
+    assert torch.equal(got, expected)
+    assert 0 < int(got.sum()) < x.shape[0] or delta > 0.3  # the data has both kinds of examples
+    # The same rows as n_masked, and exactly those have loss 0 and gradient 0.
+    z = x.clone().requires_grad_(True)
+    out = loss_fn(z, t)
+    out.loss.backward()
+    assert not z.grad[got].any() and z.grad[~got].abs().sum(dim=tuple(range(1, x.dim()))).gt(0).all()
+    for i in range(x.shape[0]):
+        one = loss_fn(x[i : i + 1], t[i : i + 1])
+        assert (int(one.n_masked) == int(one.n_rows)) == bool(got[i]), i
+        assert (float(one.loss) == 0.0) >= bool(got[i])
+    kept = loss_fn(x[~got], t[~got])  # skipping the masked examples: the same mean once rescaled
+    torch.testing.assert_close(kept.loss * kept.n_rows / out.n_rows, out.loss)
+    assert int(out.n_masked) - int(kept.n_masked) == int(out.n_rows) - int(kept.n_rows)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -24,6 +24,9 @@ Usage in a training loop::
 
 ``observe`` accepts 0-dim tensors and only adds them up (no device sync); the sums are read once per
 cycle, in ``cycle_start`` / ``any_unmasked``.
+
+The valid ranges of the two hyper-parameters are defined here, once (``check_schedule``); the ``as_speed``
+loss validates its ``lam`` and ``max_steps`` with it.
 """
 
 from __future__ import annotations
@@ -35,15 +38,24 @@ from torch import Tensor
 
 Count = int | Tensor
 
+LAM_RANGE = (0.0, 16.0)  # lam in (0, 16], open at 0 (the paper's Table 6 uses 0.5 to 1.5)
+MAX_STEPS_RANGE = (1, 64)  # max_steps: an int in [1, 64] (the paper's s: 2 to 5)
+
+
+def check_schedule(lam: float, max_steps: int) -> tuple[float, int]:
+    """(lam as a float, max_steps) if lam is in (0, 16] and max_steps an int in [1, 64], else ValueError."""
+    lo, hi = LAM_RANGE
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not (math.isfinite(lam) and lo < lam <= hi):
+        raise ValueError(f"lam must be in ({lo:g}, {hi:g}], got {lam!r}")
+    lo_steps, hi_steps = MAX_STEPS_RANGE
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not lo_steps <= max_steps <= hi_steps:
+        raise ValueError(f"max_steps must be an integer in [{lo_steps}, {hi_steps}], got {max_steps!r}")
+    return float(lam), max_steps
+
 
 class AdaptiveAccumulation:
     def __init__(self, lam: float, max_steps: int) -> None:
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not (math.isfinite(lam) and lam > 0):
-            raise ValueError(f"lam must be a finite number > 0, got {lam!r}")
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
-        self.lam = float(lam)
-        self.max_steps = max_steps
+        self.lam, self.max_steps = check_schedule(lam, max_steps)
         self._steps = 1
         self._n_all: Count = 0  # rows observed since the last evaluation
         self._n_masked: Count = 0

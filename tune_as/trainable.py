@@ -159,7 +159,8 @@ class Trial:
             able = sorted(name for name, cls in LOSSES.items() if cls.supports_row_skipping)
             raise ValueError(f"skip_masked_rows: expected one of the losses {able} (they mask rows), "
                              f"got loss {cfg.loss!r}; set skip_masked_rows=false")
-        self.target_delta = getattr(self.loss_fn, "delta", None)
+        # AS warm-up (delta = 1 for the first r of training) only where the loss declares it and r > 0
+        self.warmup = cfg.warmup_r > 0 and self.loss_fn.supports_warmup
         head = "cosine" if self.loss_fn.needs_cosine_head else "linear"
         self.model = build_model(data, head=head, seed=cfg.seed).to(self.device)
         self.optimizer = torch.optim.AdamW(self._param_groups(), lr=cfg.lr)
@@ -189,8 +190,8 @@ class Trial:
         return self.state.samples_seen / self.total_samples
 
     def _apply_schedules(self) -> None:
-        if self.target_delta is not None:  # AS warm-up: delta = 1 (plain cross-entropy) for the first r
-            self.loss_fn.delta = 1.0 if self.progress < self.cfg.warmup_r else self.target_delta
+        if self.warmup:  # AS warm-up: delta = 1 (plain cross-entropy) for the first r
+            self.loss_fn.set_warmup(self.progress < self.cfg.warmup_r)
         factor = lr_factor(self.progress, self.cfg.lr_warmup)
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.lr * factor
@@ -318,8 +319,8 @@ class Trial:
     def evaluate(self, split: Any) -> tuple[dict[str, float], float, np.ndarray]:
         """Task metrics, mean loss (the trial's own loss at its searched delta) and p_margin over `split`."""
         self.model.eval()
-        if self.target_delta is not None:
-            self.loss_fn.delta = self.target_delta
+        if self.warmup:
+            self.loss_fn.set_warmup(False)
         preds, margins, loss_sum, rows = [], [], 0.0, 0
         for start in range(0, len(split), self.eval_batch):
             batch = self._to_device(split.batch(torch.arange(start, min(start + self.eval_batch, len(split)))))

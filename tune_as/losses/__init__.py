@@ -3,6 +3,9 @@
     from tune_as.losses import LOSSES, build_loss, LossOutput
     loss_fn = build_loss("as_softmax", delta=0.3)   # nn.Module; unknown name / bad value -> ValueError
     out = loss_fn(logits, target)                    # LossOutput(loss, n_rows, n_masked)
+    loss_fn.supports_warmup, loss_fn.set_warmup(True)            # AS warm-up: delta = 1 while active
+    loss_fn.supports_row_skipping, loss_fn.masked_examples(logits, target)  # (N,) bool
+    loss_fn.make_accumulator()                       # AS-Speed's Eq. 19 schedule, or None
 
 See docs/losses.md for each loss's formula, paper and equation, and hyper-parameter ranges.
 """

@@ -1,12 +1,22 @@
-"""Shared input handling for every loss: the three input kinds, ignore_index, the mean over counted rows.
+"""The loss contract: one hook, one return type, one reducer, and the capabilities a loss declares.
 
 Input kinds (C classes):
 - ``multiclass``: logits (N, C), target (N,) int
 - ``token``:      logits (N, T, C), target (N, T) int, ``-100`` marks a position that does not count
 - ``multilabel``: logits (N, C), target (N, C) multi-hot (float, int or bool)
 
-A loss subclasses :class:`Loss` and implements ``rows`` (int targets) and/or ``multilabel_rows``
-(multi-hot targets); each returns per-row losses (M,) and a bool (M,) "masked" vector or ``None``.
+``Loss.forward`` checks the kind, casts to fp32 (fp64 kept), flattens token input to rows and calls the one
+hook every loss implements, ``compute(x, target) -> LossOutput``: x (M, C); target (M,) int64 with -100 for
+rows that do not count, or (M, C) multi-hot in x's dtype. A loss defined row by row computes per-row losses
+(its pure ``xxx_loss`` function) and hands them to the one reducer, ``mean_over_rows``; ``softmax``, the
+AS-Softmax family and Eq. 14 reduce inside their fused kernels, with the reducer's semantics (tested).
+
+Capabilities are declared on the class, never probed with ``getattr``:
+- ``supports_warmup``: ``set_warmup(active)`` makes the loss plain cross-entropy (delta = 1) while active.
+- ``supports_row_skipping``: ``masked_examples(logits, target)`` says which examples have loss 0 and gradient 0.
+- ``make_accumulator()``: the AS-Speed schedule, or None.
+- ``needs_cosine_head``: the loss expects cosine logits (AM-Softmax).
+Calling ``set_warmup`` or ``masked_examples`` on a loss without the capability is a ``TypeError``.
 """
 
 from __future__ import annotations
@@ -27,9 +37,9 @@ KINDS = frozenset({"multiclass", "token", "multilabel"})
 
 
 class LossOutput(NamedTuple):
-    loss: Tensor  # scalar fp32 (fp64 for fp64 logits): mean over rows that count
+    loss: Tensor  # scalar fp32 (fp64 for fp64 logits): mean over rows that count; 0 when none does
     n_rows: Tensor  # 0-dim int64: rows (tokens) that counted
-    n_masked: Tensor  # 0-dim int64: counted rows whose loss is exactly 0 (every competitor dropped)
+    n_masked: Tensor  # 0-dim int64: counted rows whose loss is exactly 0 with gradient 0 (AS family)
 
 
 def input_kind(logits: Tensor, target: Tensor) -> str:
@@ -68,13 +78,10 @@ def check_int(name: str, value: int, lo: int, hi: int, *, even: bool = False) ->
     return value
 
 
-def softmax_rows(x: Tensor, row_max: Tensor | None = None) -> Tensor:
-    """softmax(x) over dim 1, in a new tensor. PyTorch's fused CPU kernel is fast except for short rows
-    (C < 16: 6x slower than these three passes at (4096, 9)); ``row_max`` (M, 1) if already known."""
-    if x.shape[1] >= 16:
-        return torch.softmax(x, dim=1)
-    e = torch.sub(x, x.amax(dim=1, keepdim=True) if row_max is None else row_max).exp_()
-    return e.div_(e.sum(dim=1, keepdim=True))
+def class_index(target: Tensor) -> Tensor:
+    """Targets (M,) with every -100 replaced by class 0, so that per-row code can index with them; the
+    reducer then gives those rows weight 0."""
+    return target.masked_fill(target == IGNORE_INDEX, 0)
 
 
 def margin_cross_entropy(x: Tensor, t: Tensor, margin: float, scale: float = 1.0) -> Tensor:
@@ -83,29 +90,39 @@ def margin_cross_entropy(x: Tensor, t: Tensor, margin: float, scale: float = 1.0
     return F.cross_entropy(z * scale if scale != 1.0 else z, t, reduction="none")
 
 
-class DeltaMixin:
-    """A validated, settable ``delta`` in [0, 1] (AS-Softmax family): the training loop owns its schedule."""
+def mean_over_rows(rows: Tensor, target: Tensor, masked: Tensor | None = None) -> LossOutput:
+    """The one reducer: per-row losses (M,) -> their mean over the rows that count, with the counts.
 
-    _delta: float
-
-    @property
-    def delta(self) -> float:
-        return self._delta
-
-    @delta.setter
-    def delta(self, value: float) -> None:
-        self._delta = check_range("delta", value, 0.0, 1.0)
+    ``target`` is the loss's target: (M,) int with -100 for rows that do not count (their per-row loss,
+    computed on ``class_index``, is discarded), or (M, C) multi-hot (every row counts). ``masked`` (M,) bool
+    marks rows whose loss is exactly 0 (None: the loss masks no row). No row counted: loss 0, gradient 0."""
+    if target.dim() == 2:
+        n = rows.shape[0]
+        loss, n_rows = rows.sum() / max(n, 1), torch.full((), n, dtype=torch.int64, device=rows.device)
+    else:
+        valid = target != IGNORE_INDEX
+        n_rows = valid.sum()
+        loss = torch.where(valid, rows, 0.0).sum() / n_rows.clamp(min=1)
+        masked = masked & valid if masked is not None else None
+    n_masked = masked.sum() if masked is not None else torch.zeros((), dtype=torch.int64, device=rows.device)
+    return LossOutput(loss, n_rows, n_masked)
 
 
 class Loss(nn.Module):
-    """Base class: ``forward(logits, target) -> LossOutput``; subclasses implement the per-row maths."""
+    """Base class: ``forward(logits, target) -> LossOutput``; a subclass implements ``compute``."""
 
     name: ClassVar[str]
     kinds: ClassVar[frozenset[str]]
     needs_cosine_head: ClassVar[bool] = False
+    supports_warmup: ClassVar[bool] = False
+    supports_row_skipping: ClassVar[bool] = False
 
     def __init__(self) -> None:  # no hyper-parameters unless a subclass declares them
         super().__init__()
+
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        """x (M, C) fp32/fp64; target (M,) int64 (-100: does not count) or (M, C) multi-hot of x's dtype."""
+        raise NotImplementedError
 
     def hparams(self) -> dict[str, float | int | str]:
         """The current hyper-parameters, under the keyword names of ``__init__`` (= ``build_loss``)."""
@@ -116,48 +133,72 @@ class Loss(nn.Module):
         """The AS-Speed accumulation schedule (``as_speed``); None: one micro-batch per optimizer step."""
         return None
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
-        """x (M, C) float, t (M,) int64 valid class indices -> losses (M,), masked (M,) bool or None."""
-        raise NotImplementedError
+    def set_warmup(self, active: bool) -> None:
+        """AS warm-up (``supports_warmup``): delta = 1, i.e. cross-entropy, while active; the searched delta after."""
+        raise TypeError(f"loss {self.name!r} has no warm-up (supports_warmup is False)")
 
-    def multilabel_rows(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor | None]:
-        """x (N, C) float, y (N, C) multi-hot in {0, 1} of x's dtype -> losses (N,), masked or None."""
-        raise NotImplementedError
+    def masked_rows(self, x: Tensor, target: Tensor) -> Tensor:
+        """(M,) bool, flattened input as ``compute``: True for a row with loss 0 and gradient 0, or that does
+        not count. Implemented by the losses with ``supports_row_skipping``."""
+        raise TypeError(f"loss {self.name!r} masks no rows (supports_row_skipping is False)")
+
+    @torch.no_grad()
+    def masked_examples(self, logits: Tensor, target: Tensor) -> Tensor:
+        """(N,) bool, one per example (first dim): True iff each of its counted rows is masked, i.e. its loss
+        is exactly 0 with gradient exactly 0 at the current delta (an example with no counted row is True).
+        Agrees exactly with ``n_masked``. TypeError unless ``supports_row_skipping``."""
+        if not self.supports_row_skipping:
+            raise TypeError(f"loss {self.name!r} masks no rows (supports_row_skipping is False)")
+        x, t = self._flatten(logits, target)
+        if torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type, enabled=False):
+                rows = self.masked_rows(x, t)
+        else:
+            rows = self.masked_rows(x, t)
+        return rows.reshape(logits.shape[0], -1).all(dim=1)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.hparams().items())
 
     def forward(self, logits: Tensor, target: Tensor) -> LossOutput:
+        x, t = self._flatten(logits, target)
+        # Losses are computed in fp32 (fp64 kept for gradcheck): bf16/fp16 exp and large sentinels overflow.
+        if torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type, enabled=False):
+                return self.compute(x, t)
+        return self.compute(x, t)
+
+    def _flatten(self, logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+        """(x (M, C) fp32 or fp64, target (M,) int64 or (M, C) multi-hot of x's dtype); ValueError for a bad kind."""
         kind = input_kind(logits, target)
         if kind not in self.kinds:
             raise ValueError(f"loss {self.name!r} supports {sorted(self.kinds)} inputs, got {kind!r}")
-        # Losses are computed in fp32 (fp64 kept for gradcheck): bf16/fp16 exp and 1e12 sentinels overflow.
-        if torch.is_autocast_enabled(logits.device.type):
-            with torch.autocast(logits.device.type, enabled=False):
-                return self._compute(logits.float(), target, kind)
         x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-        return self._compute(x, target, kind)
-
-    def _compute(self, x: Tensor, target: Tensor, kind: str) -> LossOutput:
-        if kind != "multilabel":
-            t = target.reshape(-1).long()
-            return self.mean_over_rows(x.reshape(t.shape[0], -1), t)
-        rows, masked = self.multilabel_rows(x, target.to(x.dtype))
-        n_rows = torch.full((), rows.shape[0], dtype=torch.int64, device=x.device)
-        return LossOutput(rows.sum() / max(rows.shape[0], 1), n_rows, count(masked, x.device))
-
-    def mean_over_rows(self, x: Tensor, t: Tensor) -> LossOutput:
-        """x (M, C), t (M,) int64 with -100 for ignored rows -> the mean over the other rows.
-
-        Ignored rows get class 0 for ``rows`` and are then zeroed. A loss may override this to fuse the
-        reduction into its own kernel (``as_softmax``)."""
-        valid = t != IGNORE_INDEX
-        rows, masked = self.rows(x, torch.where(valid, t, 0))
-        n_rows = valid.sum()
-        loss = torch.where(valid, rows, 0.0).sum() / n_rows.clamp(min=1)
-        return LossOutput(loss, n_rows, count(masked & valid if masked is not None else None, x.device))
+        if kind == "multilabel":
+            return x, target.to(x.dtype)
+        if kind == "token":
+            return x.reshape(-1, x.shape[-1]), target.reshape(-1).long()
+        return x, target.long()
 
 
-def count(masked: Tensor | None, device: torch.device) -> Tensor:
-    """The number of masked rows as a 0-dim int64 tensor (0 for a loss without masking)."""
-    return masked.sum() if masked is not None else torch.zeros((), dtype=torch.int64, device=device)
+class WarmupDelta:
+    """A validated delta in [0, 1] with the AS warm-up (``supports_warmup``): ``delta`` reads the delta in
+    use (1 while the warm-up is active); setting it sets the searched value, which ``hparams()`` reports."""
+
+    supports_warmup: ClassVar[bool] = True
+    _delta: float
+    _warmup: bool = False
+
+    @property
+    def delta(self) -> float:
+        return 1.0 if self._warmup else self._delta
+
+    @delta.setter
+    def delta(self, value: float) -> None:
+        self._delta = check_range("delta", value, 0.0, 1.0)
+
+    def set_warmup(self, active: bool) -> None:
+        self._warmup = bool(active)
+
+    def hparams(self) -> dict[str, float | int | str]:
+        return {**super().hparams(), "delta": self._delta}  # type: ignore[misc]

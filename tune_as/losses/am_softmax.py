@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ._base import Loss, check_range, margin_cross_entropy
+from ._base import Loss, LossOutput, check_range, class_index, margin_cross_entropy, mean_over_rows
 
 
 def am_softmax_loss(logits: Tensor, target: Tensor, *, s: float, m: float) -> Tensor:
@@ -28,5 +28,5 @@ class AMSoftmaxLoss(Loss):
         self.s = check_range("s", s, 0.0, 128.0, lo_open=True)
         self.m = check_range("m", m, 0.0, 1.0)
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
-        return am_softmax_loss(x, t, s=self.s, m=self.m), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(am_softmax_loss(x, class_index(target), s=self.s, m=self.m), target)

@@ -5,15 +5,15 @@ target by the margin, p_t - p_i >= delta (Eq. 5-6); the target is never dropped.
 
     L = -log( exp(o_t) / sum_j z_j exp(o_j) ) = log sum_{j: z_j = 1} exp(o_j) - o_t
 
-A row whose competitors are all dropped has loss exactly 0 and no gradient: it is "masked".
-delta in [0, 1]; delta = 1 is cross-entropy (up to competitors with p_i < 2^-64, whose terms are below
-fp32 resolution). Shapes: x (M, C) float, t (M,) int64 (-100: ignored) -> the mean over counted rows,
-n_rows, n_masked (the reduction is fused into the autograd Function: one node, few small kernels).
+A row whose kept mass is the target's alone (in the working precision) has loss exactly 0 and gradient
+exactly 0: it is "masked". delta in [0, 1]; delta = 1 is cross-entropy. Shapes: x (M, C) float,
+t (M,) int64 (-100: ignored) -> LossOutput (the mean over counted rows is fused into the autograd
+Function: one node, no per-row autograd graph).
 
-Speed: one softmax (one exp pass) in forward, kept for backward, which is then a single multiply:
-dL/do_i = z_i p_i / sum_j z_j p_j - [i = t]. ``F.cross_entropy`` computes exp in forward and again in
-backward. The per-row threshold is turned into the scalar 1 by dividing each row by
-d = p_t - delta, so that one in-place ``torch.threshold_`` drops the competitors.
+Speed: one exp pass, e = exp(o - max o), kept for backward, which is then a single multiply:
+dL/do_i = z_i e_i / sum_j z_j e_j - [i = t]. ``F.cross_entropy`` takes exp in forward and again in
+backward. The rule is applied to e, the probabilities times their row sum: p_t - p_i >= delta iff
+e_i <= e_t - delta * sum_j e_j, so no normalized p is ever built.
 """
 
 from __future__ import annotations
@@ -23,7 +23,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._base import IGNORE_INDEX, DeltaMixin, Loss, LossOutput, softmax_rows
+from ._base import IGNORE_INDEX, Loss, LossOutput, WarmupDelta
+
+
+def kept_exp(x: Tensor, t1: Tensor, delta: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """e = exp(x - max x) with the dropped competitors set to 0 (M, C), its row sums (M, 1), e_t and max x (M, 1).
+    The row is masked iff sum == e_t. t1 (M, 1) valid class indices."""
+    m = x.amax(dim=1, keepdim=True)
+    e = torch.sub(x, m).exp_()  # (M, C): p * sum_j e_j
+    e_t = e.gather(1, t1)
+    # p_t - p_i >= delta  <=>  e_i <= e_t - delta * sum_j e_j; ties with the target drop at delta = 0
+    e.masked_fill_(e <= torch.sub(e_t, e.sum(dim=1, keepdim=True), alpha=delta), 0.0)
+    e.scatter_(1, t1, e_t)  # the target is never dropped
+    return e, e.sum(dim=1, keepdim=True), e_t, m
 
 
 class _ASSoftmaxFunction(torch.autograd.Function):
@@ -31,39 +43,25 @@ class _ASSoftmaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, t: Tensor, delta: float) -> tuple[Tensor, Tensor, Tensor]:
-        valid = t[:, None] != IGNORE_INDEX  # (M, 1)
-        t1 = t[:, None].clamp(min=0)  # ignored rows: any class, zeroed below
-        m = x.amax(dim=1, keepdim=True)  # (M, 1)
-        p = softmax_rows(x, m)  # (M, C)
-        p_t = p.gather(1, t1)  # (M, 1)
-        # d > 0 always: rows with p_t <= delta drop nothing; the floor keeps r = p / d finite.
-        floor = 2.0 ** (-64 if x.dtype != torch.float64 else -500)
-        d = (p_t - delta).clamp_(min=floor)
-        r = p.div_(d)  # (M, C): competitor i is kept iff r_i > 1, i.e. p_t - p_i < delta
-        torch.threshold_(r, 1.0, 0.0)
-        r_t = p_t / d
-        r.scatter_(1, t1, r_t)  # the target is never dropped
-        s = r.sum(dim=1, keepdim=True)  # kept probability mass / d
-        # log(sum_kept p / p_t) without underflow: the argmax is always kept and max(p) = exp(max o - lse(o)),
-        # so sum_kept p / p_t = (s / max r) exp(max o - o_t).
-        rows = torch.log(s / r.amax(dim=1, keepdim=True)) - (x.gather(1, t1) - m)
-        # Only the target left. (d at the floor: nothing could be dropped; s == r_t is then fp32 rounding.)
-        masked = (s == r_t) & (d > floor) & valid
-        n_rows = valid.sum()
-        weight = valid.to(x.dtype) / n_rows.clamp(min=1)  # (M, 1): 1 / n_rows, 0 on ignored rows
-        loss = torch.where(masked | ~valid, 0.0, rows).sum() / n_rows.clamp(min=1)
-        ctx.save_for_backward(r, s, t1, weight)
-        ctx.mark_non_differentiable(n_rows, masked)
-        return loss, n_rows, masked.sum()
+        t1 = t.clamp(min=0)[:, None]  # (M, 1); ignored rows: class 0, weight 0
+        e, s, e_t, m = kept_exp(x, t1, delta)
+        valid = (t != IGNORE_INDEX)[:, None]
+        live = valid & (s != e_t)  # (M, 1): counted and not masked
+        n_rows, n_live = valid.sum(), live.sum()
+        weight = live.to(x.dtype) / n_rows.clamp(min=1)  # (M, 1): 1 / n_rows, 0 on ignored and masked rows
+        # log sum_kept exp(o) - o_t, exact whatever p_t (no log p_t, which underflows)
+        rows = torch.log(s) - (x.gather(1, t1) - m)
+        loss = torch.where(live, rows, 0.0).sum() / n_rows.clamp(min=1)
+        ctx.save_for_backward(e, t1, weight / s, -weight)
+        n_masked = n_rows - n_live
+        ctx.mark_non_differentiable(n_rows, n_masked)
+        return loss, n_rows, n_masked
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, *_: Tensor | None) -> tuple[Tensor, None, None]:
-        r, s, t1, weight = ctx.saved_tensors
-        g = (grad * weight) / s  # (M, 1)
-        out = r * g  # z_i p_i / sum_j z_j p_j, times the upstream gradient
-        # Target: (p_t - sum_kept p) / sum_kept p, written so that a masked row (s == r_t) gets exactly 0.
-        out.scatter_(1, t1, (r.gather(1, t1) - s) * g)
-        return out, None, None
+        e, t1, weight_s, neg_weight = ctx.saved_tensors
+        out = e * (weight_s * grad)  # z_i p_i / sum_j z_j p_j, times the row's weight and the upstream gradient
+        return out.scatter_add_(1, t1, neg_weight * grad), None, None  # - [i = t]; masked rows: 0 - 0
 
 
 def as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) -> LossOutput:
@@ -71,13 +69,23 @@ def as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) -> LossOutp
     return LossOutput(*_ASSoftmaxFunction.apply(logits, target, delta))
 
 
-class ASSoftmaxLoss(DeltaMixin, Loss):
+def as_softmax_masked(logits: Tensor, target: Tensor, *, delta: float) -> Tensor:
+    """(M,) bool: the rows ``as_softmax_loss`` counts as masked, and the ignored ones."""
+    e, s, e_t, _ = kept_exp(logits, target.clamp(min=0)[:, None], delta)
+    return ((s == e_t) | (target == IGNORE_INDEX)[:, None]).squeeze(1)
+
+
+class ASSoftmaxLoss(WarmupDelta, Loss):
     name = "as_softmax"
     kinds = frozenset({"multiclass", "token"})
+    supports_row_skipping = True
 
     def __init__(self, delta: float = 0.3) -> None:
         super().__init__()
         self.delta = delta
 
-    def mean_over_rows(self, x: Tensor, t: Tensor) -> LossOutput:
-        return as_softmax_loss(x, t, delta=self.delta)
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return as_softmax_loss(x, target, delta=self.delta)
+
+    def masked_rows(self, x: Tensor, target: Tensor) -> Tensor:
+        return as_softmax_masked(x, target, delta=self.delta)

@@ -4,8 +4,10 @@ A competitor i != t is dropped once o_t - o_i >= delta' (Eq. 8); then, as in Eq.
 
     L = log sum_{j: z_j = 1} exp(o_j) - o_t
 
-A row with every competitor dropped has loss exactly 0 (masked). delta' in [0, 100] (no upper bound in
-the paper; beyond the logit range it equals softmax). Shapes: x (M, C), t (M,) -> (M,), masked (M,).
+A row with every competitor dropped has loss exactly 0 (masked, counted in n_masked). delta' in [0, 100]
+(no upper bound in the paper; beyond the logit range it equals softmax). delta' is a margin on logits,
+not AS-Softmax's delta: the AS warm-up (delta = 1) does not apply to it (no ``supports_warmup``).
+Shapes: x (M, C), t (M,) -> losses (M,), masked (M,).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._base import Loss, check_range
+from ._base import Loss, LossOutput, check_range, class_index, mean_over_rows
 
 
 def as_variant_loss(logits: Tensor, target: Tensor, *, delta: float) -> tuple[Tensor, Tensor]:
@@ -35,5 +37,6 @@ class ASVariantLoss(Loss):
         super().__init__()
         self.delta = check_range("delta", delta, 0.0, 100.0)
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
-        return as_variant_loss(x, t, delta=self.delta)
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        rows, masked = as_variant_loss(x, class_index(target), delta=self.delta)
+        return mean_over_rows(rows, target, masked)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._base import Loss
+from ._base import Loss, LossOutput, mean_over_rows
 
 
 def bce_loss(logits: Tensor, target: Tensor) -> Tensor:
@@ -22,5 +22,5 @@ class BCELoss(Loss):
     name = "bce"
     kinds = frozenset({"multilabel"})
 
-    def multilabel_rows(self, x: Tensor, y: Tensor) -> tuple[Tensor, None]:
-        return bce_loss(x, y), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(bce_loss(x, target), target)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from entmax import entmax15_loss as _entmax_entmax15_loss
 from torch import Tensor
 
-from ._base import Loss
+from ._base import Loss, LossOutput, class_index, mean_over_rows
 from .sparsemax import finite_padding
 
 
@@ -24,5 +24,5 @@ class Entmax15Loss(Loss):
     name = "entmax15"
     kinds = frozenset({"multiclass", "token"})
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
-        return entmax15_loss(x, t), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(entmax15_loss(x, class_index(target)), target)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._base import Loss, check_range
+from ._base import Loss, LossOutput, check_range, class_index, mean_over_rows
 
 
 def label_smoothing_loss(logits: Tensor, target: Tensor, *, eps: float) -> Tensor:
@@ -33,5 +33,5 @@ class LabelSmoothingLoss(Loss):
         super().__init__()
         self.eps = check_range("eps", eps, 0.0, 1.0, hi_open=True)
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
-        return label_smoothing_loss(x, t, eps=self.eps), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(label_smoothing_loss(x, class_index(target), eps=self.eps), target)

@@ -13,8 +13,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._base import Loss, check_int
-from .multilabel_softmax import log1p_sum_exp
+from ._base import Loss, LossOutput, check_int, mean_over_rows
+
+
+def log1p_sum_exp(z: Tensor) -> Tensor:
+    """log(1 + sum_j exp(z_j)) over the last dim of (N, K); -inf entries are absent terms."""
+    return torch.logsumexp(torch.cat([torch.zeros_like(z[:, :1]), z], dim=1), dim=1)
 
 
 def multilabel_sparse_softmax_loss(logits: Tensor, target: Tensor, *, k: int) -> Tensor:
@@ -33,5 +37,5 @@ class MultilabelSparseSoftmaxLoss(Loss):
         super().__init__()
         self.k = check_int("k", k, 1, 100_000)
 
-    def multilabel_rows(self, x: Tensor, y: Tensor) -> tuple[Tensor, None]:
-        return multilabel_sparse_softmax_loss(x, y, k=self.k), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(multilabel_sparse_softmax_loss(x, target, k=self.k), target)

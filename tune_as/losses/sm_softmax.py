@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ._base import Loss, check_range, margin_cross_entropy
+from ._base import Loss, LossOutput, check_range, class_index, margin_cross_entropy, mean_over_rows
 
 
 def sm_softmax_loss(logits: Tensor, target: Tensor, *, m: float) -> Tensor:
@@ -24,5 +24,5 @@ class SMSoftmaxLoss(Loss):
         super().__init__()
         self.m = check_range("m", m, 0.0, 10.0)
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
-        return sm_softmax_loss(x, t, m=self.m), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(sm_softmax_loss(x, class_index(target), m=self.m), target)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._base import Loss, check_int, check_range
+from ._base import Loss, LossOutput, check_int, check_range, class_index, mean_over_rows
 from .taylor_softmax import taylor_probs
 
 
@@ -29,5 +29,5 @@ class SMTaylorSoftmaxLoss(Loss):
         self.m = check_range("m", m, 0.0, 10.0)
         self.n = check_int("n", n, 2, 16, even=True)
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
-        return sm_taylor_softmax_loss(x, t, m=self.m, n=self.n), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(sm_taylor_softmax_loss(x, class_index(target), m=self.m, n=self.n), target)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._base import Loss, check_int
+from ._base import Loss, LossOutput, check_int, class_index, mean_over_rows
 
 
 def sparse_softmax_loss(logits: Tensor, target: Tensor, *, k: int) -> Tensor:
@@ -28,5 +28,5 @@ class SparseSoftmaxLoss(Loss):
         super().__init__()
         self.k = check_int("k", k, 1, 100_000)
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
-        return sparse_softmax_loss(x, t, k=self.k), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(sparse_softmax_loss(x, class_index(target), k=self.k), target)

@@ -15,7 +15,7 @@ import torch
 from entmax import sparsemax_loss as _entmax_sparsemax_loss
 from torch import Tensor
 
-from ._base import Loss
+from ._base import Loss, LossOutput, class_index, mean_over_rows
 
 
 def finite_padding(logits: Tensor) -> Tensor:
@@ -32,5 +32,5 @@ class SparsemaxLoss(Loss):
     name = "sparsemax"
     kinds = frozenset({"multiclass", "token"})
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
-        return sparsemax_loss(x, t), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(sparsemax_loss(x, class_index(target)), target)

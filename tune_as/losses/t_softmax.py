@@ -2,19 +2,19 @@
 
     p_i = exp(o_i / tau) / sum_j exp(o_j / tau),   L = -log p_t
 
-tau in (0, 100]; tau = 1 is plain softmax. Shapes: x (M, C), t (M,) -> (M,).
+tau in (0, 100]; tau = 1 is plain softmax. Shapes: x (M, C), t (M,) (-100: ignored) -> LossOutput.
 """
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor
 
-from ._base import Loss, check_range
+from ._base import Loss, LossOutput, check_range
+from .softmax import softmax_loss
 
 
-def t_softmax_loss(logits: Tensor, target: Tensor, *, tau: float) -> Tensor:
-    return F.cross_entropy(logits / tau if tau != 1.0 else logits, target, reduction="none")
+def t_softmax_loss(logits: Tensor, target: Tensor, *, tau: float) -> LossOutput:
+    return softmax_loss(logits / tau if tau != 1.0 else logits, target)
 
 
 class TSoftmaxLoss(Loss):
@@ -25,5 +25,5 @@ class TSoftmaxLoss(Loss):
         super().__init__()
         self.tau = check_range("tau", tau, 0.0, 100.0, lo_open=True)
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
-        return t_softmax_loss(x, t, tau=self.tau), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return t_softmax_loss(x, target, tau=self.tau)

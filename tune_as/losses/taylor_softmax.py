@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._base import Loss, check_int
+from ._base import Loss, LossOutput, check_int, class_index, mean_over_rows
 
 BACKWARDS = ("finite", "inf")
 
@@ -67,5 +67,5 @@ class TaylorSoftmaxLoss(Loss):
             raise ValueError(f"backward must be one of {list(BACKWARDS)}, got {backward!r}")
         self.backward = backward
 
-    def rows(self, x: Tensor, t: Tensor) -> tuple[Tensor, None]:
-        return taylor_softmax_loss(x, t, n=self.n, backward=self.backward), None
+    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+        return mean_over_rows(taylor_softmax_loss(x, class_index(target), n=self.n, backward=self.backward), target)
