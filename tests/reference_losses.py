@@ -142,6 +142,10 @@ def multilabel_as_softmax_ref(o: Row, y: Sequence[float], delta: float) -> tuple
     return _su(o, y, neg_on, pos_on), n_on == 0
 
 
+def multilabel_t_softmax_ref(o: Row, y: Sequence[float], tau: float) -> tuple[float, bool]:
+    return multilabel_softmax_ref([v / tau for v in o], y)
+
+
 def multilabel_sparse_softmax_ref(o: Row, y: Sequence[float], k: int) -> tuple[float, bool]:
     neg = sorted((v for v, yy in zip(o, y, strict=True) if yy < 0.5), reverse=True)[:k]
     pos = [-v for v, yy in zip(o, y, strict=True) if yy > 0.5]
@@ -179,5 +183,6 @@ REFERENCES: dict[str, Callable[..., tuple[float, bool]]] = {
     "multilabel_softmax": multilabel_softmax_ref,
     "multilabel_as_softmax": multilabel_as_softmax_ref,
     "multilabel_sparse_softmax": multilabel_sparse_softmax_ref,
+    "multilabel_t_softmax": multilabel_t_softmax_ref,
     "bce": bce_ref,
 }

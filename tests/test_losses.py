@@ -33,6 +33,7 @@ HPARAMS: dict[str, dict] = {
     "sm_taylor_softmax": {"m": 0.6, "n": 4},
     "multilabel_as_softmax": {"delta": 0.05},
     "multilabel_sparse_softmax": {"k": 3},
+    "multilabel_t_softmax": {"tau": 0.5},
 }
 # The capabilities, declared on the class (docs/losses.md): the AS-Softmax family proper.
 AS_FAMILY = {"as_softmax", "as_speed", "multilabel_as_softmax"}
@@ -301,6 +302,7 @@ def test_float32_gradient_matches_float64(name: str) -> None:
         ("sm_taylor_softmax", {"m": 0.0, "n": 6}, "taylor_softmax", {"n": 6}),
         ("multilabel_as_softmax", {"delta": 1.0}, "multilabel_softmax", {}),
         ("multilabel_sparse_softmax", {"k": 151}, "multilabel_softmax", {}),
+        ("multilabel_t_softmax", {"tau": 1.0}, "multilabel_softmax", {}),
     ],
 )
 def test_special_cases(name: str, hparams: dict, equal_to: str, equal_hparams: dict) -> None:

@@ -26,6 +26,7 @@ from .label_smoothing import LabelSmoothingLoss
 from .multilabel_as_softmax import MultilabelASSoftmaxLoss
 from .multilabel_softmax import MultilabelSoftmaxLoss
 from .multilabel_sparse_softmax import MultilabelSparseSoftmaxLoss
+from .multilabel_t_softmax import MultilabelTSoftmaxLoss
 from .sm_softmax import SMSoftmaxLoss
 from .sm_taylor_softmax import SMTaylorSoftmaxLoss
 from .softmax import SoftmaxLoss
@@ -40,7 +41,7 @@ LOSSES: dict[str, type[Loss]] = {
         SoftmaxLoss, TSoftmaxLoss, LabelSmoothingLoss, ASSoftmaxLoss, ASSpeedLoss, ASVariantLoss,
         SparseSoftmaxLoss, SparsemaxLoss, Entmax15Loss, AMSoftmaxLoss, TaylorSoftmaxLoss, SMSoftmaxLoss,
         SMTaylorSoftmaxLoss, MultilabelSoftmaxLoss, MultilabelASSoftmaxLoss, MultilabelSparseSoftmaxLoss,
-        BCELoss,
+        MultilabelTSoftmaxLoss, BCELoss,
     )
 }
 
