@@ -43,7 +43,7 @@ def test_replayed_results_are_logged_once_across_a_driver_restart(mlflow_server)
     second.trial_result("t1", {"training_iteration": 3, "val_accuracy": 0.3})
     second.trial_result("t1", {"training_iteration": 4, "val_accuracy": 0.4})
     second.trial_ended("t1", "FINISHED")
-    assert second.search_ended("FINISHED")
+    assert second.search_ended("FINISHED") and second.experiment_id is not None
     client = MlflowClient(mlflow_server.uri)
     (run,) = [r for r in client.search_runs([second.experiment_id]) if r.data.tags.get(schema.ROLE) == "trial"]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [1, 2, 3, 4]
@@ -57,7 +57,7 @@ def test_orphaned_run_of_a_killed_driver_is_closed_and_hidden(mlflow_server) -> 
     resumed = _tracker(mlflow_server.uri, "trk-orphan")
     resumed.trial_started("kept", {"loss": "softmax"}, TAGS)
     resumed.trial_ended("kept", "FINISHED")
-    assert resumed.search_ended("FINISHED")
+    assert resumed.search_ended("FINISHED") and resumed.experiment_id is not None
     client = MlflowClient(mlflow_server.uri)
     visible = [r for r in client.search_runs([resumed.experiment_id]) if r.data.tags.get(schema.ROLE) == "trial"]
     assert [r.data.tags[schema.TRIAL] for r in visible] == ["kept"]

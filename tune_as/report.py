@@ -15,8 +15,6 @@ import math
 import os
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +37,7 @@ from tune_as.report_select import (
 )
 from tune_as.report_tables import Table, confirmation_table, selection_csv, table2, table3, table4, table6
 from tune_as.schema import LOSS, METRIC, ROLE, SEARCH, TASK, config_from_params
-from tune_as.tracking import check_database_port, redact_uri
+from tune_as.tracking import TrackingUnusable, open_client, redact_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -60,24 +58,15 @@ class Report:
 
 
 def connect(uri: str) -> MlflowClient:
-    """A client for `uri`, or a UserError when nothing answers there (instead of minutes of retries)."""
-    if uri.startswith(("http://", "https://")):
-        try:
-            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10).close()
-        except urllib.error.HTTPError:
-            pass  # something answered: the client will say more if it is not MLflow
-        except (OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise UserError(f"expected a reachable MLflow tracking server at {redact_uri(uri)}, received: {reason}") from None
-    elif uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+    """A client for `uri`, opened by tracking.open_client (a password in the URI is sent, never printed; no
+    per-run links from MLflow), or a UserError in seconds when nothing usable answers there."""
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         raise UserError(f"expected an MLflow SQLite store at {uri}, received: no such file")
-    check_database_port(uri)
-    # The report prints its own summary: no per-run links or download progress bars from MLflow.
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
+    try:
+        return open_client(uri)
+    except TrackingUnusable as exc:
+        kind = "server" if uri.startswith(("http://", "https://")) else "store"
+        raise UserError(f"expected a reachable MLflow tracking {kind} at {exc.shown}, received: {exc.reason}") from None
 
 
 def experiment_ids(client: MlflowClient, names: Sequence[str], uri: str) -> dict[str, str]:
