@@ -1,5 +1,6 @@
 """Bad input, table-driven through the real CLI entry point: one clear line naming what was expected and what was
-received, exit code 2, and nothing half-written (no MLflow run, no result folder)."""
+received, exit code 2, and nothing half-written: no result folder, no saved search state, no Optuna study and no
+MLflow run (the SQLite tracking file is absent or holds no run)."""
 
 from __future__ import annotations
 
@@ -74,35 +75,89 @@ CASES = {
                            "MLflow tracking URI http://127.0.0.1:9 is not usable: expected a reachable"),
     "negative cpus": (lambda d: ["--task", "digits", "--cpus-per-trial", "-1"],
                       "--cpus-per-trial: expected a number > 0, got -1"),
+    "name with a quote": (lambda d: ["--task", "digits", "--name", "it's"],
+                          "--name: expected one path segment of letters, digits, '.', '_' or '-'"),
+    "name that climbs out": (lambda d: ["--task", "digits", "--name", "../x"], "got '../x'"),
+    "name with a slash": (lambda d: ["--task", "digits", "--name", "a/b"], "got 'a/b'"),
+    "seed below 0": (lambda d: ["--task", "digits", "--seed", "-1"],
+                     "--seed: expected an integer in [0, 4294967295], got -1"),
+    "seed above 2**32-1": (lambda d: ["--task", "digits", "--seed", str(2**32)],
+                           "--seed: expected an integer in [0, 4294967295], got 4294967296"),
+    "seed not a number": (lambda d: ["--task", "digits", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    "no loss in --losses": (lambda d: ["--task", "digits", "--losses", ","],
+                            "--losses: expected comma-separated loss names, got none"),
+    "storage under a file": (lambda d: ["--task", "digits", "--storage-path", str(_file(d) / "results")],
+                             "--storage-path: expected a folder (or a path that can become one)"),
+    # /proc takes no new folder, not even from root (for whom os.access says every folder is writable)
+    "storage unwritable": (lambda d: ["--task", "digits", "--storage-path", "/proc/tune_as_results"],
+                           "--storage-path: expected a writable place, got /proc/tune_as_results"),
+    "confirm negative": (lambda d: ["--task", "digits", "--confirm", "-1"],
+                         "argument --confirm: expected a non-negative integer, got '-1'"),
+    "confirm not a number": (lambda d: ["--task", "digits", "--confirm", "x"],
+                             "argument --confirm: expected a non-negative integer, got 'x'"),
+    "unknown --set key": (lambda d: ["--task", "digits", "--set", "no_such_key=1"],
+                          "--set: unknown key 'no_such_key'; expected one of ['batch_size', 'epochs'"),
+}
+# Found only once Ray runs (the cluster's resources); the folder, the state and the runs come after.
+RAY_CASES = {
+    "gpus beyond any node": (lambda d: ["--task", "digits", "--gpus-per-trial", "4"],
+                             "--gpus-per-trial: expected at most 0 (the most GPUs on any node), got 4"),
+    "cpus beyond any node": (lambda d: ["--task", "digits", "--cpus-per-trial", "512"],
+                             "--cpus-per-trial: expected at most"),
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input(case: str, tmp_path: Path, mlflow_server, capsys: pytest.CaptureFixture[str]) -> None:
-    make_args, message = CASES[case]
-    storage = tmp_path / "results"
-    experiment = f"bad-{case.replace(' ', '-')}"
-    argv = [*make_args(tmp_path), "--storage-path", str(storage), "--experiment", experiment, "--smoke"]
-    if "--mlflow-uri" not in argv:
-        argv += ["--mlflow-uri", mlflow_server.uri]
-    code = main(argv)
+def _file(root: Path) -> Path:
+    path = root / "a-file"
+    path.write_text("not a folder")
+    return path
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def assert_refused_and_nothing_written(argv: list[str], message: str, root: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """main(argv) exits 2 with one `error:` line containing `message`, and leaves no trace under `root`, at
+    the storage path or in the tracking store. Adds a storage path and an SQLite tracking URI under `root`
+    unless argv has its own."""
+    storage = Path(_option(argv, "--storage-path") or root / "results")
+    uri = _option(argv, "--mlflow-uri") or f"sqlite:///{root / 'mlflow.db'}"
+    full = [*argv, "--storage-path", str(storage), "--mlflow-uri", uri, "--smoke"]
+    code = main(full)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert message in err[0]
     assert not storage.exists(), "a result folder was written for a search that never started"
-    assert MlflowClient(mlflow_server.uri).get_experiment_by_name(experiment) is None, "an MLflow trace was left"
+    left = [p.name for p in root.rglob("*") if p.name in ("optuna.db", "tune_as_search.json")]
+    assert not left, f"search files were written for a search that never started: {left}"
+    db = Path(uri.removeprefix("sqlite:///"))
+    if uri.startswith("sqlite:///") and db.exists():
+        client = MlflowClient(uri)
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        assert not client.search_runs(experiments), "an MLflow run was left"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_args, message = CASES[case]
+    assert_refused_and_nothing_written(make_args(tmp_path), message, tmp_path, capsys)
 
 
 @pytest.mark.slow
-def test_gpus_beyond_any_node_and_resume_with_changed_space(tmp_path: Path, mlflow_server, ray_local,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("case", sorted(RAY_CASES))
+def test_bad_input_found_by_ray(case: str, tmp_path: Path, ray_local, capsys: pytest.CaptureFixture[str]) -> None:
+    make_args, message = RAY_CASES[case]
+    assert_refused_and_nothing_written(make_args(tmp_path), message, tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_resume_with_changed_space(tmp_path: Path, mlflow_server, ray_local,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
     storage = tmp_path / "results"
     common = ["--storage-path", str(storage), "--mlflow-uri", mlflow_server.uri, "--max-train-samples", "64"]
-    assert main(["--task", "digits", "--gpus-per-trial", "4", *common]) == 2
-    assert "--gpus-per-trial: expected at most 0 (the most GPUs on any node), got 4" in capsys.readouterr().err
-    assert not storage.exists()
-
     space = _space(tmp_path, SPACE_OK)
     argv = ["--task", "digits", "--search-space", str(space), "--name", "d1", "--experiment", "bad-resume", *common]
     assert main(argv) == 0
@@ -111,7 +166,7 @@ def test_gpus_beyond_any_node_and_resume_with_changed_space(tmp_path: Path, mlfl
     before = sorted(p.name for p in (storage / "d1").iterdir())
     assert main([*argv, "--resume"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "the search space changed since d1 started" in err[0]
+    assert len(err) == 1 and "the search space of d1 changed since it started" in err[0]
     assert sorted(p.name for p in (storage / "d1").iterdir()) == before
 
 
@@ -129,7 +184,7 @@ def test_state_file_redacts_the_tracking_uri(tmp_path: Path, mlflow_server, ray_
                  "--max-train-samples", "64", "--name", "red", "--storage-path", str(tmp_path),
                  "--mlflow-uri", user_uri, "--experiment", "bad-redact"]) == 0
     state = json.loads((tmp_path / "red" / "tune_as_search.json").read_text())
-    assert "hunter2" not in json.dumps(state) and "someone:***@" in state["request"]["mlflow_uri"]
+    assert "hunter2" not in json.dumps(state) and "someone:***@" in state["mlflow_uri"]
     parent = MlflowClient(mlflow_server.uri).search_runs(
         [MlflowClient(mlflow_server.uri).get_experiment_by_name("bad-redact").experiment_id])
     assert all("hunter2" not in json.dumps(r.data.params) + json.dumps(r.data.tags) for r in parent)

@@ -116,3 +116,49 @@ def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(
     assert code == 2
     assert err.startswith("error: ") and message in err and "\n" not in err
     assert not storage.exists(), "a result folder was created for a search that never started"
+
+
+PER_LOSS_SPACE = """task: digits
+trials_per_loss: 4
+fixed: {epochs: 3, batch_size: 64}
+losses:
+  softmax:
+    fixed: {lr: 3.0e-3}
+  label_smoothing:
+    params:
+      lr: {type: categorical, choices: [3.0e-4, 1.0e-7]}
+    fixed: {eps: 0.0}
+    paper: {lr: 3.0e-4}
+"""
+
+
+def test_early_stopping_is_per_loss_and_confirm_ranks_on_new_seeds(tmp_path: Path, mlflow_server, ray_local) -> None:
+    """label_smoothing at lr 3e-4 learns slower in its first epoch than softmax at 3e-3: one ASHA for both would
+    stop it; per loss it is compared only with its own trials, and its hopeless lr (1e-7) is still stopped.
+    Then --confirm 2 re-runs each loss's selected setting with 2 new seeds and ranks on them."""
+    space = tmp_path / "digits.yaml"
+    space.write_text(PER_LOSS_SPACE)
+    outcome = run_search(SearchRequest(
+        task="digits", search_space=space, storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri,
+        experiment="e2e-per-loss", cache_dir=tmp_path / "cache", max_concurrent=1, grace_period=1.0,
+        reduction_factor=2.0, verbose=0, seed=3, confirm=2))
+    _, children = _runs(mlflow_server.uri, "e2e-per-loss")
+    slow = [c for c in children if c.data.params["loss"] == "label_smoothing"]
+    stopped = {float(c.data.params["lr"]): c.data.tags.get("tune_as.stopped_early") == "true" for c in slow}
+    assert len(slow) == 4 and set(stopped) == {3e-4, 1e-7}, stopped
+    for c in slow:
+        was_stopped = c.data.tags.get("tune_as.stopped_early") == "true"
+        assert was_stopped == (float(c.data.params["lr"]) == 1e-7), (c.data.params["lr"], c.data.metrics["epoch"])
+    client = MlflowClient(mlflow_server.uri)
+    exp = client.get_experiment_by_name("e2e-per-loss")
+    confirmations = client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'confirmation'")
+    assert sorted(c.data.tags["tune_as.loss"] for c in confirmations) == ["label_smoothing"] * 2 + ["softmax"] * 2
+    assert {c.data.params["lr"] for c in confirmations if c.data.tags["tune_as.loss"] == "label_smoothing"} == {"0.0003"}
+    trial_seeds = {c.data.params["seed"] for c in children}
+    assert not trial_seeds & {c.data.params["seed"] for c in confirmations}, "confirmation seeds must be new"
+    rows = {row.loss: row for row in outcome.rows}
+    assert rows["label_smoothing"].confirmed and len(rows["label_smoothing"].test) == 2
+    assert rows["label_smoothing"].diff and rows["label_smoothing"].verdict in ("win", "tie", "loss")
+    parents, _ = _runs(mlflow_server.uri, "e2e-per-loss")
+    artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert {"ranking.md", "ranking.csv"} <= artifacts

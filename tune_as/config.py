@@ -12,6 +12,8 @@ from typing import Any
 
 LOSS_PREFIX = "loss."
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+ENCODERS = ("finetune", "frozen")  # fine-tune the backbone, or train a head on its cached features
+DEFAULT_ENCODER = "finetune"  # the one default, shared with tune_as.tasks.DataSpec
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class TrialConfig:
     lr: float
     max_length: int
     backbone: str
-    encoder: str = "finetune"
+    encoder: str = DEFAULT_ENCODER
     loss_params: dict[str, Any] = field(default_factory=dict)
     warmup_r: float = 0.0  # AS-Softmax warm-up: delta = 1 for the first r fraction of training
     skip_masked_rows: bool = False  # leave fully masked rows out of the backward pass (AS family only)
@@ -42,10 +44,13 @@ class TrialConfig:
             (self.epochs > 0, "epochs must be > 0", self.epochs),
             (self.batch_size >= 1, "batch_size must be >= 1", self.batch_size),
             (self.lr > 0, "lr must be > 0", self.lr),
+            (self.max_length >= 1, "max_length must be >= 1", self.max_length),
+            (self.weight_decay >= 0, "weight_decay must be >= 0", self.weight_decay),
+            (self.max_grad_norm > 0, "max_grad_norm must be > 0", self.max_grad_norm),
             (0.0 <= self.warmup_r < 1.0, "warmup_r must be in [0, 1)", self.warmup_r),
             (0.0 <= self.lr_warmup < 1.0, "lr_warmup must be in [0, 1)", self.lr_warmup),
             (self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}", self.precision),
-            (self.encoder in ("finetune", "frozen"), "encoder must be 'finetune' or 'frozen'", self.encoder),
+            (self.encoder in ENCODERS, f"encoder must be one of {ENCODERS}", self.encoder),
             (self.eval_every_steps is None or self.eval_every_steps >= 1, "eval_every_steps must be >= 1",
              self.eval_every_steps),
         ]

@@ -4,6 +4,7 @@ seconds when its address does not answer (ray.init would retry for minutes)."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import ray
 
@@ -31,11 +32,7 @@ def init_ray(address: str | None, dashboard_host: str) -> None:
     if ray.is_initialized():
         return
     try:
-        if address:
-            ctx = ray.init(address=address, log_to_driver=False)
-        else:  # every server of the local node (GCS, raylet, workers, dashboard) on 127.0.0.1
-            ctx = ray.init(include_dashboard=True, dashboard_host=dashboard_host, log_to_driver=False,
-                           _node_ip_address="127.0.0.1")
+        ctx = ray.init(address=address, log_to_driver=False) if address else _init_local(dashboard_host)
     except Exception as exc:  # noqa: BLE001 - every failure to connect is the user's to fix
         raise UserError(f"--address: expected a reachable Ray cluster at {address!r}, got "
                         f"{type(exc).__name__}: {first_line(exc)[:300]}") from None
@@ -43,6 +40,23 @@ def init_ray(address: str | None, dashboard_host: str) -> None:
     if url:
         print(f"Ray dashboard: http://{url}  (token auth: the token is in ~/.ray/auth_token locally, or "
               "RAY_AUTH_TOKEN on a cluster; from a laptop: ssh -L 8265:127.0.0.1:8265 HEAD)")
+
+
+def _init_local(dashboard_host: str) -> Any:
+    """A local Ray whose servers (GCS, raylet, workers, dashboard agent, runtime-env agent, metrics) all listen
+    on 127.0.0.1 only. Each binds loopback when the node's IP is 127.0.0.1, but `ray.init` swaps a loopback
+    `_node_ip_address` for the machine's routable IP unless Ray's single-machine mode is on (its default on
+    macOS and Windows; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once, when Ray is imported). So that mode is
+    on for this one call: the processes it starts get 127.0.0.1 on their command lines and keep it."""
+    from ray._private import ray_constants
+
+    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        return ray.init(include_dashboard=True, dashboard_host=dashboard_host, log_to_driver=False,
+                        _node_ip_address="127.0.0.1")
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
 
 
 def resources(cpus_per_trial: float, gpus_per_trial: float | None) -> dict[str, float]:

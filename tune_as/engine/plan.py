@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,8 +89,13 @@ def check_storage(storage: Path) -> None:
     if not probe.is_dir():
         raise UserError(f"--storage-path: expected a folder (or a path that can become one), got {storage} "
                         f"({probe} is a file)")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"--storage-path: expected a writable place, got {storage} ({probe} is not writable)")
+    # os.access says yes to root everywhere (also in /proc, or on a read-only mount): try it for real, and
+    # remove the empty probe folder at once, so a bad input still leaves nothing behind
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tune_as-probe-", dir=probe))
+    except OSError as exc:
+        raise UserError(f"--storage-path: expected a writable place, got {storage} ({probe}: "
+                        f"{exc.strerror or first_line(exc)})") from None
 
 
 def read_state(search_dir: Path) -> dict[str, Any] | None:
@@ -107,8 +113,12 @@ def state_of(plan: SearchPlan) -> dict[str, Any]:
     r = plan.request
     saved = {k: getattr(r, k) for k in RESULT_OPTIONS}
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in saved.items()}
+    from tune_as.tracking import redact_uri
+
     return {"search_id": plan.search_id, "task": plan.task.name, "fingerprint": plan.space.fingerprint(),
-            "losses": plan.losses, "experiment": plan.experiment, "request": saved, "finished": False}
+            "losses": plan.losses, "experiment": plan.experiment, "request": saved, "finished": False,
+            "mlflow_uri": redact_uri(r.mlflow_uri) if r.mlflow_uri else None,  # never a password
+            "mlflow_uri_redacted": bool(r.mlflow_uri) and redact_uri(r.mlflow_uri) != r.mlflow_uri}
 
 
 def _restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
@@ -122,7 +132,7 @@ def _restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> Sear
             flag = "--" + key.replace("_", "-")
             raise UserError(f"--resume: {flag} changes what the trials compute: {name} was started with "
                             f"{old!r}, got {mine!r}; resume without it, or start a new search")
-    if r.task != state["task"] and "task" in r.given():
+    if r.task and r.task != state["task"]:  # "": no --task given (the CLI's value when resuming)
         raise UserError(f"--resume: {name} is a {state['task']} search, got --task {r.task}")
     fields = {**saved, "task": state["task"]}
     fields["losses"] = tuple(fields["losses"]) if fields["losses"] else None
@@ -133,7 +143,11 @@ def _restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> Sear
     if r.confirm:  # more confirmation seeds can be asked for after the fact
         fields["confirm"] = r.confirm
     experiment = r.experiment or state.get("experiment")
-    return dataclasses.replace(r, **fields, experiment=experiment)
+    uri = r.mlflow_uri or state.get("mlflow_uri")
+    if uri and not r.mlflow_uri and state.get("mlflow_uri_redacted"):
+        raise UserError(f"--resume: {name} tracked to {uri}; pass --mlflow-uri again (or set "
+                        "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD): a password is never saved")
+    return dataclasses.replace(r, **fields, experiment=experiment, mlflow_uri=uri)
 
 
 def _latest_search(storage: Path, task: str | None) -> str | None:

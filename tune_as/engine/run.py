@@ -159,13 +159,15 @@ def run_search(r: SearchRequest) -> Outcome:
     """Plan and validate (nothing written on bad input), search, confirm, rank. Returns the answer."""
     plan = plan_search(r)
     r = plan.request
+    if r.address:  # before the tracking store: a first use of an SQLite file creates it
+        cluster.check_address(r.address)
     tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id)
     tracker.check_reachable()
-    if r.address:
-        cluster.check_address(r.address)
+    # a resume finds a search that another process runs before it starts Ray (its folder exists already)
+    lock = claim(plan.search_dir, resume=True) if r.resume else None
     cluster.init_ray(r.address, r.dashboard_host)
     res = cluster.resources(r.cpus_per_trial, r.gpus_per_trial)
-    lock = claim(plan.search_dir, r.resume)
+    lock = lock or claim(plan.search_dir, resume=False)  # a new search writes its folder only now
     state = state_of(plan)
     _write_state(plan.search_dir, state)
     tracker.start_search(

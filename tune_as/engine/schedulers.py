@@ -47,9 +47,10 @@ class PerLossASHA(TrialScheduler):
         return self.trials_per_loss >= self.reduction_factor
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
-        self._metric, self._mode = metric, mode
+        """Tune passes the TuneConfig's metric (None in tune_as: the engine sets ours when it builds us)."""
+        self._metric, self._mode = metric or self._metric, mode or self._mode
         for scheduler in self.by_loss.values():
-            scheduler.set_search_properties(metric, mode, **spec)
+            scheduler.set_search_properties(self._metric, self._mode, **spec)
         return True
 
     def _for(self, trial: Any) -> TrialScheduler:

@@ -20,6 +20,9 @@ from tune_as import schema
 from tune_as.config import TrialConfig
 from tune_as.search_space import SearchSpace, config_key
 
+# One "A new study created" line per loss, and one per trial, would bury Ray's progress table.
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
 
 class PerLossSearcher(Searcher):
     """Losses take turns (the one with the fewest suggestions goes next), so each gets its quota."""

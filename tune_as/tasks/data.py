@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-ENCODERS = ("finetune", "frozen")
+from tune_as.config import DEFAULT_ENCODER, ENCODERS
+
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class DataSpec:
     task: str
     data_dir: Path | None = None
     backbone: str = "minilm"
-    encoder: str = "frozen"
+    encoder: str = DEFAULT_ENCODER
     max_length: int = 128
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
