@@ -73,11 +73,8 @@ def _userinfo(uri: str) -> tuple[str, str | None, str]:
 
 def redact_uri(uri: str) -> str:
     """The URI with any password replaced by ***: the only form of a tracking URI to print or log."""
-    user, password, _ = _userinfo(uri)
-    if password is None:
-        return uri
-    netloc = urllib.parse.urlsplit(uri).netloc
-    return uri.replace(f"//{netloc}", f"//{user}:***@{netloc.rpartition('@')[2]}", 1)
+    user, password, bare = _userinfo(uri)
+    return uri if password is None else bare.replace("//", f"//{user}:***@", 1)
 
 
 def scrub(text: str, uri: str) -> str:
