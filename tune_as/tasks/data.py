@@ -13,7 +13,6 @@ from torch import Tensor
 from tune_as.config import DEFAULT_ENCODER, ENCODERS
 
 
-
 @dataclass(frozen=True)
 class DataSpec:
     """Everything that changes the prepared tensors; its fields (less `cache_dir`) form the cache key.
