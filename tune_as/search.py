@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from tune_as.errors import UserError
 
@@ -17,8 +18,15 @@ if TYPE_CHECKING:
     from tune_as.engine import SearchRequest
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one `error: ...` line (like every other bad input), not usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (--help lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m tune_as.search",
         description="Search loss hyper-parameters for a task with Ray Tune + Optuna + ASHA, tracked in MLflow.",
     )
@@ -130,9 +138,15 @@ _TERMINATED = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a bad option (2, its line already printed)
+        return int(exc.code or 0)
     from tune_as.engine.run import SearchInterrupted, run_search
 
+    # MLflow logs its schema creation on the first use of an SQLite file at INFO ("Creating initial MLflow
+    # database tables..."): the CLI prints its own lines, and an error stays one line. Warnings still show.
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     code = 0
     try:
