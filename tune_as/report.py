@@ -1,9 +1,11 @@
 """`python -m tune_as.report --experiment TASK`: select settings from MLflow, write tables and figures.
 
-Reads the runs a search wrote (schema: docs/architecture.md), selects one setting per task x loss on the
-validation metric (tune_as.report_select), writes the paper's Tables 6/2/3/4 as Markdown and CSV and its
-Figures 1-4 as PNG into --out, prints the tables, and logs everything to a report run in MLflow
-(tag tune_as.role=report). `--confirm N` re-runs each selected setting with N new seeds (docs/report.md).
+Reads the runs a search wrote (schema: tune_as.schema, docs/architecture.md), selects one setting per task x
+loss on the validation metric among trials that completed their epochs (tune_as.report_select), attaches the
+confirmation runs of each selected setting (the search's `--confirm` or this report's), writes the paper's
+Tables 6/2/3/4 as Markdown and CSV and its Figures 1-4 as PNG into --out, prints the tables, and logs everything
+to a report run in MLflow (tag tune_as.role=report). `--confirm N` re-runs each selected setting with N new
+seeds (docs/report.md).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from tune_as.report_select import (
     order,
     same_setting,
     select,
+    with_confirmations,
 )
 from tune_as.report_tables import Table, confirmation_table, selection_csv, table2, table3, table4, table6
-from tune_as.schema import LOSS, METRIC, ROLE, SEARCH, TASK, config_from_params
+from tune_as.schema import LOSS, METRIC, PARENT, ROLE, SEARCH, STOPPED_EARLY, TASK, config_from_params
 from tune_as.tracking import TrackingUnusable, open_client, redact_uri
 
 if TYPE_CHECKING:
@@ -120,7 +123,7 @@ def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[
         runs.append(TrialRun(run.info.run_id, tags.get(TASK, run.data.params.get("task", "")),
                              tags.get(LOSS, run.data.params.get("loss", "")), dict(run.data.params), metric,
                              best, dict(metrics), run.info.start_time or 0, run.info.experiment_id,
-                             tags.get("mlflow.parentRunId", ""), tags.get("tune_as.stopped_early") == "true"))
+                             tags.get(PARENT, ""), tags.get(STOPPED_EARLY) == "true"))
     if skipped:
         notes.append(f"{skipped} {role} run(s) not FINISHED or without a finite validation metric were left out")
     return runs
@@ -134,7 +137,7 @@ def pmargins(client: MlflowClient, cells: dict[tuple[str, str], Cell], task: str
         if (task, row) in cells:
             run_id = cells[task, row].runs[0].run_id
             try:
-                found[row] = np.load(client.download_artifacts(run_id, "pmargin.npy", str(tmp)))
+                found[row] = np.load(client.download_artifacts(run_id, schema.PMARGIN_FILE, str(tmp)))
             except (MlflowException, OSError):
                 continue
     return found
@@ -144,29 +147,33 @@ def optuna_file(storage: Path, task: str, search_ids: set[str]) -> Path:
     """The Optuna SQLite file of the task's latest search: `storage` itself, `storage/optuna.db`, or
     `storage/<search>/optuna.db` where that search's tune_as_search.json names this task and one of the
     experiment's search ids (the search writes it there; see `python -m tune_as.search --storage-path`)."""
-    if storage.is_file() or (storage / "optuna.db").is_file():
-        return storage if storage.is_file() else storage / "optuna.db"
+    if storage.is_file() or (storage / schema.OPTUNA_DB).is_file():
+        return storage if storage.is_file() else storage / schema.OPTUNA_DB
     found = []
-    for state in storage.glob("*/tune_as_search.json"):
+    for state in storage.glob(f"*/{schema.SEARCH_STATE_FILE}"):
         try:
             info = json.loads(state.read_text())
         except (OSError, ValueError):
             continue
-        if info.get("task") == task and info.get("search_id") in search_ids and (state.parent / "optuna.db").is_file():
-            found.append(state.parent / "optuna.db")
-    return max(found, key=lambda p: p.stat().st_mtime) if found else storage / task / "optuna.db"
+        if info.get("task") == task and info.get("search_id") in search_ids and (state.parent / schema.OPTUNA_DB).is_file():
+            found.append(state.parent / schema.OPTUNA_DB)
+    return max(found, key=lambda p: p.stat().st_mtime) if found else storage / task / schema.OPTUNA_DB
 
 
 def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: list[TrialRun], n: int,
-            uri: str, names: dict[str, str], request: SearchRequest, notes: list[str]
-            ) -> dict[tuple[str, str], Confirmation]:
-    """Re-run every selected setting with n new seeds (runs already logged for those seeds are reused)."""
+            uri: str, names: dict[str, str], request: SearchRequest, notes: list[str]) -> None:
+    """Re-run every selected setting with n new seeds, the same for every loss of a task (the search's
+    `--confirm` picks the same ones, so runs it already logged for those seeds are reused, as are this
+    report's from an interrupted earlier call). A cell whose trials were all stopped early is not confirmed:
+    it has no result, as in the search's ranking."""
     from tune_as.engine.run import confirm_settings
 
     seeds = {t: [str(s) for s in new_seeds((r.seed for r in trials if r.task == t), n)] for t, _ in cells}
     done = trial_runs(client, list(names), schema.ROLE_CONFIRMATION, [])
     for task in sorted(seeds):
-        task_cells = [c for (t, _), c in cells.items() if t == task]
+        task_cells = [c for (t, _), c in cells.items() if t == task and not c.stopped_early]
+        notes += [f"--confirm: {c.task} x {c.row} not confirmed: every trial was stopped early"
+                  for (t, _), c in cells.items() if t == task and c.stopped_early]
         configs = [dataclasses.replace(config_from_params(c.params), seed=int(s)) for c in task_cells
                    for s in seeds[task] if not any(r.seed == s and same_setting(r, c.runs[0]) for r in done)]
         if configs:
@@ -175,15 +182,6 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
             data_seed = int(client.get_run(first.parent_id).data.params.get("seed", "0")) if first.parent_id else 0
             confirm_settings(dataclasses.replace(request, task=task, mlflow_uri=uri, seed=data_seed,
                                                  experiment=names[first.experiment_id]), configs)
-    done = trial_runs(client, list(names), "confirmation", notes)
-    found: dict[tuple[str, str], Confirmation] = {}
-    for key, c in cells.items():
-        metric = f"test_{c.runs[0].metric}"
-        by_seed = {r.seed: r.last[metric] for r in done
-                   if r.seed in seeds[c.task] and same_setting(r, c.runs[0]) and metric in r.last}
-        if by_seed:
-            found[key] = Confirmation(c.task, c.row, metric, by_seed)
-    return found
 
 
 def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confirm_seeds: int = 0,
@@ -196,35 +194,35 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     client = connect(tracking_uri)
     names = experiment_ids(client, experiments, tracking_uri)
     notes: list[str] = []
-    trials = trial_runs(client, list(names), "trial", notes)
+    trials = trial_runs(client, list(names), schema.ROLE_TRIAL, notes)
     if not trials:
         raise UserError(f"expected finished trial runs (tag {ROLE}=trial) in experiment(s) "
                         f"{', '.join(names.values())}, received none ({'; '.join(notes) or 'no trial runs'}): "
                         "run `python -m tune_as.search` first")
     cells = select(trials)
-    search_ids = {r.data.tags.get(SEARCH, "") for r in search_all(client, list(names), "search")}
+    if confirm_seeds > 0:
+        confirm(client, cells, trials, confirm_seeds, tracking_uri, names, placement or SearchRequest(task=""), notes)
+    cells = with_confirmations(cells, trial_runs(client, list(names), schema.ROLE_CONFIRMATION, notes))
+    search_ids = {r.data.tags.get(SEARCH, "") for r in search_all(client, list(names), schema.ROLE_SEARCH)}
     histories = {r.run_id: history(client, r.run_id, (f"val_{r.metric}", *HISTORY_KEYS))
                  for c in cells.values() for r in c.runs}
     report = Report(out, cells, [table6(cells), table2(cells), table3(cells), table4(cells, histories)], notes=notes)
-    if confirm_seeds > 0:
-        report.confirmations = confirm(client, cells, trials, confirm_seeds, tracking_uri, names,
-                                       placement or SearchRequest(task=""), notes)
+    report.confirmations = {key: found for key, c in cells.items() if (found := Confirmation.of(c))}
+    if report.confirmations:
         report.tables.append(confirmation_table(report.confirmations))
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for task in order({t for t, _ in cells}, PAPER_TASKS):
-            as_cell = cells.get((task, "as_softmax"))
-            deltas = {"as_softmax": float(as_cell.params["loss.delta"])} if as_cell and "loss.delta" in as_cell.params else {}
             storage = optuna_file(optuna_storage or Path("tune_as_results"), task, search_ids)
             drawn = [figs.fig1_masked_ratio(task, cells, histories, out), figs.fig2_delta(task, trials, out),
                      figs.fig3_curves(task, cells, histories, out),
-                     figs.fig4_pmargin(task, pmargins(client, cells, task, Path(tmp)), deltas, out),
-                     figs.optuna_history(storage, f"{task}-as_softmax", out)]
-            report.figures += [d for d in drawn if isinstance(d, Path)]
+                     figs.fig4_pmargin(task, cells, pmargins(client, cells, task, Path(tmp)), out),
+                     figs.optuna_history(storage, schema.study_name(task, "as_softmax"), out)]
+            report.figures += [d.path for d in drawn if isinstance(d, figs.Drawing)]
             notes += [d for d in drawn if isinstance(d, str)]
     written = write(report)
-    run = client.create_run(next(iter(names)), run_name="report",
-                            tags={ROLE: "report", "tune_as.experiments": ",".join(names.values())})
+    run = client.create_run(next(iter(names)), run_name=schema.ROLE_REPORT,
+                            tags={ROLE: schema.ROLE_REPORT, schema.EXPERIMENTS: ",".join(names.values())})
     for path in written:  # only this report's files, not whatever else lies in --out
         client.log_artifact(run.info.run_id, str(path), "report")
     client.set_terminated(run.info.run_id)

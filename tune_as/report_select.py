@@ -1,14 +1,17 @@
 """Pure selection logic for the report: trial runs in, one selected setting per task x loss out.
 
 No MLflow here: `tune_as.report` turns MLflow runs into `TrialRun`s, everything below is plain Python so
-the rules (best mean validation metric, ties by fewer optimizer steps, test metrics never consulted) are
-easy to read and test.
+the rules (only trials that completed their epochs are results, best mean validation metric, ties by fewer
+optimizer steps, test metrics never consulted) are easy to read and test. The search's own ranking
+(tune_as.engine.ranking) uses the same rules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -66,8 +69,11 @@ class Cell:
     row: str  # table row: the loss, with "multilabel_" folded into the paper's row (see `row_of`)
     loss: str
     runs: tuple[TrialRun, ...]  # the repeats (seeds) of the selected setting
-    n_trials: int  # finished trials of this task x loss that competed
+    n_trials: int  # finished trials of this task x loss
     shown: tuple[str, ...]  # params worth showing in Table 6: loss.* plus what varied across trials
+    n_stopped: int = 0  # of the n_trials, those early stopping cut before their last epoch
+    # runs of the selected setting with new seeds (tag role=confirmation), one per seed; see `with_confirmations`
+    confirmations: tuple[TrialRun, ...] = ()
     val: float = field(init=False)
     steps: float = field(init=False)
 
@@ -78,6 +84,16 @@ class Cell:
     @property
     def params(self) -> dict[str, str]:
         return self.runs[0].params
+
+    @property
+    def stopped_early(self) -> bool:
+        """Every trial of this task x loss was stopped early: no result, only the best of the stopped runs."""
+        return all(r.stopped_early for r in self.runs)
+
+    @property
+    def results(self) -> tuple[TrialRun, ...]:
+        """The runs a reported number comes from: the confirmations if any, else the selected repeats."""
+        return self.confirmations or self.runs
 
     def mean(self, key: str) -> float:
         return mean_last(self.runs, key)
@@ -111,9 +127,12 @@ def order(names: Iterable[str], canonical: Sequence[str]) -> list[str]:
 
 
 def select(runs: Sequence[TrialRun]) -> dict[tuple[str, str], Cell]:
-    """Per (task, row): the setting with the best mean validation metric over its completed repeats (runs
-    ASHA stopped count only where no run completed); ties go to fewer optimizer steps, then to the earlier run.
-    Test metrics are never read here."""
+    """Per (task, row): the setting with the best mean validation metric over its repeats that completed
+    their epochs; ties go to fewer optimizer steps, then to the earlier run. Test metrics are never read here.
+
+    Stopped runs never compete with completed ones. A cell whose trials were all stopped early still gets
+    the best of them, marked `stopped_early`: the tables say so instead of a number, the figures draw it apart.
+    """
     by_cell: dict[tuple[str, str], list[TrialRun]] = defaultdict(list)
     for task in {r.task for r in runs}:
         losses = {r.loss for r in runs if r.task == task}
@@ -122,18 +141,36 @@ def select(runs: Sequence[TrialRun]) -> dict[tuple[str, str], Cell]:
                 by_cell[(task, row_of(r.loss, losses))].append(r)
     cells: dict[tuple[str, str], Cell] = {}
     for (task, row), trials in by_cell.items():
-        # Runs ASHA stopped trained fewer epochs: averaged in, they would pull a setting's mean down for
-        # reasons of budget, not merit. Select among completed runs when the cell has any.
-        pool = [r for r in trials if not r.stopped_early] or trials
+        # Stopped runs trained fewer epochs: averaged in, they would pull a setting's mean down for reasons of
+        # budget, not merit; compared with completed runs, a 1-epoch number would stand next to a 10-epoch one.
+        completed = [r for r in trials if not r.stopped_early]
+        n_stopped = len(trials) - len(completed)
         groups: dict[tuple[tuple[str, str], ...], list[TrialRun]] = defaultdict(list)
-        for r in sorted(pool, key=lambda r: (r.start_time, r.run_id)):
+        for r in sorted(completed or trials, key=lambda r: (r.start_time, r.run_id)):
             groups[r.setting].append(r)
-        candidates = [
-            Cell(task, row, g[0].loss, tuple(g), len(trials), shown_params(trials)) for g in groups.values()
-        ]
+        candidates = [Cell(task, row, g[0].loss, tuple(g), len(trials), shown_params(trials), n_stopped)
+                      for g in groups.values()]
         # min() keeps the first of equals, and candidates are in start order: the earlier setting wins.
         cells[(task, row)] = min(candidates, key=lambda c: (-c.val, nan_last(c.steps)))
     return cells
+
+
+def with_confirmations(cells: dict[tuple[str, str], Cell], confirmations: Iterable[TrialRun]
+                       ) -> dict[tuple[str, str], Cell]:
+    """Each cell with the confirmation runs of its selected setting (same task, loss and hyper-parameters,
+    seeds no trial used), whoever ran them: the search's `--confirm` or the report's. One run per seed, the
+    latest. A cell whose trials were all stopped early has no result to confirm and gets none."""
+    ordered = sorted(confirmations, key=lambda r: (r.start_time, r.run_id))  # a later run of a seed wins
+    out = {}
+    for key, cell in cells.items():
+        by_seed = {r.seed: r for r in ordered if not r.stopped_early and same_setting(r, cell.runs[0])}
+        found = () if cell.stopped_early else tuple(by_seed[s] for s in sorted(by_seed, key=seed_order))
+        out[key] = dataclasses.replace(cell, confirmations=found)
+    return out
+
+
+def seed_order(seed: str) -> tuple[int, str]:
+    return (int(seed), "") if seed.lstrip("-").isdigit() else (0, seed)
 
 
 def same_setting(run: TrialRun, ref: TrialRun) -> bool:
@@ -161,6 +198,13 @@ class Confirmation:
     row: str
     metric: str  # test_<m> compared
     by_seed: dict[str, float]
+
+    @classmethod
+    def of(cls, cell: Cell) -> Confirmation | None:
+        """The test metric of the cell's confirmation runs by seed; None when it has none."""
+        metric = f"test_{cell.runs[0].metric}"
+        by_seed = {r.seed: r.last[metric] for r in cell.confirmations if metric in r.last}
+        return cls(cell.task, cell.row, metric, by_seed) if by_seed else None
 
     @property
     def mean(self) -> float:
@@ -190,7 +234,8 @@ class PairedDiff:
 
 
 def paired_diff(a: dict[str, float], b: dict[str, float], level: float = 0.95) -> PairedDiff:
-    """Paired by seed: the same seed gives both losses the same data order and initialisation."""
+    """Paired by seed: the same seed gives both losses the same data order and initialisation. The interval
+    is scipy's paired t-test interval: mean ± t(0.5 + level/2, n-1) * sd / sqrt(n) of the differences."""
     from scipy import stats
 
     seeds = sorted(set(a) & set(b))
@@ -198,9 +243,12 @@ def paired_diff(a: dict[str, float], b: dict[str, float], level: float = 0.95) -
     if len(d) < 2:
         m = d[0] if d else math.nan
         return PairedDiff(len(d), m, math.nan, math.nan)
-    m, sd = statistics.fmean(d), statistics.stdev(d)
-    half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1)) * sd / math.sqrt(len(d))
-    return PairedDiff(len(d), m, m - half, m + half)
+    with warnings.catch_warnings():
+        # Equal differences on every seed are legitimate (the interval shrinks to the mean); scipy warns of
+        # precision loss for them.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        interval = stats.ttest_rel([a[s] for s in seeds], [b[s] for s in seeds]).confidence_interval(level)
+    return PairedDiff(len(d), statistics.fmean(d), float(interval.low), float(interval.high))
 
 
 def new_seeds(used: Iterable[str], n: int) -> list[int]:

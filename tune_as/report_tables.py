@@ -2,7 +2,8 @@
 
 Rows are losses in the paper's order, columns are tasks; a loss the search did not cover for a task
 shows "-", as in the paper. "n/a" means the cell exists but the value cannot be computed (e.g. a
-correlation over fewer than 3 evaluation points).
+correlation over fewer than 3 evaluation points). "stopped early" means every trial of that task x loss was
+stopped before its last epoch: it has no result to show (report_select.select).
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ import csv
 import io
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from tune_as.report_select import PAPER_ROWS, PAPER_TASKS, Cell, Confirmation, order, paired_diff
+from tune_as.report_select import PAPER_ROWS, PAPER_TASKS, Cell, Confirmation, mean_last, order, paired_diff
 
 MISSING = "-"
 NA = "n/a"
+STOPPED = "stopped early"
+UNCONFIRMED = "†"
 BASELINE = "softmax"
 
 # One run's metric histories: metric name -> [(step, value), ...] in step order.
@@ -33,11 +37,13 @@ class Table:
     title: str
     header: list[str]
     rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)  # printed under the Markdown table; not in the CSV
 
     def markdown(self) -> str:
         lines = [f"### {self.title}", "", "| " + " | ".join(self.header) + " |",
                  "|" + "|".join(" --- " for _ in self.header) + "|"]
         lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        lines += ["", *self.notes] if self.notes else []
         return "\n".join(lines) + "\n"
 
     def csv(self) -> str:
@@ -72,9 +78,13 @@ def table6(cells: Cells) -> Table:
     tasks, rows = layout(cells)
 
     def cell(c: Cell) -> str:
+        trials = f"{c.n_trials} trial{'s' if c.n_trials > 1 else ''}"
+        if c.stopped_early:
+            return f"{STOPPED} [{trials}, none completed]"
         params = ", ".join(f"{k.removeprefix('loss.')}={fmt_value(c.params[k])}" for k in c.shown) or "defaults"
+        stopped = f", {c.n_stopped} {STOPPED}" if c.n_stopped else ""
         repeats = f", mean of {len(c.runs)} runs" if len(c.runs) > 1 else ""
-        return f"{params} [{c.n_trials} trial{'s' if c.n_trials > 1 else ''}{repeats}]"
+        return f"{params} [{trials}{stopped}{repeats}]"
 
     body = [[row] + [cell(cells[t, row]) if (t, row) in cells else MISSING for t in tasks] for row in rows]
     return Table("table6", "Table 6: selected hyper-parameters (best mean validation metric)", ["loss"] + tasks,
@@ -85,8 +95,9 @@ def selection_csv(cells: Cells) -> str:
     """Machine-readable Table 6: raw numbers, every hyper-parameter and the MLflow run ids behind each cell."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["task", "row", "loss", "metric", "val_mean", "n_runs", "n_trials", "optimizer_steps",
-                     "train_seconds", "test", "params", "run_ids"])
+    writer.writerow(["task", "row", "loss", "metric", "val_mean", "n_runs", "n_trials", "n_stopped", "stopped_early",
+                     "optimizer_steps", "train_seconds", "test", "test_confirmed", "n_confirmations", "params",
+                     "run_ids", "confirmation_run_ids"])
     tasks, rows = layout(cells)
     for t in tasks:
         for row in rows:
@@ -94,8 +105,11 @@ def selection_csv(cells: Cells) -> str:
                 c = cells[t, row]
                 m = c.runs[0].metric
                 params = {k: v for k, v in sorted(c.params.items()) if k not in ("seed", "git_commit")}
-                writer.writerow([t, row, c.loss, m, c.val, len(c.runs), c.n_trials, c.steps, c.mean("train_seconds"),
-                                 c.mean(f"test_{m}"), json.dumps(params), " ".join(r.run_id for r in c.runs)])
+                confirmed = mean_last(c.confirmations, f"test_{m}")
+                writer.writerow([t, row, c.loss, m, c.val, len(c.runs), c.n_trials, c.n_stopped, c.stopped_early,
+                                 c.steps, c.mean("train_seconds"), c.mean(f"test_{m}"), confirmed,
+                                 len(c.confirmations), json.dumps(params), " ".join(r.run_id for r in c.runs),
+                                 " ".join(r.run_id for r in c.confirmations)])
     return buf.getvalue()
 
 
@@ -110,13 +124,31 @@ def test_metric_columns(cells: Cells, tasks: Sequence[str]) -> list[tuple[str, s
     return columns
 
 
+def test_result(c: Cell, metric: str) -> str:
+    """Confirmed: mean ± std over the confirmation seeds (n=...). Else the selected run (mean of its repeats)
+    marked † : chosen on these same runs' validation metric, never re-run with new seeds."""
+    if c.stopped_early:
+        return STOPPED
+    values = [r.last[f"test_{metric}"] for r in c.results if f"test_{metric}" in r.last]
+    if not values:
+        return NA
+    if not c.confirmations:
+        return pct(statistics.fmean(values)) + UNCONFIRMED
+    spread = f" ± {pct(statistics.stdev(values))}" if len(values) > 1 else ""
+    return f"{pct(statistics.fmean(values))}{spread} (n={len(values)})"
+
+
 def table2(cells: Cells) -> Table:
     tasks, rows = layout(cells)
     columns = test_metric_columns(cells, tasks)
-    body = [[row] + [pct(cells[t, row].mean(f"test_{m}")) if (t, row) in cells else MISSING for t, m in columns]
+    body = [[row] + [test_result(cells[t, row], m) if (t, row) in cells else MISSING for t, m in columns]
             for row in rows]
+    notes = [f"Confirmed cells: mean ± std over n confirmation runs (the selected setting with seeds no trial used). "
+             f"{UNCONFIRMED} not confirmed: the selected trial run (or the mean of its repeats, Table 6), chosen on "
+             f"the validation metric of these same runs; `--confirm N` re-runs it with new seeds. "
+             f"{STOPPED}: every trial was stopped before its last epoch, so there is no result."]
     return Table("table2", "Table 2: test metric of the selected setting (best-validation checkpoint), in %",
-                 ["loss"] + [f"{t} {m}" for t, m in columns], body)
+                 ["loss"] + [f"{t} {m}" for t, m in columns], body, notes)
 
 
 def table3(cells: Cells) -> Table:
@@ -125,8 +157,11 @@ def table3(cells: Cells) -> Table:
     def cell(t: str, row: str) -> str:
         if (t, row) not in cells:
             return MISSING
+        if cells[t, row].stopped_early:
+            return STOPPED
         secs = cells[t, row].mean("train_seconds")
-        base = cells[t, BASELINE].mean("train_seconds") if (t, BASELINE) in cells else math.nan
+        base = (cells[t, BASELINE].mean("train_seconds")
+                if (t, BASELINE) in cells and not cells[t, BASELINE].stopped_early else math.nan)
         if math.isnan(secs):
             return NA
         if row == BASELINE or math.isnan(base) or base <= 0:
@@ -158,6 +193,8 @@ def table4(cells: Cells, histories: Mapping[str, History]) -> Table:
         if (t, row) not in cells:
             return MISSING
         c = cells[t, row]
+        if c.stopped_early:
+            return STOPPED
         rs = [r for r in (pearson(histories.get(run.run_id, {}), run.metric) for run in c.runs) if not math.isnan(r)]
         return f"{float(np.mean(rs)):.3f}" if rs else NA
 
