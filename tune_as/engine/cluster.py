@@ -3,7 +3,9 @@ seconds when its address does not answer (ray.init would retry for minutes)."""
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from typing import Any
 
 import ray
@@ -31,11 +33,17 @@ def init_ray(address: str | None, dashboard_host: str) -> None:
               "token authentication stays on", file=sys.stderr)
     if ray.is_initialized():
         return
+    # Ray's core worker puts a C++ handler on SIGTERM that dumps a stack and aborts the driver: give the
+    # process's own handler back (the CLI's stops the search like Ctrl-C), if it has one
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ctx = ray.init(address=address, log_to_driver=False) if address else _init_local(dashboard_host)
     except Exception as exc:  # noqa: BLE001 - every failure to connect is the user's to fix
         raise UserError(f"--address: expected a reachable Ray cluster at {address!r}, got "
                         f"{type(exc).__name__}: {first_line(exc)[:300]}") from None
+    finally:
+        if callable(on_sigterm) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_sigterm)
     url = getattr(ctx, "dashboard_url", None)
     if url:
         print(f"Ray dashboard: http://{url}  (token auth: the token is in ~/.ray/auth_token locally, or "

@@ -21,7 +21,7 @@ from typing import Any
 
 from tune_as import schema
 from tune_as.config import TrialConfig
-from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
+from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
 from tune_as.errors import UserError, first_line
 from tune_as.search_space import SearchSpace, default_space_path, load_search_space
 from tune_as.tasks import DataSpec, PreparedData, Task, build_task
@@ -129,8 +129,7 @@ def _restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> Sear
         mine = str(value) if isinstance(value, Path) else (list(map(list, value)) if key in ("task_args", "overrides")
                                                           else (list(value) if key == "losses" else value))
         if key != "task" and mine != old and key != "confirm":
-            flag = "--" + key.replace("_", "-")
-            raise UserError(f"--resume: {flag} changes what the trials compute: {name} was started with "
+            raise UserError(f"--resume: {flag(key)} changes what the trials compute: {name} was started with "
                             f"{old!r}, got {mine!r}; resume without it, or start a new search")
     if r.task and r.task != state["task"]:  # "": no --task given (the CLI's value when resuming)
         raise UserError(f"--resume: {name} is a {state['task']} search, got --task {r.task}")

@@ -18,6 +18,9 @@ from tune_as.errors import UserError
 RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "max_length", "data_dir",
                   "max_train_samples", "max_eval_samples", "task_args", "search_space", "seed", "overrides",
                   "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke", "confirm")
+# Options whose CLI flag is not "--" + the name with '-' (messages name the flag a user typed).
+FLAGS = {"overrides": "--set", "task_args": "--task-arg", "asha": "--no-asha",
+         "checkpoint_interval_s": "--checkpoint-interval"}
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 SEED_MAX = 2**32 - 1
 
@@ -92,6 +95,11 @@ class SearchRequest:
         """The result options that differ from their defaults (what a user asked for explicitly)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         return {k: getattr(self, k) for k in RESULT_OPTIONS if getattr(self, k) != defaults[k]}
+
+
+def flag(option: str) -> str:
+    """The CLI flag of a SearchRequest field, e.g. "overrides" -> "--set"."""
+    return FLAGS.get(option, "--" + option.replace("_", "-"))
 
 
 def _positive(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:

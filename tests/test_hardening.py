@@ -1,0 +1,154 @@
+"""Issue 14 (hardening), with real processes: a local search listens on loopback only, owns its name while it
+runs, stops on SIGTERM like on Ctrl-C, and resumes from `--resume --name N --storage-path P` alone (the printed
+hint, verbatim), refusing a resume that would change what the trials compute."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import ray  # noqa: F401 - puts Ray's vendored psutil on sys.path (imported where used)
+from test_reliability import finish, runs, start_cli, wait_for, write_space
+
+from tune_as.engine.run import claim
+from tune_as.errors import UserError
+from tune_as.search import main
+
+
+def test_a_search_name_is_claimed_by_one_process_at_a_time(tmp_path: Path) -> None:
+    folder = tmp_path / "s1"
+    holder = claim(folder, resume=False)
+    with pytest.raises(UserError, match="expected a new search name, but .* was just created by another process"):
+        claim(folder, resume=False)  # mkdir is atomic: a second new search of this name loses
+    with pytest.raises(UserError, match="s1 is running now"):
+        claim(folder, resume=True)  # the folder's flock: no resume while it runs
+    holder.close()
+    claim(folder, resume=True).close()  # free again once its holder is gone
+
+
+def listening(root_pid: int) -> dict[int, list[str]]:
+    """pid -> the addresses its TCP sockets listen on, for root_pid and every process below it."""
+    import psutil
+
+    root = psutil.Process(root_pid)
+    pids = {root_pid} | {p.pid for p in root.children(recursive=True)}
+    found: dict[int, list[str]] = {}
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.status == psutil.CONN_LISTEN and conn.pid in pids:
+            found.setdefault(conn.pid, []).append(conn.laddr.ip)
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    mapped = getattr(ip, "ipv4_mapped", None)  # "::ffff:127.0.0.1": an IPv6 socket bound to IPv4 loopback
+    return (mapped or ip).is_loopback
+
+
+def process_name(pid: int) -> str:
+    import psutil
+
+    return " ".join(psutil.Process(pid).cmdline())[:120]
+
+
+SPACE = """task: digits
+trials_per_loss: {trials}
+fixed: {{epochs: {epochs}, batch_size: 64}}
+losses:
+  softmax: {{}}
+"""
+# Each changes what a trial computes: a resume must refuse it and name the flag the user typed.
+CHANGED = [["--max-train-samples", "900"], ["--max-epochs", "5"], ["--backbone", "tiny"],
+           ["--losses", "softmax,as_softmax"], ["--trials-per-loss", "3"], ["--set", "lr=0.5"], ["--seed", "7"]]
+
+
+@pytest.mark.slow
+def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, mlflow_server,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    space = write_space(tmp_path, trials=2, epochs=3, text=SPACE)
+    storage, uri, experiment = tmp_path / "results", mlflow_server.uri, "hard-life"
+    args = ["--search-space", str(space), "--experiment", experiment, "--name", "life", "--max-concurrent", "1",
+            "--no-asha"]
+    # the worker blocks after its first report (tests/faults.py): the search is certainly running, no race
+    search = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_BLOCK_ONCE": "1"})
+    try:
+        wait_for(lambda: (faults / "ready_to_kill").exists(), 300, "the first report of the search's trial")
+        worker = int((faults / "ready_to_kill").read_text())
+
+        # 14.2: every socket of the local Ray (GCS, raylet, agents, the trial's worker) on loopback
+        sockets = listening(search.pid)
+        wide = {process_name(pid): addrs for pid, addrs in sockets.items() if not all(map(is_loopback, addrs))}
+        assert not wide, f"listening beyond loopback: {wide}"
+        names = " ".join(process_name(pid) for pid in sockets)
+        assert "gcs_server" in names and "raylet" in names and worker in sockets, sockets
+
+        # 14.6: the name is taken while it runs, for a new search and for a resume
+        twin = start_cli(tmp_path, uri, args)
+        resume = start_cli(tmp_path, uri, ["--resume", "--name", "life"])
+        code, out = finish(twin)
+        assert code == 2 and "error: --name: expected a new search name, but" in out, out[-2000:]
+        code, out = finish(resume)
+        assert code == 2 and "error: --resume: expected a search no other process is running, but life is " \
+                             "running now" in out, out[-2000:]
+
+        # SIGTERM (a scheduler, `kill`): trials stopped, runs KILLED, the resume hint, exit 143
+        os.kill(search.pid, signal.SIGTERM)
+        code, out = finish(search, timeout=180)
+    finally:
+        if search.poll() is None:
+            os.killpg(search.pid, signal.SIGKILL)
+    assert code == 143, out[-3000:]
+    assert "SIGTERM received" not in out, out[-3000:]  # no C++ stack dump
+    hint = out.split("resume with:", 1)[1].strip().splitlines()[0]
+    parents, children = runs(uri, experiment)
+    assert len(parents) == 1 and parents[0].info.status == "KILLED"
+    assert [c.info.status for c in children] == ["KILLED"]
+
+    # 14.4: a resume that changes what trials compute is refused, naming the flag, before anything changes
+    state = (storage / "life" / "tune_as_search.json").read_bytes()
+    for change in CHANGED:
+        argv = ["--resume", "--name", "life", "--storage-path", str(storage), "--mlflow-uri", uri, *change]
+        assert main(argv) == 2, change
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --resume: {change[0]} changes what the trials "
+                                                   "compute: life was started with"), err
+    assert (storage / "life" / "tune_as_search.json").read_bytes() == state
+    assert len(runs(uri, experiment)[1]) == 1
+
+    # 14.4: the printed hint, verbatim, finishes the search (its name and storage path are all it needs)
+    assert hint.startswith("python -m tune_as.search --resume --name life --storage-path "), hint
+    code, out = run_hint(hint, tmp_path)
+    assert code == 0, out[-3000:]
+    parents, children = runs(uri, experiment)
+    assert parents[0].info.status == "FINISHED"
+    assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
+    study = optuna.load_study(study_name="digits-softmax", storage=f"sqlite:///{storage / 'life' / 'optuna.db'}")
+    assert sum(t.state.name == "COMPLETE" for t in study.trials) == 2
+    assert json.loads((storage / "life" / "tune_as_search.json").read_text())["finished"] is True
+
+    # 14.5: resuming the finished search changes nothing: exit 0, parent FINISHED, no new run
+    code, out = run_hint(hint, tmp_path)
+    assert code == 0, out[-3000:]
+    parents, children = runs(uri, experiment)
+    assert parents[0].info.status == "FINISHED" and len(children) == 2
+    assert all(c.info.status == "FINISHED" for c in children)
+
+
+def run_hint(hint: str, cwd: Path) -> tuple[int, str]:
+    """Run a printed `python -m tune_as.search ...` command as a user would (this interpreter as `python`)."""
+    argv = shlex.split(hint)
+    assert argv[0] == "python", hint
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TUNE_AS_CACHE": str(cwd / "cache"), "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen([sys.executable, *argv[1:]], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return finish(proc)
