@@ -18,9 +18,11 @@ import pytest
 import ray  # noqa: F401 - puts Ray's vendored psutil on sys.path (imported where used)
 from test_reliability import finish, runs, start_cli, wait_for, write_space
 
-from tune_as.engine.run import claim
+from tune_as.engine import SearchRequest
+from tune_as.engine.plan import plan_search
+from tune_as.engine.run import claim, resume_hint
 from tune_as.errors import UserError
-from tune_as.search import main
+from tune_as.search import build_parser, main
 
 
 def test_a_search_name_is_claimed_by_one_process_at_a_time(tmp_path: Path) -> None:
@@ -32,6 +34,19 @@ def test_a_search_name_is_claimed_by_one_process_at_a_time(tmp_path: Path) -> No
         claim(folder, resume=True)  # the folder's flock: no resume while it runs
     holder.close()
     claim(folder, resume=True).close()  # free again once its holder is gone
+
+
+def test_resume_hint_is_one_shell_command_that_works_from_any_folder(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'my runs' / 'm.db'}?timeout=30&x=1"
+    plan = plan_search(SearchRequest(task="digits", storage_path=Path("my results"), name="n1", mlflow_uri=uri,
+                                     max_train_samples=64, cache_dir=tmp_path / "cache"))
+    hint = resume_hint(plan)
+    assert shlex.split(hint)[:3] == ["python", "-m", "tune_as.search"]
+    args = build_parser().parse_args(shlex.split(hint)[3:])
+    assert (args.resume, args.name, args.mlflow_uri) == (True, "n1", uri)
+    assert args.storage_path == tmp_path / "my results"  # absolute: the hint also works from another folder
 
 
 def listening(root_pid: int) -> dict[int, list[str]]:

@@ -7,6 +7,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import shlex
 import tempfile
 from pathlib import Path
 from typing import IO, Any
@@ -78,10 +79,12 @@ def _write_state(search_dir: Path, state: dict[str, Any]) -> None:
 
 
 def resume_hint(plan: SearchPlan) -> str:
-    hint = f"python -m tune_as.search --resume --name {plan.name} --storage-path {plan.request.storage_path}"
+    """The command that resumes this search, to paste in a shell as is (from any folder: the path is absolute)."""
+    storage = shlex.quote(str(plan.search_dir.parent))
+    hint = f"python -m tune_as.search --resume --name {plan.name} --storage-path {storage}"
     uri = plan.request.mlflow_uri
     if uri and tracking.redact_uri(uri) == uri:  # a URI with a password is not printed: pass it again
-        hint += f" --mlflow-uri {uri}"
+        hint += f" --mlflow-uri {shlex.quote(uri)}"
     return hint
 
 
