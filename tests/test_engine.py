@@ -155,3 +155,15 @@ def test_ranking_uses_completed_trials_and_confirmed_seeds_with_intervals() -> N
 def test_request_validation(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(UserError, match=message.replace("[", r"\[").replace("(", r"\(")):
         SearchRequest(task="digits", **fields).check()
+
+
+def test_row_skipping_for_a_loss_that_cannot_skip_exits_2_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tune_as.search import main
+
+    code = main(["--task", "digits", "--losses", "softmax,as_softmax", "--set", "skip_masked_rows=true",
+                 "--storage-path", str(tmp_path / "r"), "--mlflow-uri", f"sqlite:///{tmp_path / 'm.db'}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert err.startswith("error: skip_masked_rows: expected false for softmax")
+    assert not (tmp_path / "r").exists() and not (tmp_path / "m.db").exists()

@@ -341,9 +341,17 @@ def test_set_booleans(text: str, value: bool) -> None:
     assert parse_overrides([f"skip_masked_rows={text}"]) == {"skip_masked_rows": value}
 
 
-@given(st.floats(allow_nan=False))
+@given(st.floats(min_value=0.0, exclude_min=True))
 def test_set_float_round_trips_its_repr(x: float) -> None:
     assert parse_overrides([f"max_grad_norm={x!r}"]) == {"max_grad_norm": x}
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    ("max_grad_norm=0", "max_grad_norm must be > 0"), ("max_length=-1", "max_length must be >= 1"),
+    ("weight_decay=-0.1", "weight_decay must be >= 0")])
+def test_set_refuses_settings_the_trainer_cannot_use(item: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        parse_overrides([item])
 
 
 SET_ERRORS = [

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
 from optuna.distributions import (
     CategoricalDistribution,
     FloatDistribution,
@@ -50,6 +49,12 @@ from optuna.distributions import (
 
 from tune_as.config import LOSS_PREFIX, TrialConfig
 from tune_as.errors import UserError, first_line
+from tune_as.strict_yaml import EXCERPT as _EXCERPT
+from tune_as.strict_yaml import clip as _clip
+from tune_as.strict_yaml import read_yaml
+from tune_as.strict_yaml import show as _show
+from tune_as.typed_values import EXPECTED as _EXPECTED
+from tune_as.typed_values import coerce as _coerce
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 TRIAL_KEYS = {f.name for f in dataclasses.fields(TrialConfig)} - {"loss_params", "task", "loss"}
@@ -65,9 +70,6 @@ _DIST_KEYS = {"float": {"type", "low", "high", "log", "step"}, "int": {"type", "
               "categorical": {"type", "choices"}}
 # Distribution types that can only draw values of the parameter's type (an int parameter never gets 2.7).
 _KINDS_FOR: dict[Any, set[str]] = {Any: set(_DIST_KEYS), float: set(_DIST_KEYS), int: {"int", "categorical"}}
-_EXPECTED = {float: "a float", int: "an integer", bool: "true or false", str: "a string"}
-_BOOLS = {"true": True, "false": False, "1": True, "0": False}
-_EXCERPT = 80  # characters of a user's value quoted in a message (a value can be megabytes long)
 
 OptunaDistribution = FloatDistribution | IntDistribution | CategoricalDistribution
 
@@ -171,53 +173,7 @@ class SearchSpace:
                                 f"got k={too_big[0]}")
 
 
-# -- values ----------------------------------------------------------------------------------------------
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _show(value: Any) -> str:
-    """A user's value for a message: its repr, cut to a bounded excerpt."""
-    return _clip(repr(value), _EXCERPT)
-
-
-def _coerce(value: Any, hint: Any) -> Any:
-    """`value` (a YAML value or command-line text) as the type `hint` (float, int, bool, str, X | None, Any).
-
-    Numeric text becomes a number: YAML 1.1 reads ``2e-5`` as a string. Raises ValueError saying what was expected.
-    """
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
-            return None
-        (inner,) = (a for a in args if a is not type(None))
-        try:
-            return _coerce(value, inner)
-        except ValueError:
-            raise ValueError(f"{_EXPECTED[inner]} or none") from None
-    if hint not in _EXPECTED:  # e.g. a loss hyper-parameter without a default: the loss judges the value
-        return value
-    if hint is str:
-        if isinstance(value, str):
-            return value
-    elif hint is bool:
-        if isinstance(value, bool):
-            return value
-        word = str(value).strip().lower() if isinstance(value, str | int) else ""
-        if word in _BOOLS:
-            return _BOOLS[word]
-    elif isinstance(value, bool):
-        pass  # True is an int to Python, not a number to a user
-    elif isinstance(value, int) or (hint is float and isinstance(value, float)):
-        return hint(value)
-    elif isinstance(value, str):
-        try:
-            return hint(value.strip())
-        except ValueError:
-            pass
-    raise ValueError(_EXPECTED[hint])
-
-
+# -- messages ---------------------------------------------------------------------------------------------
 def _fail(path: Path, where: str, message: str) -> UserError:
     return UserError(f"{path}: {_clip(where, 100)}: {_clip(message, 400)}")
 
@@ -301,49 +257,6 @@ def _distribution(path: Path, where: str, name: str, raw: Any, hint: Any) -> Dis
 
 
 # -- the loader ------------------------------------------------------------------------------------------
-class _StrictLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses aliases (a 352-byte file of nested aliases expands to gigabytes) and duplicate
-    keys (YAML would keep the last one silently)."""
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, f"expected no aliases (write each value out), got "
-                                              f"*{_clip(str(event.anchor), _EXCERPT)}", event.start_mark)
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[tuple[str, str]] = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode):
-                key = (key_node.tag, key_node.value)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"expected each key once, got {_show(key_node.value)} twice", key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise UserError(f"search space file not found: expected {path} to exist")
-    try:
-        raw = yaml.load(path.read_bytes(), Loader=_StrictLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise UserError(f"{path}: invalid YAML at {at}: {_clip(str(getattr(exc, 'problem', None) or exc), 300)}") from None
-    except RecursionError:
-        raise UserError(f"{path}: invalid YAML: expected a few levels of nesting, got too many") from None
-    except OSError as exc:
-        raise UserError(f"{path}: expected a readable file, got {first_line(exc)}") from None
-    if raw is None:
-        raise _fail(path, "top level", "expected a mapping with task and losses, got an empty file")
-    if not isinstance(raw, dict):
-        raise _fail(path, "top level", f"expected a mapping with task and losses, got {type(raw).__name__} {_show(raw)}")
-    return _mapping(path, "top level", raw)
-
-
 def _validate_values(path: Path, where: str, loss: str, values: dict[str, Any], base: dict[str, Any]) -> None:
     """Let the loss and TrialConfig judge the values: their own checks say what is valid."""
     from tune_as.losses import build_loss
@@ -400,7 +313,12 @@ def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]
 
 def load_search_space(path: Path, kind: str) -> SearchSpace:
     """Load and validate one YAML file for a task of `kind`; every problem is a UserError naming file and key."""
-    raw = _read_yaml(path)
+    raw = read_yaml(path, "search space")
+    if raw is None:
+        raise _fail(path, "top level", "expected a mapping with task and losses, got an empty file")
+    if not isinstance(raw, dict):
+        raise _fail(path, "top level", f"expected a mapping with task and losses, got {type(raw).__name__} {_show(raw)}")
+    raw = _mapping(path, "top level", raw)
     _check_keys(path, "top level", raw, _TOP_KEYS)
     task = raw.get("task")
     if not isinstance(task, str):

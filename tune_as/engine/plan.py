@@ -118,7 +118,7 @@ def state_of(plan: SearchPlan) -> dict[str, Any]:
     return {"search_id": plan.search_id, "task": plan.task.name, "fingerprint": plan.space.fingerprint(),
             "losses": plan.losses, "experiment": plan.experiment, "request": saved, "finished": False,
             "mlflow_uri": redact_uri(r.mlflow_uri) if r.mlflow_uri else None,  # never a password
-            "mlflow_uri_redacted": bool(r.mlflow_uri) and redact_uri(r.mlflow_uri) != r.mlflow_uri}
+            "mlflow_uri_redacted": r.mlflow_uri is not None and redact_uri(r.mlflow_uri) != r.mlflow_uri}
 
 
 def _restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
@@ -175,6 +175,19 @@ def base_config(r: SearchRequest, task: Task, space: SearchSpace) -> TrialConfig
                                       "seed": r.seed, "data_dir": str(r.data_dir) if r.data_dir else None})
     except (TypeError, ValueError) as exc:
         raise UserError(f"trial settings: {first_line(exc)}") from None
+
+
+def check_capabilities(base: TrialConfig, space: SearchSpace) -> None:
+    """A setting that only some losses support (row skipping) is refused for the others before anything runs."""
+    from tune_as.losses import LOSSES
+
+    for loss, loss_space in space.losses.items():
+        searched = any(d.name == "skip_masked_rows" for d in loss_space.params)
+        skip = loss_space.fixed.get("skip_masked_rows", base.skip_masked_rows)
+        if (skip or searched) and not LOSSES[loss].supports_row_skipping:
+            able = sorted(name for name, cls in LOSSES.items() if cls.supports_row_skipping)
+            raise UserError(f"skip_masked_rows: expected false for {loss} (only {able} can skip masked rows), "
+                            "got true; set it per loss in the search space, or restrict --losses")
 
 
 def data_spec(cfg: TrialConfig, task: Task, cache_dir: Path | None) -> DataSpec:
@@ -240,6 +253,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
             raise UserError(f"--name: expected a new search name, but {storage / name} exists; "
                             "add --resume to continue it")
     base = base_config(r, task, space)
+    check_capabilities(base, space)
     data = prepare(base, task, r.cache_dir)
     space.check_classes(data.num_labels)
     experiment = r.experiment or task.name

@@ -21,16 +21,17 @@ from tune_as.report_select import Cell, TrialRun, new_seeds, paired_diff, same_s
 BASELINE = "softmax"
 
 
-def trial_run(trial_id: str, config: dict[str, Any], metrics: dict[str, Any], metric: str, completed: bool
-              ) -> TrialRun | None:
-    """A finished Ray trial as the report's TrialRun (params as MLflow logs them); None if it has no result."""
+def trial_run(trial_id: str, config: dict[str, Any], metrics: dict[str, Any], metric: str, completed: bool,
+              order: int = 0) -> TrialRun | None:
+    """A finished Ray trial as the report's TrialRun (params as MLflow logs them); None if it has no result.
+    `order`: the trial's number in the search, so ties go to the earlier trial, as in the report (start time)."""
     best = metrics.get(f"best_val_{metric}")
     if metrics.get("error") or best is None or (isinstance(best, float) and math.isnan(best)):
         return None
     params = {k: str(v) for k, v in config.items()}
     last = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return TrialRun(trial_id, str(config["task"]), str(config["loss"]), params, metric, float(best), last,
-                    stopped_early=not completed)
+                    start_time=order, stopped_early=not completed)
 
 
 def selected(runs: Sequence[TrialRun]) -> dict[str, Cell]:

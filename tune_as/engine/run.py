@@ -150,8 +150,9 @@ def _results(grid: tune.ResultGrid, metric: str, epochs: float) -> list[TrialRun
     for i in range(len(grid)):
         result = grid[i]
         metrics, config = result.metrics or {}, result.config or {}
+        number = Path(result.path).name.rsplit("_", 1)[-1]  # the folder is the trial's name: <loss>_<number>
         run = ranking.trial_run(str(metrics.get("trial_id", result.path)), config, metrics, metric,
-                                completed(metrics, epochs))
+                                completed(metrics, epochs), int(number) if number.isdigit() else 0)
         if run is not None:
             runs.append(run)
     return runs
@@ -178,7 +179,7 @@ def run_search(r: SearchRequest) -> Outcome:
                 "backbone": plan.base.backbone, "encoder": plan.base.encoder, "epochs": plan.base.epochs,
                 "seed": r.seed, "confirm": r.confirm, "git_commit": git_commit(), "search_space": str(plan.space.path)},
         tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max"})
-    print(f"MLflow: {tracking.redact_uri(tracker.uri)}  experiment {plan.experiment!r}, parent run {tracker.parent_id}")
+    print(f"MLflow: {tracker.shown}  experiment {plan.experiment!r}, parent run {tracker.parent_id}")
     print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  "
           f"(optuna-dashboard {schema.optuna_url(plan.search_dir)})")
     status = "FAILED"

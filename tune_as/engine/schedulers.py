@@ -41,6 +41,8 @@ class PerLossASHA(TrialScheduler):
         self.by_loss: dict[str, TrialScheduler] = {}
         self._loaded = False
         self._fifo = FIFOScheduler()
+        self._metric: str | None = None
+        self._mode: str | None = None
 
     @property
     def stops_early(self) -> bool:
