@@ -47,27 +47,35 @@ class MlflowServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = root / "mlflow-server.log"
 
-    def start(self, timeout: float = 180.0) -> None:
-        cmd = [
+    def command(self) -> list[str]:
+        return [
             sys.executable, "-m", "mlflow", "server",
             "--host", "127.0.0.1", "--port", str(self.port),
             "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
             "--artifacts-destination", str(self.root / "artifacts"),
             "--workers", "1",
         ]
+
+    def ready_probe(self) -> urllib.request.Request:
+        """The request whose 200 answer means the server is usable."""
+        return urllib.request.Request(f"{self.uri}/health")
+
+    def start(self, timeout: float = 180.0, env: dict[str, str] | None = None) -> None:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        probe = self.ready_probe()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"mlflow server exited early: {self.log.read_text()[-2000:]}")
             try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
+                with urllib.request.urlopen(probe, timeout=max(1.0, min(30.0, deadline - time.monotonic()))) as r:
                     if r.status == 200:
                         return
             except OSError:
                 time.sleep(0.5)
-        raise RuntimeError(f"mlflow server did not answer /health within {timeout}s")
+        raise RuntimeError(f"mlflow server did not answer {probe.full_url} within {timeout}s")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -13,9 +13,6 @@ import base64
 import importlib.util
 import os
 import secrets
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -61,29 +58,17 @@ class AuthServer(MlflowServer):
             self.env.update(MLFLOW_AUTH_CONFIG_PATH=str(ini), MLFLOW_AUTH_ADMIN_PASSWORD=PASSWORD,
                             MLFLOW_FLASK_SERVER_SECRET_KEY=secrets.token_hex(16))
 
-    def start(self, timeout: float = 300.0) -> None:
-        cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-               "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-               "--artifacts-destination", str(self.root / "artifacts"), "--workers", "1",
-               *(["--app-name", "basic-auth"] if self.auth else [])]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
+    def command(self) -> list[str]:
+        return [*super().command(), *(["--app-name", "basic-auth"] if self.auth else [])]
+
+    def ready_probe(self) -> urllib.request.Request:
         # Ready when an authenticated API call answers: the auth app's first one (lazy start-up, password
         # hashing) can outlast MLflow's 10 s request timeout on a busy machine.
         header = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
-        probe = urllib.request.Request(f"{self.uri}/api/2.0/mlflow/experiments/search?max_results=1", headers=header)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited early: {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(probe, timeout=max(1.0, deadline - time.monotonic())) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise RuntimeError(f"mlflow server did not answer an authenticated request within {timeout}s")
+        return urllib.request.Request(f"{self.uri}/api/2.0/mlflow/experiments/search?max_results=1", headers=header)
+
+    def start(self, timeout: float = 300.0, env: dict[str, str] | None = None) -> None:
+        super().start(timeout, env or self.env)
 
 
 @pytest.fixture(scope="module")
