@@ -131,7 +131,7 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
 
     # 14.4: a resume that changes what trials compute is refused, naming the flag, before anything changes
     state = (storage / "life" / "tune_as_search.json").read_bytes()
-    for change in CHANGED:
+    for change in [*CHANGED, ["--data-dir", str(tmp_path)]]:
         argv = ["--resume", "--name", "life", "--storage-path", str(storage), "--mlflow-uri", uri, *change]
         assert main(argv) == 2, change
         err = capsys.readouterr().err.strip().splitlines()
