@@ -180,9 +180,9 @@ def main(argv: list[str] | None = None) -> None:
                     "(arms run as parallel processes under the same load)")
     args = ap.parse_args(argv)
     if args.merge:
-        runs = {arm: rs for f in args.merge for arm, rs in json.loads(f.read_text())["runs"].items()}
-        print(table(runs))
-        print(verdict(runs))
+        merged = {arm: rs for f in args.merge for arm, rs in json.loads(f.read_text())["runs"].items()}
+        print(table(merged))
+        print(verdict(merged))
         return
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     data = prepare(task, DataSpec(task="clinc_oos", data_dir=args.data_dir, backbone="minilm", encoder="finetune",
                                   max_length=args.max_length, max_train_samples=args.train_samples,
                                   max_eval_samples=args.eval_samples, seed=0, cache_dir=args.cache_dir.expanduser()))
-    print(f"clinc_oos: train {len(data.train)}, validation {len(data.validation)}, test {len(data.test)}; "
+    print(f"clinc_oos: train {len(data.train)}, validation {len(data.validation or [])}, "
+          f"test {len(data.test or [])}; "
           f"torch threads {torch.get_num_threads()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
           flush=True)
     configs = arm_configs(args, task.kind)

@@ -19,7 +19,9 @@ class Recorder:
     """Keeps every report and copies every checkpoint (the loop deletes its temporary folder afterwards)."""
 
     def __init__(self, root: Path) -> None:
-        self.root, self.reports, self.checkpoints = root, [], []
+        self.root = root
+        self.reports: list[dict[str, Any]] = []
+        self.checkpoints: list[Path] = []
 
     def wants_checkpoint(self, final: bool) -> bool:
         return True
@@ -64,7 +66,7 @@ def test_reports_every_epoch_with_the_documented_metrics(digits, tmp_path: Path)
 
 def test_same_seed_same_numbers_other_seed_other_numbers(digits, tmp_path: Path) -> None:
     task, data = digits
-    runs = []
+    runs: list[tuple[float, float]] = []
     for seed in (0, 0, 1):
         rec = Recorder(tmp_path / f"s{seed}_{len(runs)}")
         run_trial(config(seed=seed, epochs=1.0), data, task, rec)
@@ -170,7 +172,7 @@ def eval_mode_trial(digits: tuple[Any, Any], tmp_path: Path, loss: str, skip: bo
     task, data = digits
     trial = Trial(config(loss=loss, skip_masked_rows=skip, **{"loss.delta": 0.0}), data, task, Recorder(tmp_path))
     with torch.no_grad():
-        trial.model.head.weight.mul_(30.0)  # confident logits: correct rows get p_t far above every competitor
+        trial.model.get_submodule("head").get_parameter("weight").mul_(30.0)  # confident logits: correct rows get p_t far above every competitor
     trial.model.eval()  # no dropout: the probe and the gradient pass see the same logits
     trial._apply_schedules()
     return trial
@@ -184,7 +186,7 @@ def test_skipping_masked_rows_gives_the_same_loss_and_gradients(digits, tmp_path
     for skip in (False, True):
         trial = eval_mode_trial(digits, tmp_path, loss, skip)
         loss_value, rows, masked = trial._forward_backward(idx, steps=2)
-        grads = {name: p.grad.clone() for name, p in trial.model.named_parameters()}
+        grads = {name: p.grad.clone() for name, p in trial.model.named_parameters() if p.grad is not None}
         results[skip] = (loss_value, rows, masked, grads, trial.state.backward_rows)
     plain, skipped = results[False], results[True]
     assert plain[1:3] == skipped[1:3] == (24, 12)  # every row counted, the correct ones masked, either way
