@@ -177,6 +177,18 @@ def base_config(r: SearchRequest, task: Task, space: SearchSpace) -> TrialConfig
         raise UserError(f"trial settings: {first_line(exc)}") from None
 
 
+def absolute_sqlite(uri: str | None) -> str | None:
+    """A relative SQLite tracking URI (the default `sqlite:///mlflow.db`) made absolute, so the saved state and
+    the resume hint name the same database from any folder. Other URIs, and None (MLflow's env or default), stay."""
+    from tune_as.tracking import DEFAULT_URI
+
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/") and ":memory:" not in uri:
+        return prefix + str(Path(uri[len(prefix):]).expanduser().resolve())
+    return uri
+
+
 def check_capabilities(base: TrialConfig, space: SearchSpace) -> None:
     """A setting that only some losses support (row skipping) is refused for the others before anything runs."""
     from tune_as.losses import LOSSES
@@ -230,6 +242,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         if state is None:
             raise UserError(f"--resume: expected a search to resume at {storage / name}, found nothing there")
         r = _restore_request(r, state, name)
+    r = dataclasses.replace(r, mlflow_uri=absolute_sqlite(r.mlflow_uri))
     task = build(r.task, r.task_args)
     space = load_search_space(r.search_space or default_space_path(task.name), task.kind)
     if space.task != task.name:
