@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from tune_as.trainable import run_trial
 from tune_as.engine.plan import plan_search
 from tune_as.engine.request import SearchRequest
+from tune_as.trainable import run_trial
 
 REPO = Path(__file__).resolve().parent.parent
 SPEEDUP_TARGET, MAX_LOSS_POINTS = 1.25, 0.5

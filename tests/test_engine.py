@@ -111,7 +111,7 @@ def test_searcher_gives_each_loss_its_quota_warm_start_first_and_seeds_for_param
     assert {k: len(v) for k, v in by_loss.items()} == {"softmax": 3, "as_softmax": 3}
     assert by_loss["as_softmax"][0]["loss.delta"] == 0.3  # the paper's Table 6 setting goes first
     assert [c["seed"] for c in by_loss["softmax"]] == [5, 6, 7]
-    for i, c in enumerate(configs[:-1]):
+    for i in range(len(configs) - 1):
         searcher.on_trial_complete(f"t{i}", {"best_val_accuracy": 0.5 + i / 100})
     study = searcher.study("as_softmax")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
