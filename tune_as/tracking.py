@@ -36,13 +36,7 @@ import requests  # noqa: E402  (MLflow's HTTP transport: its exception types tel
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.environment_variables import MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_USERNAME  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
-from mlflow.protos.databricks_pb2 import (  # noqa: E402
-    DEADLINE_EXCEEDED,
-    REQUEST_LIMIT_EXCEEDED,
-    RESOURCE_EXHAUSTED,
-    TEMPORARILY_UNAVAILABLE,
-    ErrorCode,
-)
+from mlflow.protos import databricks_pb2 as codes  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -56,8 +50,8 @@ NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", 
 # TEMPORARILY_UNAVAILABLE). Anything else is an answer: retrying the same write would get the same answer.
 _NETWORK_FAILURES = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
                      requests.exceptions.RetryError, ConnectionError, TimeoutError)
-_TRANSIENT_CODES = {ErrorCode.Name(code) for code in (
-    TEMPORARILY_UNAVAILABLE, DEADLINE_EXCEEDED, REQUEST_LIMIT_EXCEEDED, RESOURCE_EXHAUSTED)}
+_TRANSIENT_CODES = {codes.ErrorCode.Name(code) for code in (
+    codes.TEMPORARILY_UNAVAILABLE, codes.DEADLINE_EXCEEDED, codes.REQUEST_LIMIT_EXCEEDED, codes.RESOURCE_EXHAUSTED)}
 
 
 def _userinfo(uri: str) -> tuple[str, str | None, str]:
