@@ -1,17 +1,20 @@
 """Forward+backward time and peak memory of every loss against F.cross_entropy, on the same inputs, in one run.
 
-    python benchmarks/bench_losses.py                 # table: one ratio per loss and shape
+    python benchmarks/bench_losses.py                 # table: one ratio per loss and shape, one torch thread
     python benchmarks/bench_losses.py --json out.json # the same figures as JSON too
 
 Time: repetitions are interleaved (the baseline, then every loss, in turn), so that load from other
 processes hits every loss alike. ``--stat min`` (default) reports the fastest repetition of each and
 their ratio: on a shared machine the least-disturbed run is the best estimate of the cost.
-``--stat median`` reports medians and the median over repetitions of the per-repetition ratio. ``--clock cpu`` times with
-the process CPU clock (both intra-op threads summed) instead of the wall clock: on a machine shared
-with other jobs it measures the work done rather than the time slices received. Peak memory: bytes allocated during one forward+backward above what
-was allocated before it (the returned gradient included): on CPU from the profiler's allocation
-records, on CUDA from ``torch.cuda.max_memory_allocated``. Multi-label losses get a multi-hot target
-(about 3 positives per row) and are also compared with ``multilabel_softmax``.
+``--stat median`` reports medians and the median over repetitions of the per-repetition ratio. ``--clock cpu``
+times with the process CPU clock instead of the wall clock. One torch thread by default (what a 1-CPU
+trial gets; with two threads on a loaded machine a tiny loss waits on the pool). Peak memory: the most
+bytes held at once by the tensors created during one forward+backward (the returned gradient included),
+tracked per storage through a ``TorchDispatchMode`` (buffers internal to one kernel are not seen); on
+CUDA ``torch.cuda.max_memory_allocated``. No profiler: the CPU profiler (kineto) logs every session's
+start and stop to stderr ("USDT ... profiler_start"), whatever KINETO_LOG_LEVEL below 6 says.
+Multi-label losses get a multi-hot target (about 3 positives per row) and are also compared with
+``multilabel_softmax``.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import json
 import statistics
 import sys
 import time
+import weakref
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch._C._profiler import _EventType
-from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from tune_as.losses import LOSSES, build_loss
 
@@ -51,7 +55,32 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def peak_bytes(step: Callable[[], None], x: torch.Tensor) -> int:
+class StorageTracker(TorchDispatchMode):
+    """Bytes held by the storages that ops create while active: now (``live``) and at most (``peak``).
+    A storage counts once (views and in-place results share it) and stops counting when it is freed."""
+
+    def __init__(self, existing: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+        self.known = weakref.WeakSet(t.untyped_storage() for t in existing)
+
+    def _freed(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage() not in self.known:
+                storage = t.untyped_storage()
+                self.known.add(storage)
+                self.live += storage.nbytes()
+                weakref.finalize(storage, self._freed, storage.nbytes())
+        self.peak = max(self.peak, self.live)
+        return out
+
+
+def peak_bytes(step: Callable[[], None], inputs: list[torch.Tensor]) -> int:
+    x = inputs[0]
     x.grad = None
     if x.device.type == "cuda":
         torch.cuda.synchronize()
@@ -60,19 +89,9 @@ def peak_bytes(step: Callable[[], None], x: torch.Tensor) -> int:
         step()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with StorageTracker(inputs) as tracker:
         step()
-    sizes, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        if event.tag == _EventType.Allocation:
-            sizes.append((event.start_time_ns, event.extra_fields.alloc_size))
-        stack.extend(event.children)
-    live = peak = 0
-    for _, size in sorted(sizes):
-        live += size
-        peak = max(peak, live)
-    return peak
+    return tracker.peak
 
 
 def bench_shape(names: list[str], n: int, c: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
@@ -82,7 +101,7 @@ def bench_shape(names: list[str], n: int, c: int, args: argparse.Namespace) -> d
     t = torch.randint(0, c, (n,), generator=g).to(device)
     y = (torch.rand(n, c, generator=g) < min(0.5, 3 / c)).to(device, dtype)
     steps = {name: make_step(name, x, t, y) for name in [BASELINE, *names]}
-    reps = args.reps or max(10, min(100, int(1e8 / (n * c))))
+    reps = args.reps or max(10, min(2000, int(2e8 / (n * c))))  # tiny shapes: many cheap repetitions
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     times: dict[str, list[float]] = {name: [] for name in steps}
     for rep in range(reps + 3):
@@ -97,7 +116,7 @@ def bench_shape(names: list[str], n: int, c: int, args: argparse.Namespace) -> d
     stat = min if args.stat == "min" else statistics.median
     result = {}
     for name, step in steps.items():
-        result[name] = {"time_us": stat(times[name]) * 1e6, "peak_mb": peak_bytes(step, x) / 2**20}
+        result[name] = {"time_us": stat(times[name]) * 1e6, "peak_mb": peak_bytes(step, [x, t, y]) / 2**20}
     for name in names:
         for ref in (BASELINE, "multilabel_softmax"):
             if ref == BASELINE or (multilabel_input(name) and ref in result):
@@ -113,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--losses", nargs="+", default=sorted(LOSSES), choices=sorted(LOSSES), metavar="LOSS")
     parser.add_argument("--shapes", nargs="+", default=[f"{n}x{c}" for n, c in SHAPES], metavar="NxC")
-    parser.add_argument("--reps", type=int, default=0, help="timed repetitions (default: by size, 10 to 100)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=0, help="timed repetitions (default: by size, 10 to 2000)")
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--stat", default="min", choices=["min", "median"], help="see the module docstring")
     parser.add_argument("--clock", default="wall", choices=["wall", "cpu"], help="see the module docstring")

@@ -90,6 +90,19 @@ def margin_cross_entropy(x: Tensor, t: Tensor, margin: float, scale: float = 1.0
     return F.cross_entropy(z * scale if scale != 1.0 else z, t, reduction="none")
 
 
+_ZEROS: dict[torch.device, Tensor] = {}
+
+
+def zero_count(device: torch.device) -> Tensor:
+    """0-dim int64 zero, the n_masked of a loss that masks nothing: one per device, shared, so no loss call
+    pays for a new one. An inference tensor: an in-place update outside inference mode raises."""
+    zero = _ZEROS.get(device)
+    if zero is None:
+        with torch.inference_mode():
+            zero = _ZEROS[device] = torch.zeros((), dtype=torch.int64, device=device)
+    return zero
+
+
 def mean_over_rows(rows: Tensor, target: Tensor, masked: Tensor | None = None) -> LossOutput:
     """The one reducer: per-row losses (M,) -> their mean over the rows that count, with the counts.
 
@@ -104,7 +117,7 @@ def mean_over_rows(rows: Tensor, target: Tensor, masked: Tensor | None = None) -
         n_rows = valid.sum()
         loss = torch.where(valid, rows, 0.0).sum() / n_rows.clamp(min=1)
         masked = masked & valid if masked is not None else None
-    n_masked = masked.sum() if masked is not None else torch.zeros((), dtype=torch.int64, device=rows.device)
+    n_masked = masked.sum() if masked is not None else zero_count(rows.device)
     return LossOutput(loss, n_rows, n_masked)
 
 
@@ -175,10 +188,10 @@ class Loss(nn.Module):
             raise ValueError(f"loss {self.name!r} supports {sorted(self.kinds)} inputs, got {kind!r}")
         x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
         if kind == "multilabel":
-            return x, target.to(x.dtype)
+            return x, target if target.dtype == x.dtype else target.to(x.dtype)
         if kind == "token":
-            return x.reshape(-1, x.shape[-1]), target.reshape(-1).long()
-        return x, target.long()
+            x, target = x.reshape(-1, x.shape[-1]), target.reshape(-1)
+        return x, target if target.dtype == torch.int64 else target.long()
 
 
 class WarmupDelta:

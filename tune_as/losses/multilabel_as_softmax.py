@@ -17,32 +17,35 @@ import torch
 from torch import Tensor
 
 from ._base import Loss, LossOutput, WarmupDelta
-from .multilabel_softmax import Dropper, su_loss, su_terms
+from .multilabel_softmax import Thresholds, su_loss, su_terms
 
 
-def as_dropper(delta: float) -> Dropper:
-    """The drop rule of Eq. 15-17 for ``su_terms``: -inf for the exponents of the dropped terms."""
+def as_thresholds(delta: float) -> Thresholds:
+    """Eq. 15-17 as logit thresholds per row, from lse(o), the highest negative and the lowest positive logit.
+    p is monotone in o, so p_t^min - p_i >= delta iff o_i <= lse + log(p_t^min - delta), and
+    p_t - p_i^max >= delta iff o_t >= lse + log(p_i^max + delta); at delta = 0 the thresholds are the logits
+    themselves (ties drop exactly)."""
 
-    def drop(z: Tensor, pos: Tensor, neg_terms: Tensor, pos_terms: Tensor) -> None:
-        p = torch.softmax(z, dim=1)  # (N, C)
-        # The highest negative / lowest positive p sit at the largest exponent of each term tensor.
-        top_neg, i_neg = neg_terms.max(dim=1, keepdim=True)
-        top_pos, i_pos = pos_terms.max(dim=1, keepdim=True)
-        p_neg_max = torch.where(top_neg > -torch.inf, p.gather(1, i_neg), 0.0)  # 0: no negative
-        neg_floor = torch.where(top_pos > -torch.inf, p.gather(1, i_pos) - delta, -1.0)  # -1: no positive
-        neg_terms.masked_fill_(p <= neg_floor, -torch.inf)  # z_i = 0: p_t^min - p_i >= delta
-        pos_terms.masked_fill_(p >= p_neg_max + delta, -torch.inf)  # z_t = 0: p_t - p_i^max >= delta
+    def thresholds(lse: Tensor, top_neg: Tensor, low_pos: Tensor) -> tuple[Tensor, Tensor]:
+        if delta == 0.0:
+            neg_floor, pos_ceiling = low_pos, top_neg
+        else:
+            # log of a non-positive p_t^min - delta: NaN or -inf, which drops nothing (o <= NaN is False)
+            neg_floor = torch.exp(low_pos - lse).sub_(delta).log_().add_(lse)
+            pos_ceiling = torch.exp(top_neg - lse).add_(delta).log_().add_(lse)  # no negative: p_i^max = 0
+        no_positive = low_pos == torch.inf  # nothing to compare with: keep every negative
+        return neg_floor.masked_fill(no_positive, -torch.inf), pos_ceiling
 
-    return drop
+    return thresholds
 
 
 def multilabel_as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) -> LossOutput:
-    return su_loss(logits, target, drop=as_dropper(delta))
+    return su_loss(logits, target, thresholds=as_thresholds(delta))
 
 
 def multilabel_as_softmax_masked(logits: Tensor, target: Tensor, *, delta: float) -> Tensor:
     """(N,) bool: the rows ``multilabel_as_softmax_loss`` counts as masked (same kernel, no gradient kept)."""
-    return su_terms(logits, target > 0.5, as_dropper(delta))[2]
+    return su_terms(logits, target > 0.5, as_thresholds(delta))[2]
 
 
 class MultilabelASSoftmaxLoss(WarmupDelta, Loss):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._base import IGNORE_INDEX, Loss, LossOutput
+from ._base import IGNORE_INDEX, Loss, LossOutput, zero_count
 
 _MEAN = 1  # at::Reduction::Mean
 # nll_loss's forward also returns total_weight, the number of counted rows (no weights): n_rows for free.
@@ -21,9 +21,10 @@ _nll_loss_forward = torch.ops.aten.nll_loss_forward.default
 def softmax_loss(logits: Tensor, target: Tensor) -> LossOutput:
     loss, total = _nll_loss_forward(torch.log_softmax(logits, dim=1), target, None, _MEAN, IGNORE_INDEX)
     n_rows = total.long()
-    with torch.no_grad():  # no row counted: nll_loss gives 0/0 with gradient 0; the mean over none is 0
-        loss.masked_fill_(n_rows == 0, 0.0)
-    return LossOutput(loss, n_rows, torch.zeros((), dtype=torch.int64, device=logits.device))
+    # No row counted: nll_loss's mean is 0/0, with gradient 0. The mean over none is 0: set the value only
+    # (through detach: no autograd node; nll_loss's backward does not read its output).
+    loss.detach().masked_fill_(n_rows == 0, 0.0)
+    return LossOutput(loss, n_rows, zero_count(logits.device))
 
 
 class SoftmaxLoss(Loss):
