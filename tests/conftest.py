@@ -11,7 +11,9 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -87,15 +89,24 @@ class MlflowServer:
                 self.proc.wait()
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """One real `mlflow server` (SQLite behind it) for the whole test session."""
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+S = TypeVar("S", bound=MlflowServer)
+
+
+@contextmanager
+def running(server: S) -> Iterator[S]:
+    """The server started, and stopped however the block ends."""
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """One real `mlflow server` (SQLite behind it) for the whole test session."""
+    with running(MlflowServer(tmp_path_factory.mktemp("mlflow"))) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import pytest
-from conftest import MlflowServer, free_port
+from conftest import MlflowServer, free_port, running
 from mlflow.environment_variables import MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_USERNAME
 from mlflow.tracking import MlflowClient
 
@@ -73,12 +73,8 @@ class AuthServer(MlflowServer):
 
 @pytest.fixture(scope="module")
 def secured_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
-    server = AuthServer(tmp_path_factory.mktemp("mlflow-auth"))
-    server.start()
-    try:
+    with running(AuthServer(tmp_path_factory.mktemp("mlflow-auth"))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)
