@@ -167,3 +167,17 @@ def test_row_skipping_for_a_loss_that_cannot_skip_exits_2_and_writes_nothing(
     assert code == 2 and "\n" not in err
     assert err.startswith("error: skip_masked_rows: expected false for softmax")
     assert not (tmp_path / "r").exists() and not (tmp_path / "m.db").exists()
+
+
+def test_ranking_compares_validation_where_the_task_has_no_test_labels() -> None:
+    """GLUE tasks hide test labels: the paired difference falls back to the confirmed validation metric."""
+    def val_run(i: int, loss: str, val: float, seed: int) -> TrialRun:
+        return TrialRun(f"v{i}", "rte", loss, {"loss": loss, "seed": str(seed)}, "accuracy", val,
+                        {"optimizer_steps": 1.0}, start_time=i)
+
+    trials = [val_run(0, "softmax", 0.5, 0), val_run(1, "sparsemax", 0.5, 1)]
+    confirmations = [val_run(10 + s, "softmax", 0.50 + s / 1000, s) for s in (2, 3, 4)] + \
+                    [val_run(20 + s, "sparsemax", 0.60 + s / 500, s) for s in (2, 3, 4)]
+    rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy")}
+    assert rows["sparsemax"].diff.startswith("+10.") and rows["sparsemax"].diff.endswith("(val)")
+    assert rows["sparsemax"].verdict == "win" and not rows["sparsemax"].test

@@ -81,7 +81,8 @@ def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: st
         reps = [c for c in confirmations if c.loss == loss and same_setting(c, cell.runs[0])]
         confirmed = bool(reps)
         source = reps or list(cell.runs)
-        by_seed[loss] = {r.seed: r.last[test_key] for r in source if test_key in r.last}
+        # the paired difference is on test; a task without test labels (GLUE) compares validation instead
+        by_seed[loss] = {r.seed: r.last.get(test_key, r.best_val) for r in source}
         setting = {k: v for k, v in cell.params.items() if k in cell.shown}
         rows.append(Row(loss, setting, len(mine), done, [r.best_val for r in source],
                         [r.last[test_key] for r in source if test_key in r.last], confirmed))
@@ -92,13 +93,15 @@ def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: st
             d = paired_diff(by_seed[row.loss], base)
             verdict = {"better": "win", "worse": "loss"}.get(d.verdict, "tie" if not math.isnan(d.low) else "")
             text = f"{d.mean * 100:+.2f} [{d.low * 100:+.2f}, {d.high * 100:+.2f}]" if not math.isnan(d.low) else ""
+            if text and not row.test:
+                text += " (val)"
             row = Row(**{**row.__dict__, "diff": text, "verdict": verdict})
         final.append(row)
     return sorted(final, key=lambda r: (-statistics.fmean(r.val) if r.val else math.inf, r.loss))
 
 
 HEADER = ("rank", "loss", "selected setting", "trials (completed)", "val mean ± std", "test mean ± std",
-          "Δ test vs softmax [95% CI]", "verdict")
+          "Δ test vs softmax [95% CI] (val where no test)", "verdict")
 
 
 def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
