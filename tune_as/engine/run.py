@@ -9,6 +9,8 @@ import json
 import os
 import shlex
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -164,9 +166,11 @@ def _results(grid: tune.ResultGrid, metric: str, epochs: float) -> list[TrialRun
 
 
 # -- the search -----------------------------------------------------------------------------------------------
-def run_search(r: SearchRequest) -> Outcome:
-    """Plan and validate (nothing written on bad input), search, confirm, rank. Returns the answer."""
-    plan = plan_search(r)
+@contextmanager
+def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
+             state: dict[str, Any] | None = None) -> Iterator[tuple[tracking.MlflowTracker, dict[str, float]]]:
+    """The outside world, checked in order of cost before anything is written, then the search's folder (held
+    for the block), its saved `state` and its parent MLflow run, closed FINISHED, KILLED or FAILED at the end."""
     r = plan.request
     if r.address:  # before the tracking store: a first use of an SQLite file creates it
         cluster.check_address(r.address)
@@ -177,19 +181,14 @@ def run_search(r: SearchRequest) -> Outcome:
     cluster.init_ray(r.address, r.dashboard_host)
     res = cluster.resources(r.cpus_per_trial, r.gpus_per_trial)
     lock = lock or claim(plan.search_dir, resume=False)  # a new search writes its folder only now
-    state = state_of(plan)
-    _write_state(plan.search_dir, state)
-    tracker.start_search(
-        params={"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.space.trials_per_loss,
-                "backbone": plan.base.backbone, "encoder": plan.base.encoder, "epochs": plan.base.epochs,
-                "seed": r.seed, "confirm": r.confirm, "git_commit": git_commit(), "search_space": str(plan.space.path)},
-        tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max"})
-    print(f"MLflow: {tracker.shown}  experiment {plan.experiment!r}, parent run {tracker.parent_id}")
-    print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  "
-          f"(optuna-dashboard {schema.optuna_url(plan.search_dir)})")
+    if state is not None:
+        _write_state(plan.search_dir, state)
+    tracker.start_search(params=params, tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}",
+                                              schema.MODE: "max", **tags})
+    MlflowCallback.register(tracker)
     status = "FAILED"
     try:
-        outcome = _search_and_confirm(plan, tracker, res)
+        yield tracker, res
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -197,13 +196,27 @@ def run_search(r: SearchRequest) -> Outcome:
     finally:
         tracker.search_ended(status)
         lock.close()
+
+
+def run_search(r: SearchRequest) -> Outcome:
+    """Plan and validate (nothing written on bad input), search, confirm, rank. Returns the answer."""
+    plan = plan_search(r)
+    r = plan.request
+    state = state_of(plan)
+    params = {"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.space.trials_per_loss,
+              "backbone": plan.base.backbone, "encoder": plan.base.encoder, "epochs": plan.base.epochs,
+              "seed": r.seed, "confirm": r.confirm, "git_commit": git_commit(), "search_space": str(plan.space.path)}
+    with _tracked(plan, params, {}, state) as (tracker, res):
+        print(f"MLflow: {tracker.shown}  experiment {plan.experiment!r}, parent run {tracker.parent_id}")
+        print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  "
+              f"(optuna-dashboard {schema.optuna_url(plan.search_dir)})")
+        outcome = _search_and_confirm(plan, tracker, res)
     _write_state(plan.search_dir, {**state, "finished": True})
     return outcome
 
 
 def _search_and_confirm(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, float]) -> Outcome:
     r, hint, epochs = plan.request, resume_hint(plan), float(plan.base.epochs)
-    MlflowCallback.register(tracker)
     if r.resume and tune.Tuner.can_restore(str(plan.search_dir)):
         tuner = tune.Tuner.restore(str(plan.search_dir), _trainable_for(plan, res), resume_unfinished=True,
                                    resume_errored=True)
@@ -272,20 +285,6 @@ def confirm_settings(r: SearchRequest, configs: list[TrialConfig]) -> list[Trial
                                   data_dir=Path(first.data_dir) if first.data_dir else r.data_dir,
                                   name=r.name or f"{first.task}-confirm-{os.getpid()}-{len(configs)}")
     plan = plan_search(request)
-    tracker = tracking.MlflowTracker(request.mlflow_uri, plan.experiment, plan.search_id)
-    tracker.check_reachable()
-    cluster.init_ray(request.address, request.dashboard_host)
-    res = cluster.resources(request.cpus_per_trial, request.gpus_per_trial)
-    lock = claim(plan.search_dir, False)
-    tracker.start_search(params={"task": plan.task.name, "trials": len(configs), "git_commit": git_commit()},
-                         tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max",
-                               schema.PURPOSE: schema.ROLE_CONFIRMATION})
-    MlflowCallback.register(tracker)
-    status = "FAILED"
-    try:
-        runs = run_trials(plan, tracker, res, configs, "(confirmation runs: rerun the report to continue)")
-        status = "FINISHED"
-    finally:
-        tracker.search_ended(status)
-        lock.close()
-    return runs
+    params = {"task": plan.task.name, "trials": len(configs), "git_commit": git_commit()}
+    with _tracked(plan, params, {schema.PURPOSE: schema.ROLE_CONFIRMATION}) as (tracker, res):
+        return run_trials(plan, tracker, res, configs, "(confirmation runs: rerun the report to continue)")
