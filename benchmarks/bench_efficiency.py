@@ -1,25 +1,23 @@
 """Does the search pay (issue 15)? tune_as's whole answer (which loss wins, with which settings) against an
 exhaustive grid reference, at a fraction of the grid's compute.
 
-    python benchmarks/bench_efficiency.py --quick          # a few minutes: smoke check, prints the search-vs-grid line
-    python benchmarks/bench_efficiency.py                  # digits, every multi-class loss (docs/bench_efficiency.md)
+    python benchmarks/bench_efficiency.py --quick                      # a few minutes: smoke check
+    python benchmarks/bench_efficiency.py --task digits                # docs/bench_efficiency.md
+    python benchmarks/bench_efficiency.py --task clinc_oos             # frozen MiniLM features (../shared/data)
 
-The reference: every loss of search_spaces/digits.yaml over a grid of its parameters (GRIDS), each point with
-several seeds, trained to the end by `tune_as.trainable.run_trial` directly (no Ray), every evaluation recorded
-and cached as JSON Lines under --cache-dir, so re-running the arms never repeats it. Per loss the reference
-answer is the grid point with the best mean validation accuracy, its test mean and 95% t-interval; the losses
-are ranked by that test mean. Reference compute = the sum of epochs trained.
+The reference: every multi-class loss over a grid of its parameters (GRIDS, inside the task's search space),
+each point with several seeds, trained to the end by `tune_as.trainable.run_trial` directly (no Ray), every
+evaluation recorded and cached as JSON Lines under --cache-dir, so re-running the arms never repeats it. Per loss
+the reference answer is the grid point with the best mean validation metric, its test mean and 95% t-interval;
+the losses are ranked by that test mean. Reference compute = the sum of epochs trained.
 
-The arms, each at total budgets (fractions of the reference compute, confirmation runs included) and search seeds:
-  search      tune_as's default search (`tune_as.engine.run_search`: Optuna TPE per loss, per-loss ASHA), --confirm
+The arms, each at total budgets (fractions of the reference compute, confirmation runs included) and search
+seeds, all through `tune_as.engine.run_search` (real Ray Tune, Optuna, MLflow on SQLite):
+  search      the default search: Optuna TPE per loss, warm start first, per-loss ASHA, --confirm 3 --confirm-top K
   cross_loss  the same with asha_scope="search" (one set of ASHA brackets for every loss: the old behaviour)
-  random      random search: settings drawn uniformly from the same search space (optuna's RandomSampler on the
-              space's own distributions, no warm start), each trial trained by run_trial without Ray, then the same
-              per-loss ASHA rule applied offline, in suggestion order, to the recorded per-epoch validation curves
-              (compute counts the epochs ASHA would have let run); selection, confirmation seeds and ranking are the
-              engine's own functions (tune_as.engine.ranking, run.confirmation_configs).
-The engine has no total-budget option: a budget is met by choosing trials per loss (the largest whose estimated
-compute fits); the compute actually spent is measured and reported next to it.
+  random      --sampler random --no-warm-start: uniform draws from the same space, per-loss ASHA, same confirmation
+A budget is met by choosing trials per loss (the largest whose estimated compute fits); the compute actually
+spent (the engine's Outcome.compute) is reported next to it.
 """
 
 from __future__ import annotations
@@ -43,10 +41,10 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-TASK, METRIC = "digits", "accuracy"
+DATA = REPO.parent / "shared" / "data"
 ARMS = ("search", "cross_loss", "random")
 
-# Reference grids per loss (parameter names as in search_spaces/digits.yaml). Points outside a loss's search range
+# Reference grids per loss (parameter names as in search_spaces/<task>.yaml). Points outside a loss's search range
 # are not allowed: the reference and the arms search the same space.
 GRIDS: dict[str, dict[str, list[Any]]] = {
     "softmax": {},
@@ -69,9 +67,32 @@ QUICK_GRIDS: dict[str, dict[str, list[Any]]] = {
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskSetup:
+    """One task's fixed trial settings (the same for every trial of the reference and the arms)."""
+
+    request: dict[str, Any]  # SearchRequest fields beyond the task (backbone, encoder, data_dir)
+    epochs: float
+    lr: float
+    batch_size: int
+    grids: dict[str, dict[str, list[Any]]]
+    note: str
+
+
+TASKS = {
+    "digits": TaskSetup({}, 5.0, 5e-3, 64, GRIDS, "scikit-learn's 8x8 digits, the task's small CNN"),
+    # a head trained from scratch on cached mean-pooled all-MiniLM-L6-v2 features; k reaches the task's 151 classes
+    "clinc_oos": TaskSetup({"backbone": "minilm", "encoder": "frozen", "data_dir": DATA / "clinc_oos"}, 5.0, 1e-3, 32,
+                           {**GRIDS, "sparse_softmax": {"k": [5, 10, 20, 50, 100]}},
+                           "CLINC150 + oos (151 classes), frozen MiniLM features, a linear head"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
 class Setup:
     """Every setting a run of the benchmark shares (one object; the CLI fills it)."""
 
+    task: str
+    task_setup: TaskSetup
     grids: dict[str, dict[str, list[Any]]]
     epochs: float
     lr: float
@@ -81,12 +102,24 @@ class Setup:
     search_seeds: tuple[int, ...]
     arms: tuple[str, ...]
     confirm: int
+    confirm_top: int | None
     workers: int
     cache_dir: Path
 
     @property
     def losses(self) -> tuple[str, ...]:
         return tuple(self.grids)
+
+    def request(self, **kw: Any) -> Any:
+        """The engine request every phase starts from (the reference's plan, its workers and the arms)."""
+        from tune_as.engine.request import SearchRequest
+
+        return SearchRequest(task=self.task, losses=self.losses, max_epochs=self.epochs, overrides=self.overrides,
+                             cache_dir=self.cache_dir / "data", verbose=0, **self.task_setup.request, **kw)
+
+    @property
+    def metric(self) -> str:
+        return "accuracy"
 
     @property
     def overrides(self) -> tuple[tuple[str, Any], ...]:
@@ -110,14 +143,15 @@ class Collector:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(cache_dir: str) -> None:
+def _init_worker(setup: Setup) -> None:
     import torch
 
-    from tune_as.tasks import DataSpec, build_task, prepare
+    from tune_as.engine.plan import plan_search
 
     torch.set_num_threads(1)  # one core per worker: what a 1-CPU Ray trial gets
-    task = build_task(TASK)
-    _WORKER.update(task=task, data=prepare(task, DataSpec(task=TASK, cache_dir=Path(cache_dir))))
+    with tempfile.TemporaryDirectory() as tmp:  # the plan writes nothing but the (shared) data cache
+        plan = plan_search(setup.request(storage_path=Path(tmp)))
+    _WORKER.update(task=plan.task, data=plan.data, metric=setup.metric)
 
 
 def _train(config: dict[str, Any]) -> dict[str, Any]:
@@ -125,10 +159,10 @@ def _train(config: dict[str, Any]) -> dict[str, Any]:
 
     rec, tic = Collector(), time.perf_counter()
     run_trial(config, _WORKER["data"], _WORKER["task"], rec)
-    last = rec.reports[-1]
+    last, metric = rec.reports[-1], _WORKER["metric"]
     return {"config": config, "seconds": time.perf_counter() - tic,
-            "curve": [[r["epoch"], r.get(f"val_{METRIC}", float("nan"))] for r in rec.reports],
-            "best_val": last.get(f"best_val_{METRIC}"), "test": last.get(f"test_{METRIC}"),
+            "curve": [[r["epoch"], r.get(f"val_{metric}", float("nan"))] for r in rec.reports],
+            "best_val": last.get(f"best_val_{metric}"), "test": last.get(f"test_{metric}"),
             "steps": last.get("optimizer_steps"), "error": last.get("error")}
 
 
@@ -148,12 +182,12 @@ class RunCache:
                     row = json.loads(line)
                     self.done[config_id(row["config"])] = row
 
-    def run(self, configs: list[dict[str, Any]], workers: int, cache_dir: Path) -> list[dict[str, Any]]:
+    def run(self, configs: list[dict[str, Any]], setup: Setup) -> list[dict[str, Any]]:
         """Results in the order of `configs`, training (in `workers` processes) only what is not cached."""
         todo = list({config_id(c): c for c in configs if config_id(c) not in self.done}.values())
         if todo:
             ctx = multiprocessing.get_context("spawn")  # no forked Ray/torch state in the workers
-            with ctx.Pool(workers, _init_worker, (str(cache_dir),)) as pool, open(self.path, "a") as out:
+            with ctx.Pool(setup.workers, _init_worker, (setup,)) as pool, open(self.path, "a") as out:
                 for i, row in enumerate(pool.imap_unordered(_train, todo), 1):
                     self.done[config_id(row["config"])] = row
                     out.write(json.dumps(row) + "\n")
@@ -165,10 +199,8 @@ class RunCache:
 
 def plan_for(setup: Setup, storage: Path) -> Any:
     from tune_as.engine.plan import plan_search
-    from tune_as.engine.request import SearchRequest
 
-    return plan_search(SearchRequest(task=TASK, losses=setup.losses, max_epochs=setup.epochs, overrides=setup.overrides,
-                                     storage_path=storage, cache_dir=setup.cache_dir / "data", verbose=0))
+    return plan_search(setup.request(storage_path=storage))
 
 
 def trial_config(plan: Any, loss: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -202,7 +234,7 @@ def reference(setup: Setup, plan: Any, cache: RunCache) -> dict[str, Any]:
     print(f"reference: {len(configs)} runs ({len(configs) - sum(config_id(c) in cache.done for c in configs)} "
           "to train)", flush=True)
     tic = time.perf_counter()
-    results = cache.run(configs, setup.workers, setup.cache_dir)
+    results = cache.run(configs, setup)
     wall = time.perf_counter() - tic
     points: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for (loss, params, _), row in zip(jobs, results, strict=True):
@@ -227,137 +259,44 @@ def _num(value: Any) -> float:
 
 
 # -- budgets --------------------------------------------------------------------------------------------------
+STOPPED = 0.4  # the share of trials per-loss ASHA stopped at its rung in this benchmark's first runs (T = 5)
+
+
+def confirmed_losses(setup: Setup) -> int:
+    n = len(setup.losses)
+    return n if setup.confirm_top is None else min(n, setup.confirm_top + 1)  # + softmax, the baseline
+
+
 def trials_for(budget_epochs: float, setup: Setup, reduction_factor: float = 3.0) -> int:
     """The largest trials per loss whose estimated compute (search + confirmation) fits the budget, at least 1.
-    Estimate: with early stopping (T >= reduction factor) ASHA stops about (1 - 1/rf) of the trials at its one rung
-    (a third of the epochs, rounded up to an evaluation), so a trial costs about 0.6 of its epochs here."""
+    Per-loss ASHA judges nothing below `reduction_factor` trials; above, about STOPPED of the trials stop at its
+    one rung (a third of the epochs, rounded up to an evaluation)."""
     n, e = len(setup.losses), setup.epochs
-    confirm = n * setup.confirm * e
+    confirm = confirmed_losses(setup) * setup.confirm * e
+    rung = math.ceil(e / reduction_factor)
     best = 1
     for t in range(1, 200):
-        per_trial = e if t < reduction_factor else e * (1 / reduction_factor + (1 - 1 / reduction_factor)
-                                                        * math.ceil(e / reduction_factor) / e)
+        per_trial = e if t < reduction_factor else (1 - STOPPED) * e + STOPPED * rung
         if n * t * per_trial + confirm <= budget_epochs:
             best = t
     return best
 
 
 # -- the arms ---------------------------------------------------------------------------------------------------
-def patch_per_loss_asha() -> None:
-    """Work around an engine defect found by this benchmark (commit e6f77d3): Ray's Tuner calls the scheduler's
-    set_search_properties(None, None) after tune_as set the metric, and PerLossASHA stores the Nones, so the first
-    per-loss ASHAScheduler it builds raises "instantiated without a valid metric". Ray's own schedulers keep a
-    metric already set; this does the same, in this process only (the scheduler lives in the driver)."""
-    from tune_as.engine.schedulers import PerLossASHA
-
-    original = PerLossASHA.set_search_properties
-    if getattr(original, "keeps_metric", False):
-        return
-
-    def keep(self: Any, metric: str | None, mode: str | None, **spec: Any) -> bool:
-        return original(self, metric if metric is not None else getattr(self, "_metric", None),
-                        mode if mode is not None else getattr(self, "_mode", None), **spec)
-
-    keep.keeps_metric = True  # type: ignore[attr-defined]
-    PerLossASHA.set_search_properties = keep  # type: ignore[method-assign]
+ARM_OPTIONS = {"search": {}, "cross_loss": {"asha_scope": "search"},
+               "random": {"sampler": "random", "warm_start": False}}
 
 
-def ray_arm(setup: Setup, scope: str, trials: int, seed: int, work: Path) -> dict[str, Any]:
-    from tune_as.engine.request import SearchRequest
+def ray_arm(setup: Setup, arm: str, trials: int, seed: int, work: Path) -> dict[str, Any]:
     from tune_as.engine.run import run_search
 
-    patch_per_loss_asha()
-
-    request = SearchRequest(task=TASK, losses=setup.losses, trials_per_loss=trials, max_epochs=setup.epochs,
-                            seed=seed, confirm=setup.confirm, asha=True, asha_scope=scope, overrides=setup.overrides,
+    request = setup.request(trials_per_loss=trials, seed=seed, confirm=setup.confirm, confirm_top=setup.confirm_top,
                             storage_path=work / "ray", mlflow_uri=f"sqlite:///{work / 'mlflow.db'}",
-                            max_concurrent=setup.workers, verbose=0, cache_dir=setup.cache_dir / "data",
-                            name=f"{scope}-t{trials}-s{seed}")
-    tic = time.perf_counter()
+                            max_concurrent=setup.workers, name=f"{arm}-t{trials}-s{seed}", **ARM_OPTIONS[arm])
     outcome = run_search(request)
-    wall = time.perf_counter() - tic
-    compute = sum(t.last.get("epoch", 0.0) for t in outcome.trials + outcome.confirmations)
-    return answer(outcome.rows, compute, wall, len(outcome.trials), sum(t.stopped_early for t in outcome.trials))
-
-
-def asha_offline(runs: list[dict[str, Any]], losses: list[str], grace: float, rf: float, per_loss: bool,
-                 max_t: float) -> list[float]:
-    """Epochs each run would have trained under Ray's ASHA (one bracket, rungs grace·rf^k below max_t), judging the
-    runs in the given order. As Ray's _Bracket: at an evaluation at or past a rung the run has not been judged at,
-    it is stopped if its current validation metric is below the (1 - 1/rf) percentile of the values recorded at
-    that rung so far, and its value is recorded there; a run reaching max_t ends normally."""
-    milestones = sorted((grace * rf**k for k in range(int(math.log(max_t / grace) / math.log(rf) + 1))
-                         if grace * rf**k < max_t), reverse=True)
-    recorded: dict[tuple[str, float], list[float]] = defaultdict(list)
-    stopped_at = []
-    for run, loss in zip(runs, losses, strict=True):
-        group = loss if per_loss else "*"
-        judged: set[float] = set()
-        stop = run["curve"][-1][0]
-        for epoch, val in run["curve"]:
-            if epoch >= max_t:
-                break
-            rung = next((m for m in milestones if epoch >= m and m not in judged), None)
-            if rung is None:
-                continue
-            seen = recorded[(group, rung)]
-            cut = float(np.nanpercentile(seen, (1 - 1 / rf) * 100)) if seen else None
-            judged.add(rung)
-            seen.append(val)
-            if cut is not None and val < cut:
-                stop = epoch
-                break
-        stopped_at.append(stop)
-    return stopped_at
-
-
-def random_arm(setup: Setup, plan: Any, cache: RunCache, trials: int, seed: int) -> dict[str, Any]:
-    import optuna
-
-    from tune_as.engine import ranking
-    from tune_as.engine.run import confirmation_configs
-    from tune_as.engine.schedulers import default_grace_period
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    studies = {loss: optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(
-        seed=seed * 1000 + i)) for i, loss in enumerate(setup.losses)}
-    configs, losses = [], []
-    for k in range(trials):  # the searcher's order: losses take turns
-        for loss in setup.losses:
-            space = plan.space.losses[loss]
-            trial = studies[loss].ask()
-            params = {d.name: d.suggest(trial) for d in space.params}
-            configs.append(trial_config(plan, loss, params, plan.base.seed if space.params else plan.base.seed + k))
-            losses.append(loss)
-    tic = time.perf_counter()
-    results = cache.run(configs, setup.workers, setup.cache_dir)
-    stops = (asha_offline(results, losses, default_grace_period(setup.epochs, 3.0), 3.0, True, setup.epochs)
-             if trials >= 3 else [r["curve"][-1][0] for r in results])  # PerLossASHA: no stopping below rf trials
-    runs = []
-    for i, (row, stop) in enumerate(zip(results, stops, strict=True)):
-        if row["error"] or row["best_val"] is None:  # a diverged trial is no result (engine.ranking.trial_run)
-            continue
-        seen = [(e, v) for e, v in row["curve"] if e <= stop]
-        early = stop < setup.epochs
-        # a stopped run's best is over the epochs it trained; its test metric is never read (it is not selected)
-        best = max((v for _, v in seen), default=float("nan"))
-        last = {"epoch": stop, f"best_val_{METRIC}": best, "optimizer_steps": _num(row["steps"])}
-        if not early:
-            last[f"test_{METRIC}"] = _num(row["test"])
-        runs.append(ranking.TrialRun(f"r{i}", TASK, row["config"]["loss"], {k: str(v) for k, v in row["config"].items()},
-                                     METRIC, best if early else _num(row["best_val"]), last, stopped_early=early))
-    confirm = [c.to_dict() for c in confirmation_configs(runs, setup.confirm)]
-    confirmed = cache.run(confirm, setup.workers, setup.cache_dir)
-    wall = time.perf_counter() - tic
-    crun = [ranking.TrialRun(f"c{i}", TASK, r["config"]["loss"], {k: str(v) for k, v in r["config"].items()}, METRIC,
-                             _num(r["best_val"]), {"epoch": r["curve"][-1][0], f"test_{METRIC}": _num(r["test"]),
-                                                   f"best_val_{METRIC}": _num(r["best_val"])})
-            for i, r in enumerate(confirmed)]
-    rows = ranking.rank(runs, crun, METRIC)
-    compute = sum(stops) + sum(r["curve"][-1][0] for r in confirmed)
-    out = answer(rows, compute, wall, len(results), sum(r.stopped_early for r in runs))
-    out["wall_note"] = "every trial trained to the end (ASHA applied offline), cached runs cost nothing"
-    return out
+    c = outcome.compute
+    return answer(outcome.rows, c.search_epochs + c.confirm_epochs, c.wall_s, len(outcome.trials),
+                  sum(t.stopped_early for t in outcome.trials))
 
 
 def answer(rows: list[Any], compute: float, wall: float, trials: int, stopped: int) -> dict[str, Any]:
@@ -441,7 +380,7 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def plot(records: list[dict[str, Any]], path: Path) -> None:
+def plot(records: list[dict[str, Any]], path: Path, task: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -477,13 +416,13 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("digits, 13 losses: search arms vs exhaustive grid (points: search seeds; lines: mean)")
+    fig.suptitle(f"{task}, {len(records[0]['losses'])} losses: search arms vs exhaustive grid (points: search seeds; lines: mean)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 # -- main -------------------------------------------------------------------------------------------------------
-def run(setup: Setup, plot_path: Path | None, cached_only: bool = False) -> dict[str, Any]:
+def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, reference_only: bool = False) -> dict[str, Any]:
     setup.cache_dir.mkdir(parents=True, exist_ok=True)
     cache = RunCache(setup.cache_dir / "runs.jsonl")
     arms_file = setup.cache_dir / "arms.json"
@@ -493,21 +432,20 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False) -> dict
         ref = reference(setup, plan, cache)
         print(reference_table(ref), flush=True)
         records = []
+        if reference_only:
+            return {"reference": ref, "records": records}
         for budget in setup.budgets:
             trials = trials_for(budget * ref["compute"], setup)
             for seed in setup.search_seeds:
                 for arm in setup.arms:
-                    key = f"{arm}|{budget}|{seed}|{trials}"
+                    key = f"{arm}|{budget}|{seed}|{trials}|top{setup.confirm_top}|v2"  # v2: engine arms
                     if key not in arms and cached_only:
                         continue
                     if key not in arms:
                         print(f"arm {arm}, budget {budget:.0%} ({trials} trials per loss), search seed {seed}",
                               flush=True)
                         work = Path(tmp) / key.replace("|", "_")
-                        if arm == "random":
-                            arms[key] = random_arm(setup, plan, cache, trials, seed)
-                        else:
-                            arms[key] = ray_arm(setup, "loss" if arm == "search" else "search", trials, seed, work)
+                        arms[key] = ray_arm(setup, arm, trials, seed, work)
                         arms_file.write_text(json.dumps(arms, indent=1))
                     rec = {"arm": arm, "budget": budget, "seed": seed, "trials_per_loss": trials, **arms[key]}
                     rec["score"] = score(ref, rec)
@@ -515,7 +453,7 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False) -> dict
     print("\n" + arms_table(records))
     print("\n" + "\n".join(summary_lines(records)))
     if plot_path is not None:
-        plot(records, plot_path)
+        plot(records, plot_path, setup.task)
     result = {"reference": ref, "records": records}
     (setup.cache_dir / "result.json").write_text(json.dumps(result, indent=1, default=str))
     return result
@@ -523,32 +461,42 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 losses, tiny grids, 2 epochs, one seed: a smoke check")
-    parser.add_argument("--epochs", type=float, default=5.0)
-    parser.add_argument("--lr", type=float, default=5e-3)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--task", choices=sorted(TASKS), default="digits")
+    parser.add_argument("--quick", action="store_true", help="digits, 3 losses, tiny grids, 2 epochs: a smoke check")
     parser.add_argument("--ref-seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--budgets", type=float, nargs="+", default=[0.15, 0.25])
-    parser.add_argument("--search-seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--budgets", type=float, nargs="+", default=[0.10, 0.15, 0.25])
+    parser.add_argument("--search-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     parser.add_argument("--confirm", type=int, default=3)
+    parser.add_argument("--confirm-top", type=int, default=3,
+                        help="confirm the K losses best on validation (and softmax); 0: every loss")
     parser.add_argument("--workers", type=int, default=2, help="concurrent 1-thread trials (Ray's max_concurrent too)")
     parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="runs and arm results (default: .tune_as_cache/bench_efficiency[_quick])")
+                        help="runs and arm results (default: .tune_as_cache/bench_efficiency[_<task>|_quick])")
+    parser.add_argument("--reference-only", action="store_true", help="train (or read) the reference; run no arm")
     parser.add_argument("--cached-only", action="store_true",
                         help="tables and plot from the arm results already cached; run no new arm")
     parser.add_argument("--plot", type=Path, default=None, help="PNG path (e.g. docs/bench_efficiency.png)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     quick = args.quick
-    cache = args.cache_dir or REPO / ".tune_as_cache" / ("bench_efficiency_quick" if quick else "bench_efficiency")
-    setup = Setup(grids=QUICK_GRIDS if quick else GRIDS, epochs=2.0 if quick else args.epochs, lr=args.lr,
-                  batch_size=args.batch_size, ref_seeds=(0, 1) if quick else tuple(args.ref_seeds),
-                  budgets=(0.9,) if quick else tuple(args.budgets), search_seeds=(0,) if quick else tuple(args.search_seeds),
-                  arms=tuple(args.arms), confirm=1 if quick else args.confirm, workers=args.workers,
-                  cache_dir=cache.resolve())
+    task = "digits" if quick else args.task
+    ts = TASKS[task]
+    if ts.request.get("data_dir") and not Path(ts.request["data_dir"]).is_dir():
+        parser.exit(2, f"bench_efficiency: --task {task} expected its data in {ts.request['data_dir']}, "
+                       "which does not exist (../shared/data beside the repository)\n")
+    cache = args.cache_dir or REPO / ".tune_as_cache" / (
+        "bench_efficiency_quick" if quick else "bench_efficiency" + ("" if task == "digits" else "_" + task))
+    setup = Setup(task=task, task_setup=ts, grids=QUICK_GRIDS if quick else ts.grids,
+                  epochs=2.0 if quick else ts.epochs, lr=ts.lr, batch_size=ts.batch_size,
+                  ref_seeds=(0, 1) if quick else tuple(args.ref_seeds),
+                  budgets=(0.9,) if quick else tuple(args.budgets),
+                  search_seeds=(0,) if quick else tuple(args.search_seeds),
+                  arms=tuple(args.arms), confirm=1 if quick else args.confirm,
+                  confirm_top=None if quick or not args.confirm_top else args.confirm_top,
+                  workers=args.workers, cache_dir=cache.resolve())
     tic = time.perf_counter()
-    run(setup, args.plot, args.cached_only)
+    run(setup, args.plot, args.cached_only, args.reference_only)
     print(f"wall {time.perf_counter() - tic:.0f} s", file=sys.stderr)
 
 

@@ -95,6 +95,12 @@ CASES = {
                          "argument --confirm: expected a non-negative integer, got '-1'"),
     "confirm not a number": (lambda d: ["--task", "digits", "--confirm", "x"],
                              "argument --confirm: expected a non-negative integer, got 'x'"),
+    "confirm-top without confirm": (lambda d: ["--task", "digits", "--confirm-top", "3"],
+                                    "--confirm-top: expected --confirm N too"),
+    "confirm-top zero": (lambda d: ["--task", "digits", "--confirm", "2", "--confirm-top", "0"],
+                         "--confirm-top: expected a positive integer (losses to confirm), got 0"),
+    "unknown sampler": (lambda d: ["--task", "digits", "--sampler", "grid"],
+                        "argument --sampler: invalid choice: 'grid'"),
     "unknown --set key": (lambda d: ["--task", "digits", "--set", "no_such_key=1"],
                           "--set: unknown key 'no_such_key'; expected one of ['batch_size', 'epochs'"),
 }

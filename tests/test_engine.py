@@ -181,3 +181,94 @@ def test_ranking_compares_validation_where_the_task_has_no_test_labels() -> None
     rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy")}
     assert rows["sparsemax"].diff.startswith("+10.") and rows["sparsemax"].diff.endswith("(val)")
     assert rows["sparsemax"].verdict == "win" and not rows["sparsemax"].test
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"confirm": 3, "confirm_top": 0}, "--confirm-top: expected a positive integer"),
+    ({"confirm": 3, "confirm_top": True}, "--confirm-top: expected a positive integer"),
+    ({"confirm_top": 2}, "--confirm-top: expected --confirm N too"),
+    ({"sampler": "grid"}, "--sampler: expected one of tpe, random, got 'grid'"),
+])
+def test_request_validation_of_confirm_top_and_sampler(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        SearchRequest(task="digits", **fields).check()
+
+
+DEFAULTS_SPACE = """task: digits
+trials_per_loss: 2
+losses:
+  taylor_softmax:
+    params:
+      n: {type: categorical, choices: [2, 4, 6]}
+      backward: {type: categorical, choices: [inf, finite]}
+  sparse_softmax:
+    params:
+      k: {type: int, low: 2, high: 9}
+  as_softmax:
+    params:
+      delta: {type: float, low: 0.05, high: 0.5}
+      warmup_r: {type: float, low: 0.05, high: 0.3}
+  am_softmax:
+    params:
+      s: {type: float, low: 1.0, high: 30.0, log: true}
+      m: {type: float, low: 0.0, high: 0.5, step: 0.25}
+"""
+
+
+def _searcher(tmp_path: Path, text: str, **kw: Any) -> PerLossSearcher:
+    path = tmp_path / "digits.yaml"
+    path.write_text(text)
+    base = TrialConfig(task="digits", loss="softmax", epochs=2, batch_size=32, lr=1e-3, max_length=8,
+                       backbone="cnn", seed=5)
+    return PerLossSearcher(load_search_space(path, "multiclass"), base, f"sqlite:///{tmp_path / 'optuna.db'}",
+                           "digits", "best_val_accuracy", 0, **kw)
+
+
+def test_without_a_paper_setting_each_loss_starts_from_its_own_defaults_where_they_are_in_range(
+        tmp_path: Path) -> None:
+    from tune_as.engine.searcher import warm_start
+
+    searcher = _searcher(tmp_path, DEFAULTS_SPACE)
+    space = searcher.space.losses
+    assert warm_start(space["taylor_softmax"]) == {"n": 2, "backward": "finite"}  # not a draw of backward=inf
+    assert warm_start(space["sparse_softmax"]) == {}  # its default k=10 is outside [2, 9]: drawn instead
+    assert warm_start(space["as_softmax"]) == {"delta": 0.3}  # warmup_r's default 0.0 is outside [0.05, 0.3]
+    assert warm_start(space["am_softmax"]) == {"s": 10.0}  # m's default 0.3 is not on the 0.25 step
+    first = {c["loss"]: c for c in (searcher.suggest(f"t{i}") for i in range(4)) if isinstance(c, dict)}
+    assert (first["taylor_softmax"]["loss.n"], first["taylor_softmax"]["loss.backward"]) == (2, "finite")
+    assert first["as_softmax"]["loss.delta"] == 0.3 and 0.05 <= first["as_softmax"]["warmup_r"] <= 0.3
+
+
+def test_random_sampler_without_warm_start_draws_uniformly_from_the_same_space(tmp_path: Path) -> None:
+    import optuna
+
+    searcher = _searcher(tmp_path, DEFAULTS_SPACE, sampler="random", warm=False)
+    configs = [c for c in (searcher.suggest(f"t{i}") for i in range(9)) if isinstance(c, dict)]
+    assert len(configs) == 8
+    assert isinstance(searcher.study("as_softmax").sampler, optuna.samplers.RandomSampler)
+    assert not any(c["loss"] == "as_softmax" and c["loss.delta"] == 0.3 for c in configs), "no warm start"
+    for c in configs:
+        TrialConfig.from_dict(c)
+    (tmp_path / "again").mkdir()
+    again = _searcher(tmp_path / "again", DEFAULTS_SPACE, sampler="random", warm=False)
+    assert [again.suggest(f"t{i}") for i in range(8)] == configs, "a seeded random search is repeatable"
+
+
+def test_confirm_top_confirms_the_best_losses_on_validation_and_always_softmax() -> None:
+    from tune_as.engine.run import confirmation_configs
+
+    trials = [run(0, "softmax", 0.80, 0.80, 0), run(1, "sparsemax", 0.95, 0.9, 1),
+              run(2, "entmax15", 0.93, 0.9, 2), run(3, "t_softmax", 0.90, 0.99, 3, **{"loss.tau": "2.0"}),
+              run(4, "t_softmax", 0.99, 0.5, 4, stopped=True, **{"loss.tau": "9.0"})]
+    for r in trials:
+        r.params.update({"task": "digits", "epochs": "2", "batch_size": "32", "lr": "0.001", "max_length": "8",
+                         "backbone": "cnn"})
+    configs = confirmation_configs(trials, 2, top=2)
+    assert sorted({c.loss for c in configs}) == ["entmax15", "softmax", "sparsemax"]  # t_softmax's 0.99 was stopped
+    assert {c.seed for c in configs} == {5, 6}
+    assert len(confirmation_configs(trials, 2)) == 8  # every loss without top
+    confirmations = [TrialRun(f"c{c.loss}{c.seed}", "digits", c.loss, {**t.params, "seed": str(c.seed)}, "accuracy",
+                              0.9, {"test_accuracy": 0.9}) for c in configs for t in trials[:3] if t.loss == c.loss]
+    rows = ranking.rank(trials, confirmations, "accuracy")
+    assert [r.confirmed for r in rows] == [True, True, True, False], "confirmed rows rank above single runs"
+    assert rows[-1].loss == "t_softmax" and rows[-1].val == [0.90]

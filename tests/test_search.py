@@ -162,3 +162,8 @@ def test_early_stopping_is_per_loss_and_confirm_ranks_on_new_seeds(tmp_path: Pat
     parents, _ = _runs(mlflow_server.uri, "e2e-per-loss")
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"ranking.md", "ranking.csv"} <= artifacts
+    # what it cost: every trial's epochs (stopped ones at their rung), the confirmations' in full, on the parent too
+    c = outcome.compute
+    assert (c.search_trials, c.confirm_trials) == (8, 4) and c.confirm_epochs == 4 * 3
+    assert c.search_epochs == sum(float(ch.data.metrics["epoch"]) for ch in children) < 8 * 3
+    assert parents[0].data.metrics["compute_search_epochs"] == c.search_epochs

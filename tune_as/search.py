@@ -58,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confirm", type=_count, default=0, metavar="N",
                    help="after the search, re-run each loss's selected setting with N new seeds (no early "
                         "stopping) and rank the losses on them with 95%% intervals (default 0: single runs)")
+    p.add_argument("--confirm-top", type=int, default=None, metavar="K",
+                   help="with --confirm: confirm only the K losses with the best validation in the search, and "
+                        "softmax (the baseline of the paired differences); the others are shown as single runs "
+                        "(default: every loss)")
+    p.add_argument("--sampler", choices=["tpe", "random"], default="tpe",
+                   help="each loss's Optuna sampler: tpe (default) or random (uniform draws, a baseline)")
+    p.add_argument("--no-warm-start", action="store_true",
+                   help="do not start each loss with its warm start (the search space's `paper` setting, else the "
+                        "loss's own defaults where they lie in the searched range)")
     p.add_argument("--gpus-per-trial", type=float, default=None,
                    help="GPUs per trial (0.5 packs two trials per GPU; default 1 when the cluster has GPUs, else 0)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial")
@@ -121,9 +130,11 @@ def request_from_args(args: argparse.Namespace) -> SearchRequest:
         key, value = item.split("=", 1)
         task_args.append((key.strip(), value.strip()))
     overrides = tuple(parse_overrides(args.overrides).items())
-    fields = {k: v for k, v in vars(args).items() if k not in ("losses", "task_arg", "overrides", "no_asha")}
+    fields = {k: v for k, v in vars(args).items() if k not in ("losses", "task_arg", "overrides", "no_asha",
+                                                                  "no_warm_start")}
     return SearchRequest(**{**fields, "task": args.task or "", "losses": losses, "task_args": tuple(task_args),
-                            "overrides": overrides, "asha": not args.no_asha})
+                            "overrides": overrides, "asha": not args.no_asha,
+                            "warm_start": not args.no_warm_start})
 
 
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:

@@ -346,8 +346,9 @@ class MlflowTracker:
             self.client.set_terminated(run_id, status)
         self._enqueue(f"end of {trial_id}", op)
 
-    def search_artifacts(self, paths: list[Path]) -> None:
-        """Log files (the search's ranking) to the parent run; copied now, delivered through the queue."""
+    def search_artifacts(self, paths: list[Path], metrics: dict[str, float] | None = None) -> None:
+        """Log files (the search's ranking) and metrics (its compute) to the parent run; files are copied now,
+        and both are delivered through the queue."""
         staged = Path(tempfile.mkdtemp(prefix="tune_as_art_"))
         for path in paths:
             shutil.copy2(path, staged / path.name)
@@ -355,6 +356,8 @@ class MlflowTracker:
         def op() -> None:
             for path in sorted(staged.iterdir()):
                 self.client.log_artifact(str(self.parent_id), str(path))
+            for key, value in (metrics or {}).items():
+                self.client.log_metric(str(self.parent_id), key, value)
             shutil.rmtree(staged, ignore_errors=True)
         self._enqueue("search artifacts", op)
 

@@ -66,7 +66,8 @@ def _mean_std(values: Sequence[float], scale: float) -> str:
 
 
 def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: str) -> list[Row]:
-    """Rows for every loss that has trials, best confirmed (else selected) validation mean first."""
+    """Rows for every loss that has trials, best confirmed (else selected) validation mean first; confirmed rows
+    before unconfirmed ones."""
     cells = selected(runs)
     test_key = f"test_{metric}"
     rows: list[Row] = []
@@ -97,7 +98,11 @@ def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: st
                 text += " (val)"
             row = Row(**{**row.__dict__, "diff": text, "verdict": verdict})
         final.append(row)
-    return sorted(final, key=lambda r: (-statistics.fmean(r.val) if r.val else math.inf, r.loss))
+    # with some losses confirmed (--confirm-top), they rank first: a selected run's validation is biased upward by
+    # its selection, so it must not outrank a confirmed mean
+    some = any(r.confirmed for r in final)
+    return sorted(final, key=lambda r: (some and not r.confirmed, -statistics.fmean(r.val) if r.val else math.inf,
+                                        r.loss))
 
 
 HEADER = ("rank", "loss", "selected setting", "trials (completed)", "val mean ± std", "test mean ± std",

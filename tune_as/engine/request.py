@@ -17,12 +17,14 @@ from tune_as.errors import UserError
 # Options whose value changes what a trial computes: a resumed search must keep them (tune_as.engine.plan).
 RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "max_length", "data_dir",
                   "max_train_samples", "max_eval_samples", "task_args", "search_space", "seed", "overrides",
-                  "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke", "confirm")
+                  "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke", "confirm",
+                  "confirm_top", "sampler", "warm_start")
 # Options whose CLI flag is not "--" + the name with '-' (messages name the flag a user typed).
-FLAGS = {"overrides": "--set", "task_args": "--task-arg", "asha": "--no-asha",
+FLAGS = {"overrides": "--set", "task_args": "--task-arg", "asha": "--no-asha", "warm_start": "--no-warm-start",
          "checkpoint_interval_s": "--checkpoint-interval"}
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 SEED_MAX = 2**32 - 1
+SAMPLERS = ("tpe", "random")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class SearchRequest:
     overrides: tuple[tuple[str, Any], ...] = ()  # --set KEY=VALUE, already typed (search_space.parse_overrides)
     seed: int = 0
     confirm: int = 0  # new seeds per loss for its selected setting, after the search
+    confirm_top: int | None = None  # confirm only the K losses best on validation (and softmax); None: every loss
+    sampler: str = "tpe"  # each loss's Optuna sampler: "tpe", or "random" (uniform draws: a baseline)
+    warm_start: bool = True  # each loss's first trial: the space's `paper` setting, else the loss's own defaults
     gpus_per_trial: float | None = None
     cpus_per_trial: float = 1.0
     max_concurrent: int | None = None
@@ -83,6 +88,14 @@ class SearchRequest:
             raise UserError(f"--asha-scope: expected 'loss' or 'search', got {self.asha_scope!r}")
         if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or self.confirm < 0:
             raise UserError(f"--confirm: expected a non-negative integer (new seeds per loss), got {self.confirm!r}")
+        if self.confirm_top is not None and (isinstance(self.confirm_top, bool) or not isinstance(self.confirm_top, int)
+                                             or self.confirm_top < 1):
+            raise UserError(f"--confirm-top: expected a positive integer (losses to confirm), got {self.confirm_top!r}")
+        if self.confirm_top is not None and not self.confirm:
+            raise UserError("--confirm-top: expected --confirm N too (it says how many losses to confirm), got "
+                            "--confirm 0")
+        if self.sampler not in SAMPLERS:
+            raise UserError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if not 0 <= self.seed <= SEED_MAX:
             raise UserError(f"--seed: expected an integer in [0, {SEED_MAX}], got {self.seed}")
         if self.losses is not None and not self.losses:

@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,14 +51,33 @@ class SearchInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM: Ray Tune stopped the trials and saved its state; the message is the resume command."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Compute:
+    """What a search cost: epochs trained by every trial (stopped, failed and diverged ones included) and wall time
+    of this call (a resumed search counts the epochs of every call, the wall time of this one)."""
+
+    search_epochs: float
+    confirm_epochs: float
+    search_trials: int
+    confirm_trials: int
+    wall_s: float
+
+    def line(self) -> str:
+        minutes, seconds = divmod(round(self.wall_s), 60)
+        return (f"Compute: {self.search_epochs + self.confirm_epochs:g} trial-epochs (search {self.search_epochs:g} "
+                f"in {self.search_trials} trials, confirmation {self.confirm_epochs:g} in {self.confirm_trials} "
+                f"runs), wall {minutes} min {seconds:02d} s")
+
+
 @dataclasses.dataclass
 class Outcome:
-    """What a finished search returns: the ranking rows and the trials behind them."""
+    """What a finished search returns: the ranking rows, the trials behind them and what it all cost."""
 
     rows: list[ranking.Row]
     trials: list[TrialRun]
     confirmations: list[TrialRun]
     markdown: str
+    compute: Compute
 
 
 # -- the search folder ------------------------------------------------------------------------------------
@@ -152,6 +172,11 @@ def _fit(tuner: tune.Tuner, tracker: tracking.MlflowTracker, hint: str, expected
     return grid
 
 
+def _epochs(grid: tune.ResultGrid) -> float:
+    """Epochs trained by every trial of a grid, with or without a result."""
+    return sum(float((grid[i].metrics or {}).get("epoch", 0.0)) for i in range(len(grid)))
+
+
 def _results(grid: tune.ResultGrid, metric: str, epochs: float) -> list[TrialRun]:
     runs = []
     for i in range(len(grid)):
@@ -216,49 +241,62 @@ def run_search(r: SearchRequest) -> Outcome:
 
 
 def _search_and_confirm(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, float]) -> Outcome:
-    r, hint, epochs = plan.request, resume_hint(plan), float(plan.base.epochs)
+    r, hint, epochs, tic = plan.request, resume_hint(plan), float(plan.base.epochs), time.monotonic()
     if r.resume and tune.Tuner.can_restore(str(plan.search_dir)):
         tuner = tune.Tuner.restore(str(plan.search_dir), _trainable_for(plan, res), resume_unfinished=True,
                                    resume_errored=True)
     else:
         searcher = PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
-                                   metric=f"best_val_{plan.metric}", seed=r.seed)
+                                   metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
+                                   warm=r.warm_start)
         tuner = _tuner(plan, tracker, res, plan.name, schema.ROLE_TRIAL,
                        ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, res)),
                        _scheduler(plan), plan.n_trials, epochs)
-    trials = _results(_fit(tuner, tracker, hint, plan.n_trials), plan.metric, epochs)
+    grid = _fit(tuner, tracker, hint, plan.n_trials)
+    trials = _results(grid, plan.metric, epochs)
     confirmations: list[TrialRun] = []
+    confirm_epochs = 0.0
     if r.confirm:
-        configs = confirmation_configs(trials, r.confirm)
-        print(f"\nConfirming {len(configs) // max(1, r.confirm)} selected settings with {r.confirm} new seeds each "
-              f"({len(configs)} runs, no early stopping)")
-        confirmations = run_trials(plan, tracker, res, configs, hint)
+        configs = confirmation_configs(trials, r.confirm, r.confirm_top)
+        losses = sorted({c.loss for c in configs})
+        print(f"\nConfirming {len(losses)} selected settings with {r.confirm} new seeds each ({len(configs)} runs, "
+              "no early stopping)" + (f": the {r.confirm_top} best on validation and {ranking.BASELINE}, "
+                                      f"{', '.join(losses)}" if r.confirm_top else ""))
+        confirmations, confirm_epochs = run_trials(plan, tracker, res, configs, hint)
     rows = ranking.rank(trials, confirmations, plan.metric)
     title = (f"{plan.task.name}: which loss wins ({plan.metric}, %; {epochs:g} epochs each; "
              + (f"{r.confirm} confirmation seeds" if r.confirm else "single runs, not confirmed: add --confirm N")
+             + (f" for the top {r.confirm_top} and {ranking.BASELINE}, single runs below" if r.confirm_top else "")
              + ")")
     text = ranking.markdown(rows, title)
-    print("\n" + text)
+    compute = Compute(_epochs(grid), confirm_epochs, len(grid), len(confirmations), time.monotonic() - tic)
+    print("\n" + text + "\n" + compute.line())
     with tempfile.TemporaryDirectory() as tmp:
         md, csv = Path(tmp) / schema.RANKING_MD, Path(tmp) / schema.RANKING_CSV
         md.write_text(text)
         csv.write_text(ranking.csv_text(rows))
-        tracker.search_artifacts([md, csv])
-    return Outcome(rows, trials, confirmations, text)
+        tracker.search_artifacts([md, csv], {schema.SEARCH_EPOCHS: compute.search_epochs,
+                                             schema.CONFIRM_EPOCHS: compute.confirm_epochs})
+    return Outcome(rows, trials, confirmations, text, compute)
 
 
-def confirmation_configs(trials: list[TrialRun], n: int) -> list[TrialConfig]:
-    """Each loss's selected setting with the same N new seeds (deterministic: a resume recomputes the same)."""
+def confirmation_configs(trials: list[TrialRun], n: int, top: int | None = None) -> list[TrialConfig]:
+    """Each loss's selected setting with the same N new seeds (deterministic: a resume recomputes the same).
+    `top`: only the losses whose selected setting has one of the `top` best validation metrics (ties to the
+    loss name), and softmax, the baseline every paired difference needs."""
     from tune_as.schema import config_from_params
 
     seeds = ranking.confirmation_seeds(trials, n)
     cells = ranking.selected(trials)
-    return [dataclasses.replace(config_from_params(cells[loss].params), seed=seed)
-            for loss in sorted(cells) for seed in seeds]
+    losses = sorted(cells)
+    if top is not None:
+        best = sorted(losses, key=lambda loss: (-cells[loss].val, loss))[:top]
+        losses = sorted(set(best) | ({ranking.BASELINE} & set(cells)))
+    return [dataclasses.replace(config_from_params(cells[loss].params), seed=seed) for loss in losses for seed in seeds]
 
 
 def run_trials(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, float],
-               configs: list[TrialConfig], hint: str) -> list[TrialRun]:
+               configs: list[TrialConfig], hint: str) -> tuple[list[TrialRun], float]:
     """Run complete trial configs to the end (no early stopping) as child runs with role=confirmation, in a
     Tune experiment of their own inside the search folder (resumable like the search)."""
     path = plan.search_dir / CONFIRM_DIR
@@ -270,7 +308,7 @@ def run_trials(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str,
         tuner = _tuner(plan, tracker, res, CONFIRM_DIR, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(),
                        len(configs), max(c.epochs for c in configs))
     grid = _fit(tuner, tracker, hint, len(configs))
-    return _results(grid, plan.metric, float(plan.base.epochs))
+    return _results(grid, plan.metric, float(plan.base.epochs)), _epochs(grid)
 
 
 def confirm_settings(r: SearchRequest, configs: list[TrialConfig]) -> list[TrialRun]:
@@ -287,4 +325,4 @@ def confirm_settings(r: SearchRequest, configs: list[TrialConfig]) -> list[Trial
     plan = plan_search(request)
     params = {"task": plan.task.name, "trials": len(configs), "git_commit": git_commit()}
     with _tracked(plan, params, {schema.PURPOSE: schema.ROLE_CONFIRMATION}) as (tracker, res):
-        return run_trials(plan, tracker, res, configs, "(confirmation runs: rerun the report to continue)")
+        return run_trials(plan, tracker, res, configs, "(confirmation runs: rerun the report to continue)")[0]

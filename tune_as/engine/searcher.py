@@ -3,49 +3,88 @@
 ONE Tuner runs every loss of a search and `PerLossSearcher` keeps ONE Optuna study per loss (TPE,
 multivariate, seeded, in an SQLite file optuna-dashboard can open). Each loss gets exactly its own trial budget
 and TPE models each loss's own parameters, while the cluster stays full across losses (a Tuner per loss would
-idle GPUs whenever one loss has fewer pending trials than there are GPUs). The paper's Table 6 setting of each
-loss is enqueued first in its study as a warm start.
+idle GPUs whenever one loss has fewer pending trials than there are GPUs).
+
+Warm start: each loss's first trial is the paper's Table 6 setting where the search space has one (`paper`), else
+the loss's own defaults. Without it a loss's first trial is a random draw, and with few trials per loss the answer
+is a lottery: on digits one draw of taylor_softmax backward=inf trained to 18% where its defaults reach 98%
+(docs/bench_efficiency.md). `sampler="random"` draws every other trial uniformly instead of by TPE (a baseline).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import pickle
 import zlib
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 from ray.tune.search import Searcher
 
 from tune_as import schema
 from tune_as.config import TrialConfig
-from tune_as.search_space import SearchSpace, config_key
+from tune_as.search_space import TRIAL_KEYS, LossSpace, SearchSpace, config_key
 
 # One "A new study created" line per loss, and one per trial, would bury Ray's progress table.
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def warm_start(space: LossSpace) -> dict[str, Any]:
+    """A loss's first trial (search-space names): its `paper` setting, else its defaults (the loss constructor's,
+    TrialConfig's for trial settings such as warmup_r) for each searched parameter whose default is in range.
+    Parameters left out are drawn by the sampler."""
+    if space.paper:
+        return {d.name: space.paper[d.name] for d in space.params if d.name in space.paper}
+    from tune_as.losses import LOSSES
+
+    trial = {f.name: f.default for f in dataclasses.fields(TrialConfig)}
+    hparams = LOSSES[space.loss]().hparams()
+    point = {}
+    for d in space.params:
+        value = trial.get(d.name) if d.name in TRIAL_KEYS else hparams.get(d.name)
+        if value is not None and _contains(d.dist, value):
+            point[d.name] = value
+    return point
+
+
+def _contains(dist: BaseDistribution, value: Any) -> bool:
+    """Whether `dist` can draw `value` (optuna's own check is private)."""
+    if isinstance(dist, CategoricalDistribution):
+        return value in dist.choices
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    low, high, step = dist.low, dist.high, getattr(dist, "step", None)  # type: ignore[attr-defined]
+    if not low <= value <= high:
+        return False
+    return step is None or math.isclose(round((value - low) / step) * step + low, value, rel_tol=0, abs_tol=1e-9)
 
 
 class PerLossSearcher(Searcher):
     """Losses take turns (the one with the fewest suggestions goes next), so each gets its quota."""
 
     def __init__(self, space: SearchSpace, base: TrialConfig, storage_url: str, study_prefix: str,
-                 metric: str, seed: int) -> None:
+                 metric: str, seed: int, sampler: str = "tpe", warm: bool = True) -> None:
         super().__init__(metric=metric, mode="max")
         self.space, self.base, self.storage_url = space, base.to_dict(), storage_url
-        self.study_prefix, self.seed = study_prefix, seed
+        self.study_prefix, self.seed, self.sampler, self.warm = study_prefix, seed, sampler, warm
         self.suggested = {loss: 0 for loss in space.losses}
         self.live: dict[str, tuple[str, int]] = {}  # Ray trial id -> (loss, Optuna trial number)
         self._studies: dict[str, optuna.Study] = {}
 
     def study(self, loss: str) -> optuna.Study:
         if loss not in self._studies:
-            sampler = optuna.samplers.TPESampler(seed=self.seed + zlib.crc32(loss.encode()) % 10_000,
-                                                 multivariate=True, constant_liar=True)
+            seed = self.seed + zlib.crc32(loss.encode()) % 10_000  # getattr: searchers saved before these options
+            sampler: optuna.samplers.BaseSampler = (
+                optuna.samplers.RandomSampler(seed=seed) if getattr(self, "sampler", "tpe") == "random"
+                else optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True))
             study = optuna.create_study(study_name=schema.study_name(self.study_prefix, loss),
                                         storage=self.storage_url, direction="maximize", sampler=sampler,
                                         load_if_exists=True)
-            space = self.space.losses[loss]
-            if space.paper and not study.trials and space.params:
-                study.enqueue_trial({d.name: space.paper[d.name] for d in space.params if d.name in space.paper})
+            point = warm_start(self.space.losses[loss]) if getattr(self, "warm", True) else {}
+            if point and not study.trials:
+                study.enqueue_trial(point)
             self._studies[loss] = study
         return self._studies[loss]
 
