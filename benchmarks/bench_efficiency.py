@@ -42,7 +42,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
-ARMS = ("search", "cross_loss", "random")
+ARMS = ("search", "cross_loss", "random", "no_warm_start", "confirm_all")
+DEFAULT_ARMS = ARMS[:3]  # the issue's arms; the last two are ablations of this benchmark's default changes
 
 # Reference grids per loss (parameter names as in search_spaces/<task>.yaml). Points outside a loss's search range
 # are not allowed: the reference and the arms search the same space.
@@ -246,12 +247,25 @@ def reference(setup: Setup, plan: Any, cache: RunCache) -> dict[str, Any]:
         # first of equals: grid order
         val, key, rows = max(scored, key=lambda s: -math.inf if math.isnan(s[0]) else s[0])
         mean, low, high = t_interval([_num(r["test"]) for r in rows])
+        sd = statistics.stdev(_num(r["test"]) for r in rows) if len(rows) > 1 else math.nan
         per_loss[loss] = {"params": json.loads(key), "val": val, "test": mean, "low": low, "high": high,
-                          "points": len(by_point)}
+                          "points": len(by_point), "sd": sd}
     compute = sum(r["curve"][-1][0] for r in results if r["curve"])
     ranking = sorted(per_loss, key=lambda loss: -per_loss[loss]["test"])
+    n = len(setup.ref_seeds)
     return {"losses": per_loss, "ranking": ranking, "best": ranking[0], "runs": len(results), "compute": compute,
-            "trial_seconds": sum(r["seconds"] for r in results), "wall_this_call": wall}
+            "trial_seconds": sum(r["seconds"] for r in results), "wall_this_call": wall,
+            "floor_confirmed": noise_floor(per_loss, n, n), "floor_single": noise_floor(per_loss, n, 1)}
+
+
+def noise_floor(per_loss: dict[str, Any], ref_seeds: int, seeds: int) -> float:
+    """The mean per-loss gap (points) a perfect search would still show: each loss at the reference's own setting,
+    its test mean over `seeds` new seeds against the reference's mean over `ref_seeds`. With the seed-to-seed
+    standard deviation s of that setting, the difference of the two means is normal with sd
+    s * sqrt(1/seeds + 1/ref_seeds), and E|N(0, v)| = sqrt(2 v / pi)."""
+    gaps = [r["sd"] * math.sqrt((1 / seeds + 1 / ref_seeds) * 2 / math.pi) * 100 for r in per_loss.values()
+            if not math.isnan(r["sd"])]
+    return statistics.fmean(gaps) if gaps else math.nan
 
 
 def _num(value: Any) -> float:
@@ -262,17 +276,21 @@ def _num(value: Any) -> float:
 STOPPED = 0.4  # the share of trials per-loss ASHA stopped at its rung in this benchmark's first runs (T = 5)
 
 
-def confirmed_losses(setup: Setup) -> int:
+def confirm_top(setup: Setup, arm: str) -> int | None:
+    return ARM_OPTIONS[arm].get("confirm_top", setup.confirm_top)
+
+
+def confirmed_losses(setup: Setup, top: int | None) -> int:
     n = len(setup.losses)
-    return n if setup.confirm_top is None else min(n, setup.confirm_top + 1)  # + softmax, the baseline
+    return n if top is None else min(n, top + 1)  # + softmax, the baseline
 
 
-def trials_for(budget_epochs: float, setup: Setup, reduction_factor: float = 3.0) -> int:
+def trials_for(budget_epochs: float, setup: Setup, top: int | None, reduction_factor: float = 3.0) -> int:
     """The largest trials per loss whose estimated compute (search + confirmation) fits the budget, at least 1.
     Per-loss ASHA judges nothing below `reduction_factor` trials; above, about STOPPED of the trials stop at its
     one rung (a third of the epochs, rounded up to an evaluation)."""
     n, e = len(setup.losses), setup.epochs
-    confirm = confirmed_losses(setup) * setup.confirm * e
+    confirm = confirmed_losses(setup, top) * setup.confirm * e
     rung = math.ceil(e / reduction_factor)
     best = 1
     for t in range(1, 200):
@@ -283,16 +301,20 @@ def trials_for(budget_epochs: float, setup: Setup, reduction_factor: float = 3.0
 
 
 # -- the arms ---------------------------------------------------------------------------------------------------
-ARM_OPTIONS = {"search": {}, "cross_loss": {"asha_scope": "search"},
-               "random": {"sampler": "random", "warm_start": False}}
+ARM_OPTIONS: dict[str, dict[str, Any]] = {
+    "search": {}, "cross_loss": {"asha_scope": "search"}, "random": {"sampler": "random", "warm_start": False},
+    "no_warm_start": {"warm_start": False},  # what the warm start from each loss's defaults buys
+    "confirm_all": {"confirm_top": None},  # what confirming only the top losses buys: every loss confirmed
+}
 
 
 def ray_arm(setup: Setup, arm: str, trials: int, seed: int, work: Path) -> dict[str, Any]:
     from tune_as.engine.run import run_search
 
-    request = setup.request(trials_per_loss=trials, seed=seed, confirm=setup.confirm, confirm_top=setup.confirm_top,
+    options = {"confirm_top": setup.confirm_top, **ARM_OPTIONS[arm]}
+    request = setup.request(trials_per_loss=trials, seed=seed, confirm=setup.confirm,
                             storage_path=work / "ray", mlflow_uri=f"sqlite:///{work / 'mlflow.db'}",
-                            max_concurrent=setup.workers, name=f"{arm}-t{trials}-s{seed}", **ARM_OPTIONS[arm])
+                            max_concurrent=setup.workers, name=f"{arm}-t{trials}-s{seed}", **options)
     outcome = run_search(request)
     c = outcome.compute
     return answer(outcome.rows, c.search_epochs + c.confirm_epochs, c.wall_s, len(outcome.trials),
@@ -363,8 +385,29 @@ def arms_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def summary_lines(records: list[dict[str, Any]]) -> list[str]:
-    out = []
+def gap_table(records: list[dict[str, Any]], ref: dict[str, Any]) -> str:
+    """Where the mean gap comes from: per loss, |arm's test − reference's best| in points, mean over search seeds
+    ("-": no result in any seed), and in how many seeds the loss was confirmed."""
+    groups = sorted({(r["arm"], r["budget"]) for r in records}, key=lambda g: (g[1], ARMS.index(g[0])))
+    names = ref["ranking"]
+    lines = ["| loss | reference test sd | " + " | ".join(f"{a} {b:.0%}" for a, b in groups) + " |",
+             "|" + " --- |" * (len(groups) + 2)]
+    for name in names:
+        cells = []
+        for arm, budget in groups:
+            rs = [r for r in records if r["arm"] == arm and r["budget"] == budget]
+            gaps = [abs(r["losses"][name]["test"] - ref["losses"][name]["test"]) * 100 for r in rs
+                    if r["losses"].get(name, {}).get("test") is not None]
+            confirmed = sum(bool(r["losses"].get(name, {}).get("confirmed")) for r in rs)
+            cells.append(f"{statistics.fmean(gaps):.2f} ({confirmed}/{len(rs)})" if gaps else "-")
+        lines.append(f"| {name} | {_fmt(ref['losses'][name]['sd'] * 100)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summary_lines(records: list[dict[str, Any]], ref: dict[str, Any]) -> list[str]:
+    out = [f"noise floor (the reference's own settings, new seeds): gap {ref['floor_confirmed']:.2f} points with "
+           f"{len(ref['losses'])} losses confirmed on as many seeds as the reference, {ref['floor_single']:.2f} "
+           "with single runs"]
     for arm in ARMS:
         for budget in sorted({r["budget"] for r in records}):
             rs = [r for r in records if r["arm"] == arm and r["budget"] == budget]
@@ -390,7 +433,7 @@ def plot(records: list[dict[str, Any]], path: Path, task: str) -> None:
     # the issue's τ counts only pairs the reference separates; with none (a saturated task) draw τ over all losses
     separable = any(r["score"]["sep_pairs"] for r in records)
     tau_key = "tau_sep" if separable else "tau_all"
-    for arm, marker in zip(ARMS, "os^", strict=True):
+    for arm, marker in zip(ARMS, "os^vD", strict=True):
         rs = sorted((r for r in records if r["arm"] == arm), key=lambda r: r["budget"])
         if not rs:
             continue
@@ -435,10 +478,11 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, referen
         if reference_only:
             return {"reference": ref, "records": records}
         for budget in setup.budgets:
-            trials = trials_for(budget * ref["compute"], setup)
             for seed in setup.search_seeds:
                 for arm in setup.arms:
-                    key = f"{arm}|{budget}|{seed}|{trials}|top{setup.confirm_top}|v2"  # v2: engine arms
+                    top = confirm_top(setup, arm)
+                    trials = trials_for(budget * ref["compute"], setup, top)
+                    key = f"{arm}|{budget}|{seed}|{trials}|top{top}|v2"  # v2: engine arms
                     if key not in arms and cached_only:
                         continue
                     if key not in arms:
@@ -451,7 +495,8 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, referen
                     rec["score"] = score(ref, rec)
                     records.append(rec)
     print("\n" + arms_table(records))
-    print("\n" + "\n".join(summary_lines(records)))
+    print("\n" + gap_table(records, ref))
+    print("\n" + "\n".join(summary_lines(records, ref)))
     if plot_path is not None:
         plot(records, plot_path, setup.task)
     result = {"reference": ref, "records": records}
@@ -466,7 +511,7 @@ def main() -> None:
     parser.add_argument("--ref-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budgets", type=float, nargs="+", default=[0.10, 0.15, 0.25])
     parser.add_argument("--search-seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(DEFAULT_ARMS))
     parser.add_argument("--confirm", type=int, default=3)
     parser.add_argument("--confirm-top", type=int, default=3,
                         help="confirm the K losses best on validation (and softmax); 0: every loss")

@@ -464,3 +464,49 @@ def test_as_softmax_loss_grows_with_delta_and_masked_rows_have_no_gradient(data:
     masked_rows = kept.sum(dim=1) == 1
     assert int(out.n_masked) == int(masked_rows.sum())
     assert not z.grad[masked_rows].any()
+
+
+@pytest.mark.parametrize("name", sorted(n for n, cls in LOSSES.items() if "multiclass" in cls.kinds))
+def test_predicted_class_is_the_most_probable_under_the_loss_own_probabilities(name: str) -> None:
+    """class_scores' argmax = the argmax of the loss's own class probabilities, computed by brute force: for the
+    Taylor family f^n(z_j) / sum_i f^n(z_i) (Eq. 4, no margin at prediction), for every other loss the logits'
+    order (softmax, sparsemax, entmax, cosine logits all increase with the logit). Rows with a large negative
+    logit are where the two differ: f^2(-10) = 41 > f^2(1) = 2.5."""
+    from reference_losses import taylor_f
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(40, 7, generator=g, dtype=torch.float64) * 4
+    x[:10] = x[:10].clamp(-3.0, 3.0)
+    x[:10, 0] = -10.0  # a large negative logit: the most probable class under f^n for even n (n <= 10)
+    loss_fn = build_loss(name)
+    n = loss_fn.hparams().get("n")
+    predicted = loss_fn.class_scores(x).argmax(dim=1).tolist()
+    for row, got in zip(x.tolist(), predicted, strict=True):
+        probs = [taylor_f(v, int(n)) for v in row] if "taylor" in name else row
+        assert got == max(range(len(row)), key=probs.__getitem__), (name, row)
+    if "taylor" in name:
+        assert predicted[:10] == [0] * 10  # the logits' argmax would never be class 0 there
+
+
+def test_the_trainer_predicts_taylor_classes_by_taylor_probabilities(tmp_path: Path) -> None:
+    """Evaluation scores a Taylor-trained model by f^n(z): a head whose logit for the true class is far below
+    the others (f^2 large) is right, not wrong."""
+    from tune_as.tasks import DataSpec, build_task
+    from tune_as.trainable import Trial
+
+    class Silent:
+        def report(self, metrics: dict, checkpoint_dir: Path) -> None: ...
+
+    task = build_task("digits")
+    data = task.prepare(DataSpec(task="digits", cache_dir=tmp_path))
+    config = {"task": "digits", "loss": "sm_taylor_softmax", "epochs": 1.0, "batch_size": 64, "lr": 1e-3,
+              "max_length": 8, "backbone": "cnn", "loss.m": 0.6, "loss.n": 2}
+    trial = Trial(config, data, task, Silent())
+    labels = data.validation.columns["labels"].long()
+
+    def negated_one_hot(batch: dict) -> torch.Tensor:  # logit -20 for the true class, 0 elsewhere
+        return -20.0 * F.one_hot(batch["labels"], 10).float()
+
+    trial.model.forward = negated_one_hot  # type: ignore[method-assign]
+    scores, _, _ = trial.evaluate(data.validation)
+    assert len(labels) > 0 and scores["accuracy"] == 1.0

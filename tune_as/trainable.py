@@ -271,7 +271,7 @@ class Trial:
             n = int(out.n_rows)
             loss_sum += float(out.loss) * n
             rows += n
-            preds.append(self.task.predict(logits).cpu())
+            preds.append(self.task.predict(self.loss_fn.class_scores(logits)).cpu())
             margins.append(p_margin(logits, batch["labels"]).cpu())
         scores = self.task.score(preds, split)
         return scores, loss_sum / max(1, rows), torch.cat(margins).numpy()

@@ -146,6 +146,12 @@ class Loss(nn.Module):
         """The AS-Speed accumulation schedule (``as_speed``); None: one micro-batch per optimizer step."""
         return None
 
+    def class_scores(self, logits: Tensor) -> Tensor:
+        """Scores whose argmax over the last dim is the loss's predicted class: any increasing function of the
+        loss's own class probabilities. The logits themselves for every loss whose probabilities increase with
+        the logit (softmax and its variants, sparsemax, entmax, cosine logits); the Taylor family overrides it."""
+        return logits
+
     def set_warmup(self, active: bool) -> None:
         """AS warm-up (``supports_warmup``): delta = 1, i.e. cross-entropy, while active; the searched delta after."""
         raise TypeError(f"loss {self.name!r} has no warm-up (supports_warmup is False)")

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ._base import Loss, LossOutput, check_int, check_range, class_index, mean_over_rows
-from .taylor_softmax import taylor_probs
+from .taylor_softmax import taylor_class_scores, taylor_probs
 
 
 def sm_taylor_softmax_loss(logits: Tensor, target: Tensor, *, m: float, n: int) -> Tensor:
@@ -31,3 +31,7 @@ class SMTaylorSoftmaxLoss(Loss):
 
     def compute(self, x: Tensor, target: Tensor) -> LossOutput:
         return mean_over_rows(sm_taylor_softmax_loss(x, class_index(target), m=self.m, n=self.n), target)
+
+    def class_scores(self, logits: Tensor) -> Tensor:
+        """The margin applies to the target in training only: a prediction compares f^n(z) of every class."""
+        return taylor_class_scores(logits, self.n)

@@ -69,3 +69,14 @@ class TaylorSoftmaxLoss(Loss):
 
     def compute(self, x: Tensor, target: Tensor) -> LossOutput:
         return mean_over_rows(taylor_softmax_loss(x, class_index(target), n=self.n, backward=self.backward), target)
+
+    def class_scores(self, logits: Tensor) -> Tensor:
+        return taylor_class_scores(logits, self.n)
+
+
+def taylor_class_scores(logits: Tensor, n: int) -> Tensor:
+    """f^n(z), the numerator of Tsm^n (Eq. 4): the class with the largest Taylor probability is predicted. f^n is
+    not increasing (for even n it is smallest near z = -1 and grows again below), so a model trained on a Taylor
+    loss can give its target class a large negative logit: the argmax of the logits would then miss it (SM-Taylor,
+    n = 2, m >= 0.5 reached 0% validation accuracy on clinc_oos that way; docs/bench_efficiency.md)."""
+    return taylor_exp(logits.float(), n)
