@@ -137,7 +137,7 @@ def _tuner(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, flo
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
         callbacks=[MlflowCallback(tracker, plan.metric, epochs, role)], verbose=r.verbose,
         progress_reporter=_reporter(plan), failure_config=tune.FailureConfig(max_failures=r.max_failures),
-# One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
+        # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
         # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
     return tune.Tuner(_trainable_for(plan, res), run_config=run_config, tune_config=tune.TuneConfig(

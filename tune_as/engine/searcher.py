@@ -75,7 +75,8 @@ class PerLossSearcher(Searcher):
 
     def study(self, loss: str) -> optuna.Study:
         if loss not in self._studies:
-            seed = self.seed + zlib.crc32(loss.encode()) % 10_000  # getattr: searchers saved before these options
+            seed = self.seed + zlib.crc32(loss.encode()) % 10_000
+            # getattr: a searcher pickled by a search started before `sampler` and `warm` existed lacks them
             sampler: optuna.samplers.BaseSampler = (
                 optuna.samplers.RandomSampler(seed=seed) if getattr(self, "sampler", "tpe") == "random"
                 else optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True))
