@@ -6,7 +6,7 @@ exhaustive grid reference, at a fraction of the grid's compute.
     python benchmarks/bench_efficiency.py --task clinc_oos             # frozen MiniLM features (../shared/data)
 
 The reference: every multi-class loss over a grid of its parameters (GRIDS, inside the task's search space),
-each point with several seeds, trained to the end by `tune_as.trainable.run_trial` directly (no Ray), every
+each point with several seeds, trained to the end by `tune_as.training.trial.run_trial` directly (no Ray), every
 evaluation recorded and cached as JSON Lines under --cache-dir, so re-running the arms never repeats it. Per loss
 the reference answer is the grid point with the best mean validation metric, its test mean and 95% t-interval;
 the losses are ranked by that test mean. Reference compute = the sum of epochs trained.
@@ -129,7 +129,7 @@ class Setup:
 
 # -- running trials without Ray ---------------------------------------------------------------------------------
 class Collector:
-    """A `tune_as.trainable.Reporter` that keeps every evaluation (no checkpoints: nothing resumes here)."""
+    """A `tune_as.training.trial.Reporter` that keeps every evaluation (no checkpoints: nothing resumes here)."""
 
     def __init__(self) -> None:
         self.reports: list[dict[str, Any]] = []
@@ -156,7 +156,7 @@ def _init_worker(setup: Setup) -> None:
 
 
 def _train(config: dict[str, Any]) -> dict[str, Any]:
-    from tune_as.trainable import run_trial
+    from tune_as.training.trial import run_trial
 
     rec, tic = Collector(), time.perf_counter()
     run_trial(config, _WORKER["data"], _WORKER["task"], rec)
@@ -206,7 +206,7 @@ def plan_for(setup: Setup, storage: Path) -> Any:
 
 def trial_config(plan: Any, loss: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
     """The config the engine's searcher would hand a trial of `loss` with these (search-space named) params."""
-    from tune_as.search_space import config_key
+    from tune_as.space.search_space import config_key
 
     space = plan.space.losses[loss]
     return {**plan.base.to_dict(), **space.constants(), "loss": loss,

@@ -3,7 +3,7 @@
     HF_HUB_OFFLINE=1 nice -n 5 python benchmarks/bench_finetune.py [--quick] [--seeds 0 1] [--epochs 3]
         [--train-samples 1510] [--eval-samples 1000] [--max-length 32] [--lr 1e-4] [--json out.json]
 
-Every arm runs the real training loop (`tune_as.trainable.Trial`, no Ray) on the same fixed training subset
+Every arm runs the real training loop (`tune_as.training.trial.Trial`, no Ray) on the same fixed training subset
 (drawn once with seed 0), with the same epochs, batch, lr, max_length and seeds; the AS arms take the paper's
 Table 6 setting (δ, r; λ, s) from search_spaces/clinc_oos.yaml. Arms are interleaved seed by seed, their order
 rotated, so load from other processes on the shared machine hits every arm alike. The loop's optional
@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from tune_as.search_space import default_space_path, load_search_space
+from tune_as.space.search_space import default_space_path, load_search_space
 from tune_as.tasks import DataSpec, build_task, prepare
-from tune_as.trainable import PhaseTimer, Trial
+from tune_as.training.trial import PhaseTimer, Trial
 
 REPO = Path(__file__).resolve().parent.parent
 SPEEDUP_TARGET, MAX_LOSS_POINTS = 1.5, 0.5

@@ -4,7 +4,7 @@ and test metric over seeds, plus the cost split that bounds any speed-up (time p
     HF_HUB_OFFLINE=1 python benchmarks/bench_speed.py --task clinc_oos --data-dir ../shared/data/clinc_oos \\
         [--seeds 0 1 2] [--losses softmax as_softmax as_speed] [--epochs E] [--json]
 
-Each (seed, loss) trial runs the real trainable (`tune_as.trainable.run_trial`, no Ray: Ray's own overhead is
+Each (seed, loss) trial runs the real trainable (`tune_as.training.trial.run_trial`, no Ray: Ray's own overhead is
 benchmarks/bench_overhead.py) with the task's fixed settings from search_spaces/<task>.yaml and the loss's paper
 (Table 6) setting, so all losses see the same samples in the same order. Runs are interleaved seed by seed, so
 load from other processes on a shared machine hits every loss alike. Target (issue 4): AS-Speed >= 1.25x faster
@@ -26,14 +26,14 @@ import torch
 
 from tune_as.engine.plan import plan_search
 from tune_as.engine.request import SearchRequest
-from tune_as.trainable import run_trial
+from tune_as.training.trial import run_trial
 
 REPO = Path(__file__).resolve().parent.parent
 SPEEDUP_TARGET, MAX_LOSS_POINTS = 1.25, 0.5
 
 
 class Collector:
-    """A `tune_as.trainable.Reporter` that keeps every evaluation point."""
+    """A `tune_as.training.trial.Reporter` that keeps every evaluation point."""
 
     def __init__(self) -> None:
         self.results: list[dict[str, Any]] = []

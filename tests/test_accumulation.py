@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tune_as.accumulation import AdaptiveAccumulation
 from tune_as.losses import build_loss
+from tune_as.losses.accumulation import AdaptiveAccumulation
 
 
 def run(acc: AdaptiveAccumulation, cycles: list[tuple[int, int]]) -> list[int]:

@@ -11,14 +11,14 @@ import pytest
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
-from tune_as.config import TrialConfig
-from tune_as.engine import ranking
+from tune_as.results import ranking
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import PerLossSearcher
 from tune_as.errors import UserError
-from tune_as.report_select import TrialRun
-from tune_as.search_space import load_search_space
+from tune_as.results.selection import TrialRun
+from tune_as.settings import TrialConfig
+from tune_as.space.search_space import load_search_space
 
 METRIC = "val_accuracy"
 

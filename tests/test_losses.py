@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_losses import REFERENCES, softmax
 
-from tune_as.accumulation import AdaptiveAccumulation
 from tune_as.losses import KINDS, LOSSES, LossOutput, build_loss
+from tune_as.losses.accumulation import AdaptiveAccumulation
 
 NAMES = sorted(LOSSES)
 # A non-default, non-trivial setting per loss (losses missing here run with their defaults).
@@ -164,7 +164,7 @@ def test_as_variant_margin_is_not_warmed_up() -> None:
 def test_the_trainer_warms_up_only_losses_that_support_it(tmp_path: Path) -> None:
     """A trial with warmup_r > 0 sets delta = 1 on as_softmax and leaves as_variant's delta' alone."""
     from tune_as.tasks import DataSpec, build_task
-    from tune_as.trainable import Trial
+    from tune_as.training.trial import Trial
 
     class Silent:
         def report(self, metrics: dict, checkpoint_dir: Path) -> None: ...
@@ -492,7 +492,7 @@ def test_the_trainer_predicts_taylor_classes_by_taylor_probabilities(tmp_path: P
     """Evaluation scores a Taylor-trained model by f^n(z): a head whose logit for the true class is far below
     the others (f^2 large) is right, not wrong."""
     from tune_as.tasks import DataSpec, build_task
-    from tune_as.trainable import Trial
+    from tune_as.training.trial import Trial
 
     class Silent:
         def report(self, metrics: dict, checkpoint_dir: Path) -> None: ...

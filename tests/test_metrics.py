@@ -1,4 +1,4 @@
-"""tune_as.metrics: hand-computed cases, an independent brute-force reference (plain loops over classes),
+"""tune_as.tasks.metrics: hand-computed cases, an independent brute-force reference (plain loops over classes),
 scikit-learn's binary F1, seqeval-style hand-counted entities, and hand-made SIGHAN cases."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 from sklearn import metrics as skm
 
-from tune_as import metrics
+from tune_as.tasks import metrics
 
 SEEDS = range(5)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from tune_as import report, search
+from tune_as import search
+from tune_as.report import cli as report
 
 README = (REPO / "README.md").read_text()
 BLOCKS = re.findall(r"```bash\n(.*?)```", README, flags=re.S)

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from conftest import free_port
 
-from tune_as import report_figures as figs
-from tune_as.report import build_report, main
-from tune_as.report_select import TrialRun, paired_diff, row_of, select, with_confirmations
-from tune_as.report_tables import table2, table3, table4, table6
-from tune_as.schema import (
+from tune_as.report import figures as figs
+from tune_as.report.cli import build_report, main
+from tune_as.report.tables import table2, table3, table4, table6
+from tune_as.results.selection import TrialRun, paired_diff, row_of, select, with_confirmations
+from tune_as.tracking.schema import (
     LOSS,
     METRIC,
     MODE,

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tune_as.config import TrialConfig
 from tune_as.errors import UserError
 from tune_as.losses import LOSSES
-from tune_as.search_space import (
+from tune_as.settings import TrialConfig
+from tune_as.space.search_space import (
     OVERRIDE_KEYS,
     OWN_OPTION_KEYS,
     SPACES_DIR,
@@ -465,7 +465,7 @@ def test_loader_fuzz_never_crashes_with_anything_but_user_error(tmp_path: Path, 
 
 def test_config_round_trips_through_mlflow_params() -> None:
     """What the report's --confirm rebuilds from a child run's params equals what the trial ran."""
-    from tune_as.schema import config_from_params
+    from tune_as.tracking.schema import config_from_params
 
     flat = TrialConfig.from_dict({"task": "sst5", "loss": "taylor_softmax", "epochs": 2.0, "batch_size": 8,
                                   "lr": 1e-3, "max_length": 16, "backbone": "tiny", "loss.n": 4,

@@ -24,9 +24,11 @@ from conftest import MlflowServer, free_port, running
 from mlflow.environment_variables import MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_USERNAME
 from mlflow.tracking import MlflowClient
 
-from tune_as import report, schema, tracking
 from tune_as.errors import UserError
-from tune_as.tracking import MlflowTracker
+from tune_as.report import cli as report
+from tune_as.tracking import schema
+from tune_as.tracking import tracker as tracking
+from tune_as.tracking.tracker import MlflowTracker
 
 USER, PASSWORD = "admin", "s3cr3t@Pa:ss-word"  # '@' and ':' inside: the userinfo ends at the LAST '@'
 TAGS = {schema.ROLE: schema.ROLE_TRIAL, schema.LOSS: "softmax"}

@@ -18,8 +18,9 @@ import pytest
 from conftest import free_port
 from mlflow.tracking import MlflowClient
 
-from tune_as import schema, tracking
-from tune_as.tracking import MlflowTracker
+from tune_as.tracking import schema
+from tune_as.tracking import tracker as tracking
+from tune_as.tracking.tracker import MlflowTracker
 
 TAGS = {schema.ROLE: "trial", schema.LOSS: "softmax"}
 
@@ -169,7 +170,7 @@ def test_a_deleted_experiment_is_one_line_that_says_how_to_restore_it(mlflow_ser
 # -- the first use of a fresh SQLite file --------------------------------------------------------------------
 _OPEN_AT_ONCE = """
 import sys
-from tune_as.tracking import MlflowTracker
+from tune_as.tracking.tracker import MlflowTracker
 print("ready", flush=True)
 sys.stdin.readline()  # the barrier: both processes are imported and wait here
 MlflowTracker(sys.argv[1], "race", "s").check_reachable()

@@ -12,7 +12,7 @@ import torch
 
 from tune_as.losses import LOSSES
 from tune_as.tasks import DataSpec, build_task
-from tune_as.trainable import PMARGIN_FILE, STATE_FILE, PhaseTimer, Trial, lr_factor, p_margin, run_trial
+from tune_as.training.trial import PMARGIN_FILE, STATE_FILE, PhaseTimer, Trial, lr_factor, p_margin, run_trial
 
 
 class Recorder:

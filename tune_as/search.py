@@ -116,7 +116,7 @@ def _count(text: str) -> int:
 
 def request_from_args(args: argparse.Namespace) -> SearchRequest:
     from tune_as.engine import SearchRequest
-    from tune_as.search_space import parse_overrides
+    from tune_as.space.search_space import parse_overrides
 
     if not args.task and not args.resume:
         raise UserError("--task: expected a task name (see docs/tasks.md), got none")

@@ -1,5 +1,5 @@
 """The Ray side of a trial and of tracking: the function Tune runs in a worker, its reporter, trial names, and
-the driver-side callback that turns Tune's trial events into MLflow runs (tune_as.tracking)."""
+the driver-side callback that turns Tune's trial events into MLflow runs (tune_as.tracking.tracker)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from typing import Any
 import ray
 from ray import tune
 
-from tune_as import schema, tracking
 from tune_as.engine.plan import git_commit
-from tune_as.trainable import run_trial
+from tune_as.tracking import schema
+from tune_as.tracking import tracker as tracking
+from tune_as.training.trial import run_trial
 
 # Names a test (or a user's instrumentation) may hook into every report of a trial: "module:function", called
 # as function(metrics, loss) in the worker after each report. Unset in normal use.
@@ -24,7 +25,7 @@ HOOK_ENV = "TUNE_AS_TRIAL_HOOK"
 
 
 class RayReporter:
-    """`tune_as.trainable.Reporter` over `ray.tune.report`. A trial checkpoints at an evaluation only when
+    """`tune_as.training.trial.Reporter` over `ray.tune.report`. A trial checkpoints at an evaluation only when
     `interval_s` seconds have passed since its last checkpoint, and always at its last one: with a checkpoint
     at every epoch of a fast trial, Ray snapshots the whole experiment each time (CheckpointConfig(num_to_keep)
     forces a snapshot once a trial has checkpointed num_to_keep times since the last one)."""

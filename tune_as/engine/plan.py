@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tune_as import schema
-from tune_as.config import TrialConfig
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
 from tune_as.errors import UserError, first_line
-from tune_as.search_space import SearchSpace, default_space_path, load_search_space
+from tune_as.settings import TrialConfig
+from tune_as.space.search_space import SearchSpace, default_space_path, load_search_space
 from tune_as.tasks import DataSpec, PreparedData, Task, build_task
+from tune_as.tracking import schema
 
 # --smoke: a tiny random backbone and little data, so the whole pipeline runs in well under a minute.
 SMOKE: dict[str, Any] = {"backbone": "tiny", "max_train_samples": 256, "max_eval_samples": 128, "max_length": 32,
@@ -113,7 +113,7 @@ def state_of(plan: SearchPlan) -> dict[str, Any]:
     r = plan.request
     saved = {k: getattr(r, k) for k in RESULT_OPTIONS}
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in saved.items()}
-    from tune_as.tracking import redact_uri
+    from tune_as.tracking.tracker import redact_uri
 
     return {"search_id": plan.search_id, "task": plan.task.name, "fingerprint": plan.space.fingerprint(),
             "losses": plan.losses, "experiment": plan.experiment, "request": saved, "finished": False,
@@ -180,7 +180,7 @@ def base_config(r: SearchRequest, task: Task, space: SearchSpace) -> TrialConfig
 def absolute_sqlite(uri: str | None) -> str | None:
     """A relative SQLite tracking URI (the default `sqlite:///mlflow.db`) made absolute, so the saved state and
     the resume hint name the same database from any folder. Other URIs, and None (MLflow's env or default), stay."""
-    from tune_as.tracking import DEFAULT_URI
+    from tune_as.tracking.tracker import DEFAULT_URI
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
     prefix = "sqlite:///"

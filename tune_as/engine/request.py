@@ -1,7 +1,7 @@
 """What a user asks of a search: one typed request, validated once, at the edge (before anything is written).
 
 The CLI (tune_as.search) maps its arguments onto `SearchRequest`; the report's confirmation and the tests call
-the engine with one directly. Defaults live here and in `tune_as.config` (trial settings) only.
+the engine with one directly. Defaults live here and in `tune_as.settings` (trial settings) only.
 """
 
 from __future__ import annotations

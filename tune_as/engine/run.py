@@ -1,5 +1,5 @@
 """Run a planned search through one Ray Tune `Tuner`, confirm the selected settings with new seeds, and give
-the answer: a ranking of the losses (tune_as.engine.ranking), printed and logged to the parent MLflow run."""
+the answer: a ranking of the losses (tune_as.results.ranking), printed and logged to the parent MLflow run."""
 
 from __future__ import annotations
 
@@ -31,17 +31,19 @@ from ray.tune import CLIReporter  # noqa: E402
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # noqa: E402
 from ray.tune.search import ConcurrencyLimiter, Searcher  # noqa: E402
 
-from tune_as import schema, tracking  # noqa: E402
-from tune_as.config import TrialConfig  # noqa: E402
-from tune_as.engine import cluster, ranking  # noqa: E402
+from tune_as.engine import cluster  # noqa: E402
 from tune_as.engine.callbacks import MlflowCallback, completed, trainable, trial_name  # noqa: E402
 from tune_as.engine.plan import SearchPlan, git_commit, plan_search, state_of  # noqa: E402
 from tune_as.engine.request import SearchRequest  # noqa: E402
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
 from tune_as.errors import UserError  # noqa: E402
-from tune_as.report_select import TrialRun  # noqa: E402
-from tune_as.search_space import config_key  # noqa: E402
+from tune_as.results import ranking  # noqa: E402
+from tune_as.results.selection import TrialRun  # noqa: E402
+from tune_as.settings import TrialConfig  # noqa: E402
+from tune_as.space.search_space import config_key  # noqa: E402
+from tune_as.tracking import schema  # noqa: E402
+from tune_as.tracking import tracker as tracking  # noqa: E402
 
 CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the search's folder
 SCHEDULER_STATE = "scheduler.pkl"
@@ -284,7 +286,7 @@ def confirmation_configs(trials: list[TrialRun], n: int, top: int | None = None)
     """Each loss's selected setting with the same N new seeds (deterministic: a resume recomputes the same).
     `top`: only the losses whose selected setting has one of the `top` best validation metrics (ties to the
     loss name), and softmax, the baseline every paired difference needs."""
-    from tune_as.schema import config_from_params
+    from tune_as.tracking.schema import config_from_params
 
     seeds = ranking.confirmation_seeds(trials, n)
     cells = ranking.selected(trials)

@@ -23,9 +23,9 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from ray.tune.search import Searcher
 
-from tune_as import schema
-from tune_as.config import TrialConfig
-from tune_as.search_space import TRIAL_KEYS, LossSpace, SearchSpace, config_key
+from tune_as.settings import TrialConfig
+from tune_as.space.search_space import TRIAL_KEYS, LossSpace, SearchSpace, config_key
+from tune_as.tracking import schema
 
 # One "A new study created" line per loss, and one per trial, would bury Ray's progress table.
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from ..accumulation import AdaptiveAccumulation
+    from .accumulation import AdaptiveAccumulation
 
 IGNORE_INDEX = -100
 KINDS = frozenset({"multiclass", "token", "multilabel"})

@@ -2,7 +2,7 @@
 
 The loss is AS-Softmax (Eq. 5-7; multi-label inputs: Eq. 15-18, as the paper runs AS-Speed on Eurlex
 and WOS); ``make_accumulator()`` returns the Eq. 19 schedule, steps = lambda N_all / (N_all - N_masked)
-with the three restrictions (see ``tune_as.accumulation``, which also owns the ranges of lam and
+with the three restrictions (see ``tune_as.losses.accumulation``, which also owns the ranges of lam and
 max_steps). A registry entry of its own, as in the paper's tables. delta in [0, 1].
 Shapes: as ``as_softmax`` (multiclass, token) and ``multilabel_as_softmax`` (multilabel).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..accumulation import AdaptiveAccumulation, check_schedule
+from .accumulation import AdaptiveAccumulation, check_schedule
 from ._base import LossOutput
 from .as_softmax import ASSoftmaxLoss, as_softmax_loss, as_softmax_masked
 from .multilabel_as_softmax import multilabel_as_softmax_loss, multilabel_as_softmax_masked

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .. import metrics
+from . import metrics
 from . import preparation
 from .data import DataSpec, PreparedData, Split
 from .labels import LabelMap

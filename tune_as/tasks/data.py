@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tune_as.config import DEFAULT_ENCODER, ENCODERS
+from tune_as.settings import DEFAULT_ENCODER, ENCODERS
 
 
 @dataclass(frozen=True)

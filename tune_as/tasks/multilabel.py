@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import metrics
+from . import metrics
 from .base import Task, TaskDefaults, stack_preds
 from .data import DataSpec, PreparedData, Split
 from .labels import LabelMap

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import metrics
+from . import metrics
 from .backbones import load_tokenizer
 from .base import Task, TaskDefaults
 from .data import DataSpec, PreparedData, Split

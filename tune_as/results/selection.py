@@ -3,7 +3,7 @@
 No MLflow here: `tune_as.report` turns MLflow runs into `TrialRun`s, everything below is plain Python so
 the rules (only trials that completed their epochs are results, best mean validation metric, ties by fewer
 optimizer steps, test metrics never consulted) are easy to read and test. The search's own ranking
-(tune_as.engine.ranking) uses the same rules.
+(tune_as.results.ranking) uses the same rules.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`python -m tune_as.report --experiment TASK`: select settings from MLflow, write tables and figures.
 
-Reads the runs a search wrote (schema: tune_as.schema, docs/architecture.md), selects one setting per task x
-loss on the validation metric among trials that completed their epochs (tune_as.report_select), attaches the
+Reads the runs a search wrote (schema: tune_as.tracking.schema, docs/architecture.md), selects one setting per task x
+loss on the validation metric among trials that completed their epochs (tune_as.results.selection), attaches the
 confirmation runs of each selected setting (the search's `--confirm` or this report's), writes the paper's
 Tables 6/2/3/4 as Markdown and CSV and its Figures 1-4 as PNG into --out, prints the tables, and logs everything
 to a report run in MLflow (tag tune_as.role=report). `--confirm N` re-runs each selected setting with N new
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tune_as import schema
 from tune_as.engine.request import SearchRequest
 from tune_as.errors import UserError
-from tune_as.report_select import (
+from tune_as.report.tables import Table, confirmation_table, selection_csv, table2, table3, table4, table6
+from tune_as.results.selection import (
     PAPER_TASKS,
     Cell,
     Confirmation,
@@ -38,9 +38,18 @@ from tune_as.report_select import (
     select,
     with_confirmations,
 )
-from tune_as.report_tables import Table, confirmation_table, selection_csv, table2, table3, table4, table6
-from tune_as.schema import LOSS, METRIC, PARENT, ROLE, SEARCH, STOPPED_EARLY, TASK, config_from_params
-from tune_as.tracking import TrackingUnusable, open_client, redact_uri
+from tune_as.tracking import schema
+from tune_as.tracking.schema import (
+    LOSS,
+    METRIC,
+    PARENT,
+    ROLE,
+    SEARCH,
+    STOPPED_EARLY,
+    TASK,
+    config_from_params,
+)
+from tune_as.tracking.tracker import TrackingUnusable, open_client, redact_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -189,7 +198,7 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     """Read, select, tabulate, draw, log. Raises UserError before writing anything on bad input.
     `placement`: where confirmation runs go (Ray address, storage path, resources); task, data and settings
     come from the selected runs."""
-    from tune_as import report_figures as figs
+    from tune_as.report import figures as figs
 
     client = connect(tracking_uri)
     names = experiment_ids(client, experiments, tracking_uri)

@@ -42,10 +42,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from tune_as.config import TrialConfig
-from tune_as.loop_tools import PhaseTimer, autocast_for, lr_factor, p_margin, seed_everything
 from tune_as.losses import build_loss
-from tune_as.schema import PMARGIN_FILE
+from tune_as.settings import TrialConfig
+from tune_as.tracking.schema import PMARGIN_FILE
+from tune_as.training.tools import PhaseTimer, autocast_for, lr_factor, p_margin, seed_everything
 
 __all__ = ["PMARGIN_FILE", "STATE_FILE", "LoopState", "PhaseTimer", "Reporter", "Trial", "lr_factor", "p_margin",
            "run_trial"]

@@ -47,16 +47,16 @@ from optuna.distributions import (
     distribution_to_json,
 )
 
-from tune_as.config import LOSS_PREFIX, TrialConfig
 from tune_as.errors import UserError, first_line
-from tune_as.strict_yaml import EXCERPT as _EXCERPT
-from tune_as.strict_yaml import clip as _clip
-from tune_as.strict_yaml import read_yaml
-from tune_as.strict_yaml import show as _show
-from tune_as.typed_values import EXPECTED as _EXPECTED
-from tune_as.typed_values import coerce as _coerce
+from tune_as.settings import LOSS_PREFIX, TrialConfig
+from tune_as.space.strict_yaml import EXCERPT as _EXCERPT
+from tune_as.space.strict_yaml import clip as _clip
+from tune_as.space.strict_yaml import read_yaml
+from tune_as.space.strict_yaml import show as _show
+from tune_as.space.typed_values import EXPECTED as _EXPECTED
+from tune_as.space.typed_values import coerce as _coerce
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 TRIAL_KEYS = {f.name for f in dataclasses.fields(TrialConfig)} - {"loss_params", "task", "loss"}
 # Trial settings with their own command-line option: --set refuses them, so each has one way in.
 OWN_OPTION_KEYS = frozenset({"backbone", "encoder", "data_dir", "max_train_samples", "max_eval_samples", "seed"})

@@ -1,7 +1,7 @@
 """The search's answer: per loss, the selected setting and its confirmed numbers, ranked, with the paired
 difference to softmax and its 95% interval. Pure: Ray results in, a table out (no Ray, no MLflow).
 
-The rules are the report's (tune_as.report_select), so a search and a later report can never disagree:
+The rules are the report's (tune_as.results.selection), so a search and a later report can never disagree:
 only trials that completed their epochs are results (a loss whose trials were all stopped early says so);
 the setting with the best mean validation metric is selected; test metrics never choose.
 """
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tune_as.report_select import Cell, TrialRun, new_seeds, paired_diff, same_setting, select
+from tune_as.results.selection import Cell, TrialRun, new_seeds, paired_diff, same_setting, select
 
 BASELINE = "softmax"
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.errors import UserError, first_line, tcp_unreachable
-from tune_as.schema import ERROR, LAST_STEP, NODE, ORPHANED, PARENT, ROLE, ROLE_SEARCH, SEARCH, TRIAL
+from tune_as.tracking.schema import ERROR, LAST_STEP, NODE, ORPHANED, PARENT, ROLE, ROLE_SEARCH, SEARCH, TRIAL
 
 # Fail fast instead of MLflow's default minutes of blocking retries: our own queue retries instead.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")

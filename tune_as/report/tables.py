@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tune_as.report_select import PAPER_ROWS, PAPER_TASKS, Cell, Confirmation, mean_last, order, paired_diff
+from tune_as.results.selection import (
+    PAPER_ROWS,
+    PAPER_TASKS,
+    Cell,
+    Confirmation,
+    mean_last,
+    order,
+    paired_diff,
+)
 
 MISSING = "-"
 NA = "n/a"

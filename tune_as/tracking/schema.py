@@ -1,7 +1,7 @@
 """The run schema, in one place: MLflow tag names and roles, artifact names, the search folder layout, and
 turning a child run's MLflow params back into a trial config.
 
-The search writes this schema (tune_as.engine, tune_as.tracking) and the report reads it (tune_as.report);
+The search writes this schema (tune_as.engine, tune_as.tracking.tracker) and the report reads it (tune_as.report);
 neither spells a tag, an artifact or a file name of its own. docs/architecture.md ("MLflow schema") shows it.
 """
 
@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tune_as.config import LOSS_PREFIX, TrialConfig
+from tune_as.settings import LOSS_PREFIX, TrialConfig
 
 # -- MLflow tags ----------------------------------------------------------------------------------------
 ROLE = "tune_as.role"  # one of the ROLE_* values below

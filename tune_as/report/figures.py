@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tune_as import schema
-from tune_as.report_select import PAPER_ROWS, Cell, TrialRun, order
-from tune_as.report_tables import BASELINE, History
+from tune_as.report.tables import BASELINE, History
+from tune_as.results.selection import PAPER_ROWS, Cell, TrialRun, order
+from tune_as.tracking import schema
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -1,5 +1,5 @@
 """Pieces of the training loop that hold no trial state: seeding, the learning-rate schedule, mixed precision,
-the p_margin measure of the paper's Section 4.5, and an optional phase timer (tune_as.trainable uses them)."""
+the p_margin measure of the paper's Section 4.5, and an optional phase timer (tune_as.training.trial uses them)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tune_as.config import TrialConfig
+from tune_as.settings import TrialConfig
 
 
 class PhaseTimer:

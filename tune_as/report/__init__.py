@@ -1,0 +1,1 @@
+"""`python -m tune_as.report`: MLflow runs -> the paper's tables and figures (`cli`, `tables`, `figures`)."""

@@ -1,0 +1,3 @@
+from tune_as.report.cli import main
+
+raise SystemExit(main())

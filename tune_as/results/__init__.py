@@ -1,0 +1,1 @@
+"""Pure results: selection, verdicts, racing, ranking and rendering (no Ray, no MLflow): runs in, answer out."""
