@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tune_as.tasks import DataSpec, build_task
+from tune_as.tasks import DataSettings, build_task
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def run(data_dir: Path, max_length: int, warm_runs: int, backbone: str) -> dict[
     task = build_task("clinc_oos")
     load_before = os.getloadavg()[0]  # other processes on the machine slow the cold path down: report it
     with tempfile.TemporaryDirectory() as cache:
-        spec = DataSpec("clinc_oos", data_dir=data_dir, backbone=backbone, encoder="frozen",
+        spec = DataSettings("clinc_oos", data_dir=data_dir, backbone=backbone, encoder="frozen",
                         max_length=max_length, cache_dir=Path(cache))
         start = time.perf_counter()
         data = task.prepare(spec)

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from tune_as.space.search_space import default_space_path, load_search_space
-from tune_as.tasks import DataSpec, build_task, prepare
+from tune_as.tasks import DataSettings, build_task, prepare
 from tune_as.training.trial import PhaseTimer, Trial
 
 REPO = Path(__file__).resolve().parent.parent
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.seeds, args.epochs, args.train_samples, args.eval_samples = args.seeds[:1], 2, 160, 160
     task = build_task("clinc_oos")
-    data = prepare(task, DataSpec(task="clinc_oos", data_dir=args.data_dir, backbone="minilm", encoder="finetune",
+    data = prepare(task, DataSettings(task="clinc_oos", data_dir=args.data_dir, backbone="minilm", encoder="finetune",
                                   max_length=args.max_length, max_train_samples=args.train_samples,
                                   max_eval_samples=args.eval_samples, seed=0, cache_dir=args.cache_dir.expanduser()))
     print(f"clinc_oos: train {len(data.train)}, validation {len(data.validation or [])}, "

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from tune_as.errors import UserError
 from tune_as.search import main
-from tune_as.tasks import DataSpec, build_task
+from tune_as.tasks import DataSettings, build_task
 from tune_as.tracking.tracker import redact_uri
 
 SPACE_OK = "task: digits\ntrials_per_loss: 1\nfixed: {epochs: 1}\nlosses:\n  softmax: {}\n"
@@ -103,6 +103,32 @@ CASES = {
                         "argument --sampler: invalid choice: 'grid'"),
     "unknown --set key": (lambda d: ["--task", "digits", "--set", "no_such_key=1"],
                           "--set: unknown key 'no_such_key'; expected one of ['batch_size', 'epochs'"),
+    # one rule per field, on the class that owns it (tune_as.settings): the same minimum however it is given
+    "--set max_length=2": (lambda d: ["--task", "sst5", "--set", "max_length=2"],
+                           "--set: max_length: expected an integer >= 4, got 2"),
+    "--max-length 2": (lambda d: ["--task", "sst5", "--max-length", "2"],
+                       "settings: max_length: expected an integer >= 4, got 2"),
+    "--max-epochs inf": (lambda d: ["--task", "digits", "--max-epochs", "inf"], "--max-epochs: expected a number > 0, got inf"),
+    "--reduction-factor nan": (lambda d: ["--task", "digits", "--reduction-factor", "nan"],
+                               "--reduction-factor: expected a number > 1, got nan"),
+    "--grace-period nan": (lambda d: ["--task", "digits", "--grace-period", "nan"],
+                           "--grace-period: expected a number > 0, got nan"),
+    "--cpus-per-trial nan": (lambda d: ["--task", "digits", "--cpus-per-trial", "nan"],
+                             "--cpus-per-trial: expected a number > 0, got nan"),
+    "--set lr=inf": (lambda d: ["--task", "digits", "--set", "lr=inf"], "--set lr: expected a finite number, got 'inf'"),
+    "data setting under a loss": (lambda d: ["--task", "digits", "--search-space", str(_space(
+        d, SPACE_OK + "  as_softmax:\n    fixed: {max_length: 32}\n"))],
+        "losses.as_softmax.fixed: ['max_length']: data setting(s), prepared once for the whole search"),
+    "seed under a loss": (lambda d: ["--task", "digits", "--search-space", str(_space(
+        d, SPACE_OK + "  as_softmax:\n    fixed: {seed: 123}\n"))], "seed: expected no seed under a loss"),
+    "paper point outside its range": (lambda d: ["--task", "digits", "--search-space", str(_space(
+        d, SPACE_OK + "  as_softmax:\n    params:\n      delta: {type: float, low: 0.05, high: 0.5}\n"
+        "    paper: {delta: 0.9}\n"))], "losses.as_softmax.paper.delta: expected a value the search can draw"),
+    "paper sets what is not searched": (lambda d: ["--task", "digits", "--search-space", str(_space(
+        d, SPACE_OK + "  as_softmax:\n    params:\n      delta: {type: float, low: 0.05, high: 0.5}\n"
+        "    paper: {delta: 0.3, lr: 5.0}\n"))], "losses.as_softmax.paper.lr: expected a searched parameter"),
+    "frozen encoder on images": (lambda d: ["--task", "digits", "--encoder", "frozen"],
+                                 "--encoder: expected finetune for digits"),
 }
 # Found only once Ray runs (the cluster's resources); the folder, the state and the runs come after.
 RAY_CASES = {
@@ -210,7 +236,7 @@ def test_jsonl_loader_fuzz_fails_only_with_clear_errors(tmp_path: Path, rows: li
         (folder / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
     task = build_task("sst5")
     try:
-        task.prepare(DataSpec(task="sst5", data_dir=folder, backbone="tiny", encoder="finetune", max_length=8,
+        task.prepare(DataSettings(task="sst5", data_dir=folder, backbone="tiny", encoder="finetune", max_length=8,
                               cache_dir=tmp_path / "cache"))
     except (ValueError, FileNotFoundError) as exc:  # UserError is a ValueError
         assert str(exc).strip(), "an error without a message"

@@ -4,6 +4,7 @@ request validation."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,13 @@ import pytest
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
-from tune_as.results import ranking
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import PerLossSearcher
 from tune_as.errors import UserError
+from tune_as.results import ranking
 from tune_as.results.selection import TrialRun
-from tune_as.settings import TrialConfig
+from tune_as.settings import TrialSettings
 from tune_as.space.search_space import load_search_space
 
 METRIC = "val_accuracy"
@@ -98,15 +99,14 @@ def test_searcher_gives_each_loss_its_quota_warm_start_first_and_seeds_for_param
     path = tmp_path / "digits.yaml"
     path.write_text(SPACE)
     space = load_search_space(path, "multiclass")
-    base = TrialConfig(task="digits", loss="softmax", epochs=2, batch_size=32, lr=1e-3, max_length=8,
-                       backbone="cnn", seed=5)
+    base = TrialSettings(loss="softmax", epochs=2, batch_size=32, lr=1e-3, seed=5)
     searcher = PerLossSearcher(space, base, f"sqlite:///{tmp_path / 'optuna.db'}", "digits", "best_val_accuracy", 0)
     configs = [searcher.suggest(f"t{i}") for i in range(7)]
     assert configs[-1] == "FINISHED"
     by_loss: dict[str, list[dict[str, Any]]] = {}
     for c in configs[:-1]:
         assert isinstance(c, dict)
-        TrialConfig.from_dict(c)  # every suggestion is a valid trial config
+        TrialSettings.from_dict(c)  # every suggestion is a valid trial config
         by_loss.setdefault(c["loss"], []).append(c)
     assert {k: len(v) for k, v in by_loss.items()} == {"softmax": 3, "as_softmax": 3}
     assert by_loss["as_softmax"][0]["loss.delta"] == 0.3  # the paper's Table 6 setting goes first
@@ -218,8 +218,7 @@ losses:
 def _searcher(tmp_path: Path, text: str, **kw: Any) -> PerLossSearcher:
     path = tmp_path / "digits.yaml"
     path.write_text(text)
-    base = TrialConfig(task="digits", loss="softmax", epochs=2, batch_size=32, lr=1e-3, max_length=8,
-                       backbone="cnn", seed=5)
+    base = TrialSettings(loss="softmax", epochs=2, batch_size=32, lr=1e-3, seed=5)
     return PerLossSearcher(load_search_space(path, "multiclass"), base, f"sqlite:///{tmp_path / 'optuna.db'}",
                            "digits", "best_val_accuracy", 0, **kw)
 
@@ -248,7 +247,7 @@ def test_random_sampler_without_warm_start_draws_uniformly_from_the_same_space(t
     assert isinstance(searcher.study("as_softmax").sampler, optuna.samplers.RandomSampler)
     assert not any(c["loss"] == "as_softmax" and c["loss.delta"] == 0.3 for c in configs), "no warm start"
     for c in configs:
-        TrialConfig.from_dict(c)
+        TrialSettings.from_dict(c)
     (tmp_path / "again").mkdir()
     again = _searcher(tmp_path / "again", DEFAULTS_SPACE, sampler="random", warm=False)
     assert [again.suggest(f"t{i}") for i in range(8)] == configs, "a seeded random search is repeatable"
@@ -256,6 +255,7 @@ def test_random_sampler_without_warm_start_draws_uniformly_from_the_same_space(t
 
 def test_confirm_top_confirms_the_best_losses_on_validation_and_always_softmax() -> None:
     from tune_as.engine.run import confirmation_configs
+    from tune_as.settings import from_params
 
     trials = [run(0, "softmax", 0.80, 0.80, 0), run(1, "sparsemax", 0.95, 0.9, 1),
               run(2, "entmax15", 0.93, 0.9, 2), run(3, "t_softmax", 0.90, 0.99, 3, **{"loss.tau": "2.0"}),
@@ -263,6 +263,7 @@ def test_confirm_top_confirms_the_best_losses_on_validation_and_always_softmax()
     for r in trials:
         r.params.update({"task": "digits", "epochs": "2", "batch_size": "32", "lr": "0.001", "max_length": "8",
                          "backbone": "cnn"})
+    trials = [dataclasses.replace(r, settings=from_params(r.params)[1]) for r in trials]  # as the engine makes them
     configs = confirmation_configs(trials, 2, top=2)
     assert sorted({c.loss for c in configs}) == ["entmax15", "softmax", "sparsemax"]  # t_softmax's 0.99 was stopped
     assert {c.seed for c in configs} == {5, 6}

@@ -167,3 +167,33 @@ def test_early_stopping_is_per_loss_and_confirm_ranks_on_new_seeds(tmp_path: Pat
     assert (c.search_trials, c.confirm_trials) == (8, 4) and c.confirm_epochs == 4 * 3
     assert c.search_epochs == sum(float(ch.data.metrics["epoch"]) for ch in children) < 8 * 3
     assert parents[0].data.metrics["compute_search_epochs"] == c.search_epochs
+
+
+OWN_EPOCHS_SPACE = """task: digits
+trials_per_loss: 2
+fixed: {epochs: 2, batch_size: 64, lr: 3.0e-3}
+losses:
+  softmax: {}
+  label_smoothing:
+    fixed: {epochs: 1, eps: 0.1}
+"""
+
+
+def test_a_loss_with_its_own_epochs_is_judged_complete_at_its_own_epochs(tmp_path: Path, mlflow_server,
+                                                                          ray_local) -> None:
+    """A loss that trains 1 epoch where the others train 2 completed its trials: it is not "stopped early",
+    it has a result, and its runs say so in MLflow (the bug: every trial was judged against the base epochs)."""
+    space = tmp_path / "digits.yaml"
+    space.write_text(OWN_EPOCHS_SPACE)
+    outcome = run_search(SearchRequest(
+        task="digits", search_space=space, storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri,
+        experiment="e2e-own-epochs", cache_dir=tmp_path / "cache", max_concurrent=1, verbose=0,
+        max_train_samples=300, max_eval_samples=100))
+    rows = {row.loss: row for row in outcome.rows}
+    assert rows["label_smoothing"].completed == 2 and rows["label_smoothing"].val, rows["label_smoothing"]
+    _, children = _runs(mlflow_server.uri, "e2e-own-epochs")
+    short = [c for c in children if c.data.params["loss"] == "label_smoothing"]
+    assert [c.data.params["epochs"] for c in short] == ["1.0", "1.0"]
+    assert all(c.data.tags.get("tune_as.stopped_early") != "true" for c in short)
+    assert {c.data.params["max_length"] for c in children} == {"128"}, "data settings logged with every trial"
+    assert "epochs per loss: softmax 2, label_smoothing 1" in outcome.markdown

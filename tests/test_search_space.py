@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 
 from tune_as.errors import UserError
 from tune_as.losses import LOSSES
-from tune_as.settings import TrialConfig
+from tune_as.settings import TrialSettings
 from tune_as.space.search_space import (
     OVERRIDE_KEYS,
     OWN_OPTION_KEYS,
     SPACES_DIR,
     SearchSpace,
+    check_overrides,
     config_key,
     load_search_space,
     parse_overrides,
@@ -90,7 +91,7 @@ BAD = [
     ("no losses", "task: sst5\nlosses: {}\n", "expected at least one loss"),
     ("trials not int", GOOD + "trials_per_loss: many\n", "trials_per_loss: expected an integer, got 'many'"),
     ("loss of wrong kind", "task: sst5\nlosses:\n  bce: {}\n", "does not apply to multiclass tasks"),
-    ("bad trial setting", "task: sst5\nfixed: {epochs: -1}\nlosses:\n  softmax: {}\n", "epochs must be > 0"),
+    ("bad trial setting", "task: sst5\nfixed: {epochs: -1}\nlosses:\n  softmax: {}\n", "fixed: epochs: expected a number > 0, got -1.0"),
 ]
 
 
@@ -225,7 +226,7 @@ def test_a_name_both_searched_and_fixed_is_refused(tmp_path: Path) -> None:
 
 
 def test_numbers_yaml_reads_as_strings_are_numbers(tmp_path: Path) -> None:
-    """PyYAML (YAML 1.1) reads 2e-5 as a string; the loader types values by TrialConfig and the loss."""
+    """PyYAML (YAML 1.1) reads 2e-5 as a string; the loader types values by TrialSettings and the loss."""
     space = _space(tmp_path, """task: sst5
 fixed: {lr: 2e-5, weight_decay: "1e-2", epochs: 3}
 losses:
@@ -305,7 +306,7 @@ LONG = "x" * 100_000
 
 
 @pytest.mark.parametrize("text", [
-    f"task: sst5\nfixed: {{precision: {LONG}}}\nlosses: {{softmax: {{}}}}\n",  # TrialConfig's own message
+    f"task: sst5\nfixed: {{precision: {LONG}}}\nlosses: {{softmax: {{}}}}\n",  # TrialSettings's own message
     f"task: sst5\nfixed: {{lr: {LONG}}}\nlosses: {{softmax: {{}}}}\n",
     f"task: [{LONG}]\nlosses: {{softmax: {{}}}}\n",
     f"task: sst5\nlosses:\n  softmax: {{}}\n  ? {LONG}\n  : {{}}\n",  # YAML's explicit key: no length limit
@@ -319,39 +320,46 @@ def test_a_long_value_is_quoted_as_a_short_excerpt(tmp_path: Path, text: str) ->
 
 
 # -- --set KEY=VALUE ---------------------------------------------------------------------------------------
+def _set(items: list[str]) -> dict[str, object]:
+    """--set as the engine types it: split, then typed once and checked by the settings classes."""
+    return check_overrides(parse_overrides(items), {})
+
+
 def test_set_keys_are_the_trial_settings_without_their_own_option() -> None:
-    fields = {f.name for f in dataclasses.fields(TrialConfig)}
-    assert fields - {"task", "loss", "loss_params"} - OWN_OPTION_KEYS == OVERRIDE_KEYS
+    fields = {f.name for f in dataclasses.fields(TrialSettings)}
+    assert fields - {"loss", "loss_params"} - OWN_OPTION_KEYS | {"max_length"} == OVERRIDE_KEYS
     assert {"lr", "batch_size", "epochs", "max_length", "warmup_r", "eval_every_steps", "precision"} <= OVERRIDE_KEYS
     assert {"backbone", "encoder", "data_dir", "max_train_samples", "max_eval_samples", "seed"} == OWN_OPTION_KEYS
 
 
 def test_set_values_are_typed_by_trial_config() -> None:
-    got = parse_overrides(["lr=2e-5", "batch_size = 16", "epochs=3", "skip_masked_rows=true", "precision=fp32",
+    assert parse_overrides(["lr=2e-5"]) == {"lr": "2e-5"}, "split only: typed once, by check_overrides"
+    got = _set(["lr=2e-5", "batch_size = 16", "epochs=3", "skip_masked_rows=true", "precision=fp32",
                            "eval_every_steps=none", "max_grad_norm=1"])
     assert got == {"lr": 2e-5, "batch_size": 16, "epochs": 3.0, "skip_masked_rows": True, "precision": "fp32",
                    "eval_every_steps": None, "max_grad_norm": 1.0}
     assert [type(got[k]) for k in ("batch_size", "epochs", "max_grad_norm")] == [int, float, float]
-    assert parse_overrides(["eval_every_steps=50"]) == {"eval_every_steps": 50}
-    assert parse_overrides([]) == {}
+    assert _set(["eval_every_steps=50"]) == {"eval_every_steps": 50}
+    assert _set([]) == {}
 
 
 @pytest.mark.parametrize(("text", "value"), [("true", True), ("FALSE", False), ("1", True), ("0", False)])
 def test_set_booleans(text: str, value: bool) -> None:
-    assert parse_overrides([f"skip_masked_rows={text}"]) == {"skip_masked_rows": value}
+    assert _set([f"skip_masked_rows={text}"]) == {"skip_masked_rows": value}
 
 
-@given(st.floats(min_value=0.0, exclude_min=True))
+@given(st.floats(min_value=0.0, exclude_min=True, allow_infinity=False))
 def test_set_float_round_trips_its_repr(x: float) -> None:
-    assert parse_overrides([f"max_grad_norm={x!r}"]) == {"max_grad_norm": x}
+    assert _set([f"max_grad_norm={x!r}"]) == {"max_grad_norm": x}
 
 
 @pytest.mark.parametrize(("item", "message"), [
-    ("max_grad_norm=0", "max_grad_norm must be > 0"), ("max_length=-1", "max_length must be >= 1"),
-    ("weight_decay=-0.1", "weight_decay must be >= 0")])
+    ("max_grad_norm=0", "max_grad_norm: expected a number > 0"), ("max_length=2", "max_length: expected an integer >= 4"),
+    ("weight_decay=-0.1", "weight_decay: expected a number >= 0"), ("lr=inf", "lr: expected a finite number"),
+    ("lr=nan", "lr: expected a finite number"), ("epochs=inf", "epochs: expected a finite number")])
 def test_set_refuses_settings_the_trainer_cannot_use(item: str, message: str) -> None:
     with pytest.raises(UserError, match=message):
-        parse_overrides([item])
+        _set([item])
 
 
 SET_ERRORS = [
@@ -364,25 +372,25 @@ SET_ERRORS = [
     (["batch_size=3.5"], "--set batch_size: expected an integer, got '3.5'"),
     (["skip_masked_rows=maybe"], "--set skip_masked_rows: expected true or false, got 'maybe'"),
     (["eval_every_steps=often"], "--set eval_every_steps: expected an integer or none, got 'often'"),
-    (["warmup_r=1.5"], "--set: warmup_r must be in [0, 1), got 1.5"),
-    (["precision=fp8"], "--set: precision must be one of ('auto', 'fp32', 'bf16', 'fp16'), got 'fp8'"),
+    (["warmup_r=1.5"], "--set: warmup_r: expected a number in [0, 1), got 1.5"),
+    (["precision=fp8"], "--set: precision: expected one of ('auto', 'fp32', 'bf16', 'fp16'), got 'fp8'"),
     (["lr=1e-3", "lr=2e-3"], "--set: expected each key once, got lr twice ('1e-3' and '2e-3')"),
-    ([f"precision={LONG}"], "--set: precision must be one of ('auto', 'fp32', 'bf16', 'fp16'), got 'xxxx"),
+    ([f"precision={LONG}"], "--set: precision: expected one of ('auto', 'fp32', 'bf16', 'fp16'), got 'xxxx"),
 ]
 
 
 @pytest.mark.parametrize(("items", "message"), SET_ERRORS, ids=[e[1][:40] for e in SET_ERRORS])
 def test_set_errors_are_one_line(items: list[str], message: str) -> None:
     with pytest.raises(UserError) as info:
-        parse_overrides(items)
+        _set(items)
     assert str(info.value).startswith(message)
     assert "\n" not in str(info.value) and len(str(info.value)) < 600
 
 
 def test_with_overrides_sets_the_shared_fixed_settings() -> None:
     clinc = load_search_space(SPACES_DIR / "clinc_oos.yaml", "multiclass")
-    faster = clinc.with_overrides(parse_overrides(["lr=1e-4", "epochs=2", "eval_every_steps=100"]))
-    assert faster.fixed == {"epochs": 2.0, "batch_size": 32, "lr": 1e-4, "max_length": 64, "eval_every_steps": 100}
+    faster = clinc.with_overrides(_set(["lr=1e-4", "epochs=2", "eval_every_steps=100"]))
+    assert faster.overrides == {"epochs": 2.0, "lr": 1e-4, "eval_every_steps": 100}
     assert clinc.fixed["lr"] == 2e-5, "the original space is unchanged"
     assert faster.losses == clinc.losses
     assert faster.fingerprint() != clinc.fingerprint()
@@ -399,7 +407,7 @@ def test_with_overrides_pins_a_setting_a_loss_searches() -> None:
         assert "warmup_r" not in [d.name for d in pinned.losses[loss].params]
         assert "warmup_r" not in (pinned.losses[loss].paper or {}) and "warmup_r" not in pinned.losses[loss].fixed
     assert pinned.losses["as_softmax"].paper == {"delta": 0.3}
-    assert pinned.fixed["warmup_r"] == 0.0 and pinned.fingerprint() != clinc.fingerprint()
+    assert pinned.overrides["warmup_r"] == 0.0 and pinned.fingerprint() != clinc.fingerprint()
 
 
 def test_with_overrides_pins_a_loss_fixed_setting_and_can_leave_nothing_to_search(tmp_path: Path) -> None:
@@ -413,17 +421,17 @@ losses:
 """).with_overrides({"lr": 5e-4, "warmup_r": 0.1})
     assert space.losses["as_softmax"].params == (), "nothing left to search: the loss repeats over seeds"
     assert space.losses["softmax"].constants() == {}
-    assert space.fixed == {"lr": 5e-4, "warmup_r": 0.1}
+    assert space.overrides == {"lr": 5e-4, "warmup_r": 0.1}
 
 
 def test_with_overrides_checks_what_it_is_given() -> None:
     clinc = load_search_space(SPACES_DIR / "clinc_oos.yaml", "multiclass")
     with pytest.raises(UserError, match=r"^--set: unknown key 'delta'; expected one of"):
-        clinc.with_overrides({"delta": 0.3})
-    with pytest.raises(UserError, match=r"^--set batch_size: expected an integer, got 2.5$"):
-        clinc.with_overrides({"batch_size": 2.5})
-    with pytest.raises(UserError, match=r"^--set: lr must be > 0, got -1.0$"):
-        clinc.with_overrides({"lr": -1})
+        check_overrides({"delta": "0.3"}, clinc.fixed)
+    with pytest.raises(UserError, match=r"^--set batch_size: expected an integer, got '2.5'$"):
+        check_overrides({"batch_size": "2.5"}, clinc.fixed)
+    with pytest.raises(UserError, match=r"^--set: lr: expected a number > 0, got -1.0$"):
+        check_overrides({"lr": "-1"}, clinc.fixed)
 
 
 def test_k_above_classes_is_rejected(tmp_path: Path) -> None:
@@ -442,14 +450,15 @@ def test_fingerprint_changes_with_content(tmp_path: Path) -> None:
     assert fa != fb and fa == load_search_space(a, "multiclass").fingerprint()
 
 
-def test_trial_config_rejects_unknown_keys_and_round_trips() -> None:
-    flat = {"task": "sst5", "loss": "as_softmax", "epochs": 2.0, "batch_size": 8, "lr": 1e-3, "max_length": 16,
-            "backbone": "tiny", "loss.delta": 0.3, "warmup_r": 0.1}
-    cfg = TrialConfig.from_dict(flat)
+def test_trial_settings_reject_unknown_keys_and_round_trip() -> None:
+    flat = {"loss": "as_softmax", "epochs": 2.0, "batch_size": 8, "lr": 1e-3, "loss.delta": 0.3, "warmup_r": 0.1}
+    cfg = TrialSettings.from_dict(flat)
     assert cfg.loss_params == {"delta": 0.3}
-    assert TrialConfig.from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ValueError, match=r"unknown trial config keys \['lrr'\]"):
-        TrialConfig.from_dict({**flat, "lrr": 1.0})
+    assert TrialSettings.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match=r"unknown trial setting\(s\) \['lrr'\]"):
+        TrialSettings.from_dict({**flat, "lrr": 1.0})
+    with pytest.raises(ValueError, match=r"\['max_length'\] \(max_length: data settings, fixed for the whole search\)"):
+        TrialSettings.from_dict({**flat, "max_length": 16})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -465,11 +474,12 @@ def test_loader_fuzz_never_crashes_with_anything_but_user_error(tmp_path: Path, 
 
 def test_config_round_trips_through_mlflow_params() -> None:
     """What the report's --confirm rebuilds from a child run's params equals what the trial ran."""
-    from tune_as.tracking.schema import config_from_params
+    from tune_as.settings import DataSettings, from_params
 
-    flat = TrialConfig.from_dict({"task": "sst5", "loss": "taylor_softmax", "epochs": 2.0, "batch_size": 8,
-                                  "lr": 1e-3, "max_length": 16, "backbone": "tiny", "loss.n": 4,
-                                  "loss.backward": "inf", "seed": 3}).to_dict()
-    params = {k: str(v) for k, v in flat.items()} | {"git_commit": "abc"}
-    assert config_from_params(params).to_dict() == flat
-    assert config_from_params(params).loss_params["backward"] == "inf"
+    trial = TrialSettings.from_dict({"loss": "taylor_softmax", "epochs": 2.0, "batch_size": 8, "lr": 1e-3,
+                                     "loss.n": 4, "loss.backward": "inf", "seed": 3, "eval_every_steps": None})
+    data = DataSettings("sst5", data_dir=Path("/data/sst5"), backbone="tiny", max_length=16)
+    params = {k: str(v) for k, v in {**data.to_params(), **trial.to_dict()}.items()} | {"git_commit": "abc"}
+    got_data, got_trial = from_params(params)
+    assert got_trial == trial and got_data == data
+    assert got_trial.loss_params == {"n": 4, "backward": "inf"} and type(got_trial.epochs) is float

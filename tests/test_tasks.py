@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import shared_data
 
-from tune_as.tasks import TASKS, DataSpec, PreparedData, Split, build_model, build_task, prepare
+from tune_as.tasks import TASKS, DataSettings, PreparedData, Split, build_model, build_task, prepare
 from tune_as.tasks import backbones as backbones_module
 from tune_as.tasks import featurize as featurize_module
 from tune_as.tasks import sources as sources_module
@@ -32,7 +32,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tiny(task: str, data_dir: Path | None, cache: Path, **kw: object) -> PreparedData:
-    spec = DataSpec(task, data_dir=data_dir, backbone="tiny", encoder=kw.pop("encoder", "finetune"),
+    spec = DataSettings(task, data_dir=data_dir, backbone="tiny", encoder=kw.pop("encoder", "finetune"),
                     max_length=kw.pop("max_length", 64), cache_dir=cache, **kw)  # type: ignore[arg-type]
     return prepare(build_task(task), spec)
 
@@ -76,20 +76,20 @@ def test_metric_and_kind_declarations(name: str, metrics: tuple[str, ...], kind:
 
 
 def test_dataspec_is_hashable_validated_and_keys_ignore_cache_dir(tmp_path: Path) -> None:
-    a, b = DataSpec("sst5", cache_dir=tmp_path / "a"), DataSpec("sst5", cache_dir=tmp_path / "b")
-    assert hash(a) == hash(DataSpec("sst5", cache_dir=tmp_path / "a"))
-    assert a.key_fields() == b.key_fields() and a.key_fields() != DataSpec("sst5", max_length=64).key_fields()
+    a, b = DataSettings("sst5", cache_dir=tmp_path / "a"), DataSettings("sst5", cache_dir=tmp_path / "b")
+    assert hash(a) == hash(DataSettings("sst5", cache_dir=tmp_path / "a"))
+    assert a.key_fields() == b.key_fields() and a.key_fields() != DataSettings("sst5", max_length=64).key_fields()
     with pytest.raises(ValueError, match="encoder: expected one of .*got 'partial'"):
-        DataSpec("sst5", encoder="partial")
-    with pytest.raises(ValueError, match="max_train_samples: expected None or >= 1, got 0"):
-        DataSpec("sst5", max_train_samples=0)
+        DataSettings("sst5", encoder="partial")
+    with pytest.raises(ValueError, match="max_train_samples: expected none or an integer >= 1, got 0"):
+        DataSettings("sst5", max_train_samples=0)
 
 
 def test_prepare_checks_the_spec_and_task_prepare_is_the_same_call(cache: Path) -> None:
     task = build_task("digits")
-    with pytest.raises(ValueError, match="DataSpec.task: expected 'digits' for this task, got 'sst5'"):
-        prepare(task, DataSpec("sst5", cache_dir=cache))
-    spec = DataSpec("digits", cache_dir=cache)
+    with pytest.raises(ValueError, match="DataSettings.task: expected 'digits' for this task, got 'sst5'"):
+        prepare(task, DataSettings("sst5", cache_dir=cache))
+    spec = DataSettings("digits", cache_dir=cache)
     data, again = prepare(task, spec), task.prepare(spec)
     assert torch.equal(data.train.columns["pixels"], again.train.columns["pixels"]) and len(data.train) == 1150
 
@@ -356,7 +356,7 @@ def test_single_target_token_and_multilabel_data_is_refused(kind: str, rows: lis
                                                             message: str, tmp_path: Path, cache: Path) -> None:
     write_split(tmp_path, "train", rows)
     write_split(tmp_path, "validation", rows)
-    spec = DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache)
+    spec = DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache)
     with pytest.raises(ValueError, match=f"train.jsonl.gz: .*{message}"):
         prepare(build_task("jsonl", kind=kind), spec)
 
@@ -376,7 +376,7 @@ def test_jsonl_options_as_the_cli_passes_them(tmp_path: Path, cache: Path) -> No
         with pytest.raises(ValueError, match=message):
             build_task("jsonl", **options)
     write_split(tmp_path, "train", fx.labelled(["a", "b", "c"] * 4))
-    spec = DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache)
+    spec = DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache)
     with pytest.raises(ValueError, match="metric 'f1' is the F1 of label id 1 of a 2-class task: expected 2 "
                                          "classes, got 3 \\(a, b, c\\); use macro_f1 or micro_f1"):
         prepare(build_task("jsonl", metrics="f1"), spec)
@@ -387,15 +387,15 @@ def test_jsonl_task_with_user_fields_and_clear_kind_errors(tmp_path: Path, cache
             for i in range(30)]
     write_split(tmp_path, "train", rows)
     task = build_task("jsonl", kind="multiclass", text_field="q", label_field="intent")
-    data = prepare(task, DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
+    data = prepare(task, DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
     assert data.label_names == ("i0", "i1", "i2") and len(data.validation) == 3  # carved: 10% of 30
     assert any("carved 3 rows" in n for n in data.notes)
     token = build_task("jsonl", kind="token", text_field="toks", label_field="tags")
-    data = prepare(token, DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
+    data = prepare(token, DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
     assert data.kind == "token" and data.label_names == ("B-X", "O")
     assert build_task(data.task, **data.task_options) == token  # what a Ray trial does to score
     assert token.metrics == ("f1", "accuracy")
-    spec = DataSpec("jsonl", data_dir=tmp_path, backbone="tiny", cache_dir=cache)
+    spec = DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", cache_dir=cache)
     with pytest.raises(ValueError, match="all strings or all integers, found list.*kind 'multilabel' or 'token'"):
         prepare(build_task("jsonl", kind="multiclass", text_field="q", label_field="tags"), spec)
     with pytest.raises(ValueError, match="expected field 'intent' to be a list of labels \\(multi-label task\\)"):
@@ -480,7 +480,7 @@ def test_second_prepare_is_a_cache_hit_without_encoder_forward(tmp_path: Path,
 
     monkeypatch.setattr(backbones_module, "load_backbone", counting_load)
     monkeypatch.setattr("tune_as.tasks.text.text_split", counting_split)
-    spec = DataSpec("clinc_oos", data_dir=shared_data("clinc_oos"), backbone="minilm", encoder="frozen",
+    spec = DataSettings("clinc_oos", data_dir=shared_data("clinc_oos"), backbone="minilm", encoder="frozen",
                     max_length=32, max_train_samples=96, max_eval_samples=32, cache_dir=tmp_path)
     task = build_task("clinc_oos")
     first = prepare(task, spec)
@@ -489,7 +489,7 @@ def test_second_prepare_is_a_cache_hit_without_encoder_forward(tmp_path: Path,
     second = prepare(task, spec)
     assert forwards == [] and tokenize_calls == []
     assert torch.equal(first.train.columns["features"], second.train.columns["features"])
-    prepare(task, DataSpec(**{**spec.__dict__, "max_length": 24}))  # another spec: a miss, tokenized again
+    prepare(task, DataSettings(**{**spec.__dict__, "max_length": 24}))  # another spec: a miss, tokenized again
     assert forwards and len(tokenize_calls) == 3
 
 
@@ -525,12 +525,12 @@ def test_build_model_is_seeded_and_rejects_unknown_heads(cache: Path) -> None:
 
 
 def test_seed_is_in_the_cache_key_only_where_it_changes_the_data() -> None:
-    full = DataSpec("clinc_oos", backbone="minilm", encoder="frozen")
-    assert full.key_fields() == DataSpec("clinc_oos", backbone="minilm", encoder="frozen", seed=7).key_fields()
-    subset = DataSpec("clinc_oos", max_train_samples=100)
-    assert subset.key_fields() != DataSpec("clinc_oos", max_train_samples=100, seed=7).key_fields()
-    random_encoder = DataSpec("clinc_oos", backbone="tiny", encoder="frozen")
-    assert random_encoder.key_fields() != DataSpec("clinc_oos", backbone="tiny", encoder="frozen", seed=7).key_fields()
+    full = DataSettings("clinc_oos", backbone="minilm", encoder="frozen")
+    assert full.key_fields() == DataSettings("clinc_oos", backbone="minilm", encoder="frozen", seed=7).key_fields()
+    subset = DataSettings("clinc_oos", max_train_samples=100)
+    assert subset.key_fields() != DataSettings("clinc_oos", max_train_samples=100, seed=7).key_fields()
+    random_encoder = DataSettings("clinc_oos", backbone="tiny", encoder="frozen")
+    assert random_encoder.key_fields() != DataSettings("clinc_oos", backbone="tiny", encoder="frozen", seed=7).key_fields()
 
 
 @pytest.mark.parametrize("name", ["clinc_oos", "conll2003"])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tune_as.losses import LOSSES
-from tune_as.tasks import DataSpec, build_task
+from tune_as.tasks import DataSettings, build_task
 from tune_as.training.trial import PMARGIN_FILE, STATE_FILE, PhaseTimer, Trial, lr_factor, p_margin, run_trial
 
 
@@ -39,12 +39,11 @@ class Recorder:
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
     task = build_task("digits")
-    return task, task.prepare(DataSpec(task="digits", cache_dir=tmp_path_factory.mktemp("cache")))
+    return task, task.prepare(DataSettings(task="digits", cache_dir=tmp_path_factory.mktemp("cache")))
 
 
 def config(**over: Any) -> dict[str, Any]:
-    return {"task": "digits", "loss": "softmax", "epochs": 2.0, "batch_size": 64, "lr": 3e-3, "max_length": 8,
-            "backbone": "cnn", **over}
+    return {"loss": "softmax", "epochs": 2.0, "batch_size": 64, "lr": 3e-3, **over}
 
 
 def test_reports_every_epoch_with_the_documented_metrics(digits, tmp_path: Path) -> None:

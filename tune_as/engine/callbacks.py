@@ -79,8 +79,9 @@ class MlflowCallback(tune.Callback):
 
     _trackers: dict[str, tracking.MlflowTracker] = {}
 
-    def __init__(self, tracker: tracking.MlflowTracker, metric: str, max_epochs: float, role: str) -> None:
-        self.search_id, self.metric, self.max_epochs, self.role = tracker.search_id, metric, max_epochs, role
+    def __init__(self, tracker: tracking.MlflowTracker, metric: str, role: str, data_params: dict[str, Any]) -> None:
+        self.search_id, self.metric, self.role = tracker.search_id, metric, role
+        self.data_params = data_params  # the search's DataSettings, logged beside each trial's own settings
         self.register(tracker)
 
     @classmethod
@@ -92,9 +93,9 @@ class MlflowCallback(tune.Callback):
         return self._trackers[self.search_id]
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        config = {**trial.config, "git_commit": git_commit()}
+        config = {**self.data_params, **trial.config, "git_commit": git_commit()}
         self.tracker.trial_started(trial.trial_id, config, name=trial_name(trial), tags={
-            schema.ROLE: self.role, schema.TASK: str(trial.config["task"]), schema.LOSS: str(trial.config["loss"]),
+            schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]), schema.LOSS: str(trial.config["loss"]),
             schema.METRIC: f"val_{self.metric}"})
 
     def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
@@ -104,7 +105,7 @@ class MlflowCallback(tune.Callback):
         last = trial.last_result or {}
         error = last.get("error")
         tags = {}
-        if not error and not completed(last, self.max_epochs):
+        if not error and not completed(last, float(trial.config["epochs"])):
             tags[schema.STOPPED_EARLY] = "true"
         self.tracker.trial_ended(trial.trial_id, "FAILED" if error else "FINISHED", error=error,
                                  artifacts=checkpoint_files(trial, schema.PMARGIN_FILE), tags=tags)
@@ -119,7 +120,7 @@ class MlflowCallback(tune.Callback):
 
 
 def completed(result: dict[str, Any], epochs: float) -> bool:
-    """The trial trained all its epochs (not stopped early, not failed)."""
+    """The trial trained all its `epochs` (its own setting: not stopped early, not failed)."""
     return not result.get("error") and result.get("epoch", 0.0) >= epochs - 1e-6
 
 

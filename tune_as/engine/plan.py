@@ -1,9 +1,11 @@
 """Planning a search: resolve the request into one base trial config, a search space and prepared data.
 No Ray here and nothing written but the data cache, so every bad input fails before a folder or a run exists.
 
-Where a trial setting comes from, highest first: `--set KEY=VALUE`; the CLI's own options (`--max-epochs`,
+Where a setting comes from, highest first: `--set KEY=VALUE`; the CLI's own options (`--max-epochs`,
 `--max-length`, `--backbone`, ...); `--smoke`; the head defaults of `--encoder frozen` (FROZEN_HEAD, below);
-the search space's `fixed`; the task's defaults (the paper's Table 5); `TrialConfig`'s field defaults.
+the search space's `fixed`; the task's defaults (the paper's Table 5); the settings classes' field defaults.
+The result is one `DataSettings` (the data, prepared once) and one base `TrialSettings` (what every trial
+starts from; a loss's `fixed`, `paper` and searched parameters change only trial settings).
 """
 
 from __future__ import annotations
@@ -21,9 +23,15 @@ from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
 from tune_as.errors import UserError, first_line
-from tune_as.settings import TrialConfig
-from tune_as.space.search_space import SearchSpace, default_space_path, load_search_space
-from tune_as.tasks import DataSpec, PreparedData, Task, build_task
+from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
+from tune_as.space.search_space import (
+    LossSpace,
+    SearchSpace,
+    check_overrides,
+    default_space_path,
+    load_search_space,
+)
+from tune_as.tasks import PreparedData, Task, build_task
 from tune_as.tracking import schema
 
 # --smoke: a tiny random backbone and little data, so the whole pipeline runs in well under a minute.
@@ -42,7 +50,8 @@ class SearchPlan:
     request: SearchRequest  # after a resume: the saved request, with this process's runtime options
     task: Task
     space: SearchSpace
-    base: TrialConfig  # the settings every trial shares (its loss is the first of the search's)
+    data_settings: DataSettings  # the data every trial trains on, prepared once
+    base: TrialSettings  # the settings every trial starts from (its loss is the first of the search's)
     data: PreparedData
     name: str
     search_dir: Path
@@ -61,6 +70,15 @@ class SearchPlan:
     @property
     def n_trials(self) -> int:
         return self.space.trials_per_loss * len(self.losses)
+
+    def max_epochs(self, loss: str) -> float:
+        """The most epochs a trial of `loss` can train: its own `fixed`/searched epochs, else the base's.
+        Early stopping's max_t and "completed" are judged per trial against the trial's own epochs."""
+        space = self.space.losses[loss]
+        searched = [float(v) for d in space.params if d.name == "epochs" for v in d.extremes()]
+        paper = (space.paper or {}).get("epochs")
+        return max([float(space.fixed.get("epochs", self.base.epochs)), *searched,
+                    *([float(paper)] if paper is not None else [])])
 
 
 def build(name: str, task_args: tuple[tuple[str, str], ...] = ()) -> Task:
@@ -155,7 +173,12 @@ def _latest_search(storage: Path, task: str | None) -> str | None:
     return max(found, key=lambda p: p.stat().st_mtime).parent.name if found else None
 
 
-def base_config(r: SearchRequest, task: Task, space: SearchSpace) -> TrialConfig:
+def cache_dir(r: SearchRequest) -> Path:
+    return r.cache_dir or Path(os.environ.get("TUNE_AS_CACHE", "~/.cache/tune_as")).expanduser()
+
+
+def resolve_settings(r: SearchRequest, task: Task, space: SearchSpace) -> tuple[DataSettings, TrialSettings]:
+    """The search's data settings and base trial settings, by the precedence in this module's docstring."""
     d = task.defaults
     settings: dict[str, Any] = {"epochs": d.epochs, "batch_size": d.batch_size, "lr": d.lr,
                                 "max_length": d.max_length, "backbone": d.backbone}
@@ -168,13 +191,19 @@ def base_config(r: SearchRequest, task: Task, space: SearchSpace) -> TrialConfig
            "max_train_samples": r.max_train_samples, "max_eval_samples": r.max_eval_samples,
            "eval_every_steps": r.eval_every_steps}
     settings.update({k: v for k, v in cli.items() if v is not None})
-    settings.update(dict(r.overrides))
-    first = next(iter(space.losses))
+    settings.update(space.overrides)
+    if not task.uses_backbone:  # image tasks have no tokenizer: their max_length is meaningless
+        settings.pop("max_length")
+    cache = cache_dir(r)
+    data = {k: v for k, v in settings.items() if k in DATA_FIELDS}
+    trial = {k: v for k, v in settings.items() if k in TRIAL_FIELDS}
     try:
-        return TrialConfig.from_dict({**settings, "task": task.name, "loss": first, "encoder": r.encoder,
-                                      "seed": r.seed, "data_dir": str(r.data_dir) if r.data_dir else None})
+        data_settings = DataSettings(**{**data, "task": task.name, "data_dir": r.data_dir, "encoder": r.encoder,
+                                        "seed": r.seed, "cache_dir": cache})
+        base = TrialSettings(**{**trial, "loss": next(iter(space.losses)), "seed": r.seed})
     except (TypeError, ValueError) as exc:
-        raise UserError(f"trial settings: {first_line(exc)}") from None
+        raise UserError(f"settings: {first_line(exc)}") from None
+    return data_settings, base
 
 
 def absolute_sqlite(uri: str | None) -> str | None:
@@ -189,7 +218,7 @@ def absolute_sqlite(uri: str | None) -> str | None:
     return uri
 
 
-def check_capabilities(base: TrialConfig, space: SearchSpace) -> None:
+def check_capabilities(base: TrialSettings, space: SearchSpace) -> None:
     """A setting that only some losses support (row skipping) is refused for the others before anything runs."""
     from tune_as.losses import LOSSES
 
@@ -202,22 +231,12 @@ def check_capabilities(base: TrialConfig, space: SearchSpace) -> None:
                             "got true; set it per loss in the search space, or restrict --losses")
 
 
-def data_spec(cfg: TrialConfig, task: Task, cache_dir: Path | None) -> DataSpec:
-    cache = cache_dir or Path(os.environ.get("TUNE_AS_CACHE", "~/.cache/tune_as")).expanduser()
-    # image tasks have no tokenizer: their max_length is meaningless and the spec keeps its default
-    length = {"max_length": cfg.max_length} if task.uses_backbone else {}
-    return DataSpec(task=task.name, data_dir=Path(cfg.data_dir) if cfg.data_dir else None, backbone=cfg.backbone,
-                    encoder=cfg.encoder, **length, max_train_samples=cfg.max_train_samples,
-                    max_eval_samples=cfg.max_eval_samples, seed=cfg.seed, cache_dir=cache)
-
-
-def prepare(cfg: TrialConfig, task: Task, cache_dir: Path | None) -> PreparedData:
+def prepare(spec: DataSettings, task: Task) -> PreparedData:
     """The trials' data, prepared once on the driver (and cached on disk). Loader errors are the user's."""
     from tune_as.tasks import prepare as prepare_data
 
-    if cfg.data_dir is not None and not Path(cfg.data_dir).exists():
-        raise UserError(f"--data-dir: expected an existing folder, got {cfg.data_dir} (not found)")
-    spec = data_spec(cfg, task, cache_dir)
+    if spec.data_dir is not None and not spec.data_dir.exists():
+        raise UserError(f"--data-dir: expected an existing folder, got {spec.data_dir} (not found)")
     try:
         return prepare_data(task, spec)
     except (ValueError, FileNotFoundError, KeyError) as exc:
@@ -250,8 +269,12 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     if r.losses:
         check_losses(r.losses, task.kind)
         space = space.restrict(list(r.losses))
-    if r.overrides:
-        space = space.with_overrides(dict(r.overrides))
+    if r.encoder == "frozen" and not task.uses_backbone:
+        raise UserError(f"--encoder: expected finetune for {task.name} (an image task has no pretrained encoder "
+                        "to freeze), got frozen")
+    overrides = check_overrides(dict(r.overrides), space.fixed)
+    if overrides:
+        space = space.with_overrides(overrides)
     if r.trials_per_loss or r.smoke:
         space = dataclasses.replace(space, trials_per_loss=int(r.trials_per_loss or SMOKE_TRIALS))
     if state is not None:
@@ -265,13 +288,34 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         if (storage / name).exists():
             raise UserError(f"--name: expected a new search name, but {storage / name} exists; "
                             "add --resume to continue it")
-    base = base_config(r, task, space)
+    data_settings, base = resolve_settings(r, task, space)
     check_capabilities(base, space)
-    data = prepare(base, task, r.cache_dir)
+    data = prepare(data_settings, task)
     space.check_classes(data.num_labels)
     experiment = r.experiment or task.name
     search_id = state["search_id"] if state else name
-    return SearchPlan(r, task, space, base, data, name, storage / name, experiment, search_id)
+    return SearchPlan(r, task, space, data_settings, base, data, name, storage / name, experiment, search_id)
+
+
+def plan_confirmation(r: SearchRequest, data_settings: DataSettings, configs: list[TrialSettings]) -> SearchPlan:
+    """A plan that runs given trial settings on the data `data_settings` describes (the report's `--confirm`):
+    the data is prepared from them, no search space is read and nothing is re-planned. `r` gives where to track
+    and run (storage, MLflow, Ray) and the task's options (`--task-arg`)."""
+    r.check()
+    storage = r.storage_path.expanduser().resolve()
+    check_storage(storage)
+    task = build(data_settings.task, r.task_args)
+    losses = sorted({c.loss for c in configs})
+    check_losses(tuple(losses), task.kind)
+    space = SearchSpace(Path("-"), task.name, 1, {}, {loss: LossSpace(loss, (), {}, None) for loss in losses})
+    data_settings = dataclasses.replace(data_settings, cache_dir=cache_dir(r))
+    data = prepare(data_settings, task)
+    name = r.name or f"{task.name}-confirm-{os.getpid()}-{len(configs)}"
+    if (storage / name).exists():
+        raise UserError(f"--name: expected a new name for the confirmation runs, but {storage / name} exists")
+    r = dataclasses.replace(r, task=task.name, mlflow_uri=absolute_sqlite(r.mlflow_uri), asha=False)
+    return SearchPlan(r, task, space, data_settings, configs[0], data, name, storage / name,
+                      r.experiment or task.name, name)
 
 
 @functools.lru_cache(maxsize=1)

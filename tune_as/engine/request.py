@@ -7,12 +7,14 @@ the engine with one directly. Defaults live here and in `tune_as.settings` (tria
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tune_as.errors import UserError
+from tune_as.settings import SEED_MAX
 
 # Options whose value changes what a trial computes: a resumed search must keep them (tune_as.engine.plan).
 RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "max_length", "data_dir",
@@ -23,7 +25,6 @@ RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone",
 FLAGS = {"overrides": "--set", "task_args": "--task-arg", "asha": "--no-asha", "warm_start": "--no-warm-start",
          "checkpoint_interval_s": "--checkpoint-interval"}
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-SEED_MAX = 2**32 - 1
 SAMPLERS = ("tpe", "random")
 
 
@@ -78,11 +79,9 @@ class SearchRequest:
         _positive("--max-failures", self.max_failures, strict=False)
         _positive("--grace-period", self.grace_period)
         _positive("--eval-every-steps", self.eval_every_steps)
-        _positive("--max-length", self.max_length, 3)
-        _positive("--max-train-samples", self.max_train_samples)
-        _positive("--max-eval-samples", self.max_eval_samples)
+        # --max-length and the sample caps are data settings: their rules live on tune_as.settings.DataSettings
         _positive("--checkpoint-interval", self.checkpoint_interval_s, strict=False)
-        if self.reduction_factor <= 1:
+        if not math.isfinite(self.reduction_factor) or self.reduction_factor <= 1:
             raise UserError(f"--reduction-factor: expected a number > 1, got {self.reduction_factor}")
         if self.asha_scope not in ("loss", "search"):
             raise UserError(f"--asha-scope: expected 'loss' or 'search', got {self.asha_scope!r}")
@@ -116,5 +115,5 @@ def flag(option: str) -> str:
 
 
 def _positive(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
-    if value is not None and (value <= minimum if strict else value < minimum):
+    if value is not None and (not math.isfinite(value) or (value <= minimum if strict else value < minimum)):
         raise UserError(f"{name}: expected a number {'>' if strict else '>='} {minimum:g}, got {value}")

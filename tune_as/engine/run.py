@@ -33,14 +33,14 @@ from ray.tune.search import ConcurrencyLimiter, Searcher  # noqa: E402
 
 from tune_as.engine import cluster  # noqa: E402
 from tune_as.engine.callbacks import MlflowCallback, completed, trainable, trial_name  # noqa: E402
-from tune_as.engine.plan import SearchPlan, git_commit, plan_search, state_of  # noqa: E402
+from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of  # noqa: E402
 from tune_as.engine.request import SearchRequest  # noqa: E402
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
 from tune_as.errors import UserError  # noqa: E402
 from tune_as.results import ranking  # noqa: E402
 from tune_as.results.selection import TrialRun  # noqa: E402
-from tune_as.settings import TrialConfig  # noqa: E402
+from tune_as.settings import DataSettings, TrialSettings  # noqa: E402
 from tune_as.space.search_space import config_key  # noqa: E402
 from tune_as.tracking import schema  # noqa: E402
 from tune_as.tracking import tracker as tracking  # noqa: E402
@@ -80,6 +80,17 @@ class Outcome:
     confirmations: list[TrialRun]
     markdown: str
     compute: Compute
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """A planned search with the outside world open: its tracker (parent run), the resources of one trial and
+    the command that resumes it. Yielded by `_tracked`; everything that runs trials takes one."""
+
+    plan: SearchPlan
+    tracker: tracking.MlflowTracker
+    resources: dict[str, float]
+    hint: str
 
 
 # -- the search folder ------------------------------------------------------------------------------------
@@ -132,45 +143,48 @@ def _reporter(plan: SearchPlan) -> CLIReporter:
                        parameter_columns=params, max_report_frequency=30, sort_by_metric=False)
 
 
-def _tuner(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, float], name: str, role: str,
-           search_alg: Searcher, scheduler: TrialScheduler, num_samples: int, epochs: float) -> tune.Tuner:
-    r = plan.request
+def _tuner(session: Session, name: str, role: str, search_alg: Searcher, scheduler: TrialScheduler,
+           num_samples: int) -> tune.Tuner:
+    plan, r = session.plan, session.plan.request
+    callback = MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
-        callbacks=[MlflowCallback(tracker, plan.metric, epochs, role)], verbose=r.verbose,
+        callbacks=[callback], verbose=r.verbose,
         progress_reporter=_reporter(plan), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
         # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
-    return tune.Tuner(_trainable_for(plan, res), run_config=run_config, tune_config=tune.TuneConfig(
+    return tune.Tuner(_trainable_for(plan, session.resources), run_config=run_config, tune_config=tune.TuneConfig(
         scheduler=scheduler, search_alg=search_alg, num_samples=num_samples, reuse_actors=True,
         trial_name_creator=trial_name, trial_dirname_creator=trial_name))
 
 
 def _scheduler(plan: SearchPlan) -> TrialScheduler:
-    r, epochs = plan.request, float(plan.base.epochs)
+    r = plan.request
     if not r.asha:
         return FIFOScheduler()
+    max_t = {loss: plan.max_epochs(loss) for loss in plan.losses}
+    epochs = min(max_t.values())  # the grace period must fit the shortest loss's budget
     grace = min(r.grace_period, epochs) if r.grace_period else default_grace_period(epochs, r.reduction_factor)
     metric = f"val_{plan.metric}"
     if r.asha_scope == "search":  # the ablation: every loss in one set of brackets
-        return ASHAScheduler(time_attr="epoch", max_t=epochs, grace_period=grace,  # type: ignore[arg-type]
+        return ASHAScheduler(time_attr="epoch", max_t=max(max_t.values()), grace_period=grace,  # type: ignore[arg-type]
                              reduction_factor=r.reduction_factor, metric=metric, mode="max")
-    scheduler = PerLossASHA("epoch", epochs, grace, r.reduction_factor, plan.space.trials_per_loss,
+    scheduler = PerLossASHA("epoch", max_t, grace, r.reduction_factor, plan.space.trials_per_loss,
                             plan.search_dir / SCHEDULER_STATE)
     scheduler.set_search_properties(metric, "max")
     return scheduler
 
 
-def _fit(tuner: tune.Tuner, tracker: tracking.MlflowTracker, hint: str, expected: int) -> tune.ResultGrid:
+def _fit(session: Session, tuner: tune.Tuner, expected: int) -> tune.ResultGrid:
     """Ray Tune swallows Ctrl-C (it checkpoints and returns), so an interruption is recognised by trials left
     open or not finished."""
     try:
         grid = tuner.fit()
     except KeyboardInterrupt:
-        raise SearchInterrupted(hint) from None
-    if tracker.unfinished() or grid.num_terminated + grid.num_errors < expected:
-        raise SearchInterrupted(hint)
+        raise SearchInterrupted(session.hint) from None
+    if session.tracker.unfinished() or grid.num_terminated + grid.num_errors < expected:
+        raise SearchInterrupted(session.hint)
     return grid
 
 
@@ -179,14 +193,16 @@ def _epochs(grid: tune.ResultGrid) -> float:
     return sum(float((grid[i].metrics or {}).get("epoch", 0.0)) for i in range(len(grid)))
 
 
-def _results(grid: tune.ResultGrid, metric: str, epochs: float) -> list[TrialRun]:
+def _results(grid: tune.ResultGrid, plan: SearchPlan) -> list[TrialRun]:
     runs = []
     for i in range(len(grid)):
         result = grid[i]
         metrics, config = result.metrics or {}, result.config or {}
         number = Path(result.path).name.rsplit("_", 1)[-1]  # the folder is the trial's name: <loss>_<number>
-        run = ranking.trial_run(str(metrics.get("trial_id", result.path)), config, metrics, metric,
-                                completed(metrics, epochs), int(number) if number.isdigit() else 0)
+        settings = TrialSettings.from_dict(config)
+        run = ranking.trial_run(str(metrics.get("trial_id", result.path)), plan.data_settings, settings, metrics,
+                                plan.metric, completed(metrics, settings.epochs),
+                                int(number) if number.isdigit() else 0)
         if run is not None:
             runs.append(run)
     return runs
@@ -195,7 +211,7 @@ def _results(grid: tune.ResultGrid, metric: str, epochs: float) -> list[TrialRun
 # -- the search -----------------------------------------------------------------------------------------------
 @contextmanager
 def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
-             state: dict[str, Any] | None = None) -> Iterator[tuple[tracking.MlflowTracker, dict[str, float]]]:
+             state: dict[str, Any] | None = None, hint: str | None = None) -> Iterator[Session]:
     """The outside world, checked in order of cost before anything is written, then the search's folder (held
     for the block), its saved `state` and its parent MLflow run, closed FINISHED, KILLED or FAILED at the end."""
     r = plan.request
@@ -215,7 +231,7 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     MlflowCallback.register(tracker)
     status = "FAILED"
     try:
-        yield tracker, res
+        yield Session(plan, tracker, res, hint or resume_hint(plan))
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -231,31 +247,39 @@ def run_search(r: SearchRequest) -> Outcome:
     r = plan.request
     state = state_of(plan)
     params = {"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.space.trials_per_loss,
-              "backbone": plan.base.backbone, "encoder": plan.base.encoder, "epochs": plan.base.epochs,
-              "seed": r.seed, "confirm": r.confirm, "git_commit": git_commit(), "search_space": str(plan.space.path)}
-    with _tracked(plan, params, {}, state) as (tracker, res):
-        print(f"MLflow: {tracker.shown}  experiment {plan.experiment!r}, parent run {tracker.parent_id}")
+              "backbone": plan.data_settings.backbone, "encoder": plan.data_settings.encoder,
+              "epochs": plan.base.epochs, "seed": r.seed, "confirm": r.confirm, "git_commit": git_commit(),
+              "search_space": str(plan.space.path)}
+    with _tracked(plan, params, {}, state) as session:
+        print(f"MLflow: {session.tracker.shown}  experiment {plan.experiment!r}, parent run {session.tracker.parent_id}")
         print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  "
               f"(optuna-dashboard {schema.optuna_url(plan.search_dir)})")
-        outcome = _search_and_confirm(plan, tracker, res)
+        outcome = _search_and_confirm(session)
     _write_state(plan.search_dir, {**state, "finished": True})
     return outcome
 
 
-def _search_and_confirm(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, float]) -> Outcome:
-    r, hint, epochs, tic = plan.request, resume_hint(plan), float(plan.base.epochs), time.monotonic()
+def _epochs_title(plan: SearchPlan) -> str:
+    epochs = {loss: plan.max_epochs(loss) for loss in plan.losses}
+    if len(set(epochs.values())) == 1:
+        return f"{plan.base.epochs:g} epochs each"
+    return "epochs per loss: " + ", ".join(f"{loss} {e:g}" for loss, e in epochs.items())
+
+
+def _search_and_confirm(session: Session) -> Outcome:
+    plan = session.plan
+    r, tic = plan.request, time.monotonic()
     if r.resume and tune.Tuner.can_restore(str(plan.search_dir)):
-        tuner = tune.Tuner.restore(str(plan.search_dir), _trainable_for(plan, res), resume_unfinished=True,
-                                   resume_errored=True)
+        tuner = tune.Tuner.restore(str(plan.search_dir), _trainable_for(plan, session.resources),
+                                   resume_unfinished=True, resume_errored=True)
     else:
         searcher = PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
                                    metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
                                    warm=r.warm_start)
-        tuner = _tuner(plan, tracker, res, plan.name, schema.ROLE_TRIAL,
-                       ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, res)),
-                       _scheduler(plan), plan.n_trials, epochs)
-    grid = _fit(tuner, tracker, hint, plan.n_trials)
-    trials = _results(grid, plan.metric, epochs)
+        limited = ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, session.resources))
+        tuner = _tuner(session, plan.name, schema.ROLE_TRIAL, limited, _scheduler(plan), plan.n_trials)
+    grid = _fit(session, tuner, plan.n_trials)
+    trials = _results(grid, plan)
     confirmations: list[TrialRun] = []
     confirm_epochs = 0.0
     if r.confirm:
@@ -264,9 +288,9 @@ def _search_and_confirm(plan: SearchPlan, tracker: tracking.MlflowTracker, res: 
         print(f"\nConfirming {len(losses)} selected settings with {r.confirm} new seeds each ({len(configs)} runs, "
               "no early stopping)" + (f": the {r.confirm_top} best on validation and {ranking.BASELINE}, "
                                       f"{', '.join(losses)}" if r.confirm_top else ""))
-        confirmations, confirm_epochs = run_trials(plan, tracker, res, configs, hint)
+        confirmations, confirm_epochs = run_trials(session, configs)
     rows = ranking.rank(trials, confirmations, plan.metric)
-    title = (f"{plan.task.name}: which loss wins ({plan.metric}, %; {epochs:g} epochs each; "
+    title = (f"{plan.task.name}: which loss wins ({plan.metric}, %; {_epochs_title(plan)}; "
              + (f"{r.confirm} confirmation seeds" if r.confirm else "single runs, not confirmed: add --confirm N")
              + (f" for the top {r.confirm_top} and {ranking.BASELINE}, single runs below" if r.confirm_top else "")
              + ")")
@@ -277,54 +301,53 @@ def _search_and_confirm(plan: SearchPlan, tracker: tracking.MlflowTracker, res: 
         md, csv = Path(tmp) / schema.RANKING_MD, Path(tmp) / schema.RANKING_CSV
         md.write_text(text)
         csv.write_text(ranking.csv_text(rows))
-        tracker.search_artifacts([md, csv], {schema.SEARCH_EPOCHS: compute.search_epochs,
-                                             schema.CONFIRM_EPOCHS: compute.confirm_epochs})
+        session.tracker.search_artifacts([md, csv], {schema.SEARCH_EPOCHS: compute.search_epochs,
+                                                     schema.CONFIRM_EPOCHS: compute.confirm_epochs})
     return Outcome(rows, trials, confirmations, text, compute)
 
 
-def confirmation_configs(trials: list[TrialRun], n: int, top: int | None = None) -> list[TrialConfig]:
+def confirmation_configs(trials: list[TrialRun], n: int, top: int | None = None) -> list[TrialSettings]:
     """Each loss's selected setting with the same N new seeds (deterministic: a resume recomputes the same).
     `top`: only the losses whose selected setting has one of the `top` best validation metrics (ties to the
     loss name), and softmax, the baseline every paired difference needs."""
-    from tune_as.tracking.schema import config_from_params
-
     seeds = ranking.confirmation_seeds(trials, n)
     cells = ranking.selected(trials)
     losses = sorted(cells)
     if top is not None:
         best = sorted(losses, key=lambda loss: (-cells[loss].val, loss))[:top]
         losses = sorted(set(best) | ({ranking.BASELINE} & set(cells)))
-    return [dataclasses.replace(config_from_params(cells[loss].params), seed=seed) for loss in losses for seed in seeds]
+    out = []
+    for loss in losses:
+        settings = cells[loss].runs[0].settings
+        assert settings is not None, "a search's trial runs carry their typed settings"
+        out += [dataclasses.replace(settings, seed=seed) for seed in seeds]
+    return out
 
 
-def run_trials(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, float],
-               configs: list[TrialConfig], hint: str) -> tuple[list[TrialRun], float]:
-    """Run complete trial configs to the end (no early stopping) as child runs with role=confirmation, in a
+def run_trials(session: Session, configs: list[TrialSettings]) -> tuple[list[TrialRun], float]:
+    """Run complete trial settings to the end (no early stopping) as child runs with role=confirmation, in a
     Tune experiment of their own inside the search folder (resumable like the search)."""
+    plan = session.plan
     path = plan.search_dir / CONFIRM_DIR
     if tune.Tuner.can_restore(str(path)):
-        tuner = tune.Tuner.restore(str(path), _trainable_for(plan, res), resume_unfinished=True, resume_errored=True)
+        tuner = tune.Tuner.restore(str(path), _trainable_for(plan, session.resources), resume_unfinished=True,
+                                   resume_errored=True)
     else:
         searcher = ConcurrencyLimiter(FixedConfigs([c.to_dict() for c in configs], f"best_val_{plan.metric}"),
-                                      max_concurrent=cluster.concurrency(plan.request.max_concurrent, res))
-        tuner = _tuner(plan, tracker, res, CONFIRM_DIR, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(),
-                       len(configs), max(c.epochs for c in configs))
-    grid = _fit(tuner, tracker, hint, len(configs))
-    return _results(grid, plan.metric, float(plan.base.epochs)), _epochs(grid)
+                                      max_concurrent=cluster.concurrency(plan.request.max_concurrent,
+                                                                         session.resources))
+        tuner = _tuner(session, CONFIRM_DIR, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(), len(configs))
+    grid = _fit(session, tuner, len(configs))
+    return _results(grid, plan), _epochs(grid)
 
 
-def confirm_settings(r: SearchRequest, configs: list[TrialConfig]) -> list[TrialRun]:
-    """The report's `--confirm`: run given settings (with their seeds) as a confirmation batch of their own,
-    a parent run with tag purpose=confirmation. The request names the task, data and where to track."""
+def confirm_settings(r: SearchRequest, data: DataSettings, configs: list[TrialSettings]) -> list[TrialRun]:
+    """The report's `--confirm`: run given settings (with their seeds) on the data `data` describes, as a
+    confirmation batch of its own: a parent run with tag purpose=confirmation. `r` says where to track and run."""
     if not configs:
-        raise UserError("confirm_settings: expected at least one trial config, got none")
-    first = configs[0]
-    request = dataclasses.replace(r, task=first.task, backbone=first.backbone, encoder=first.encoder,
-                                  max_length=first.max_length, max_train_samples=first.max_train_samples,
-                                  max_eval_samples=first.max_eval_samples, asha=False,
-                                  data_dir=Path(first.data_dir) if first.data_dir else r.data_dir,
-                                  name=r.name or f"{first.task}-confirm-{os.getpid()}-{len(configs)}")
-    plan = plan_search(request)
+        raise UserError("confirm_settings: expected at least one trial setting, got none")
+    plan = plan_confirmation(r, data, configs)
     params = {"task": plan.task.name, "trials": len(configs), "git_commit": git_commit()}
-    with _tracked(plan, params, {schema.PURPOSE: schema.ROLE_CONFIRMATION}) as (tracker, res):
-        return run_trials(plan, tracker, res, configs, "(confirmation runs: rerun the report to continue)")[0]
+    with _tracked(plan, params, {schema.PURPOSE: schema.ROLE_CONFIRMATION},
+                  hint="(confirmation runs: rerun the report to continue)") as session:
+        return run_trials(session, configs)[0]

@@ -29,10 +29,11 @@ def default_grace_period(epochs: float, reduction_factor: float) -> float:
 
 
 class PerLossASHA(TrialScheduler):
-    """One `ASHAScheduler` per loss (keyed by the trial config's "loss"); a loss with fewer trials than the
-    reduction factor gets a `FIFOScheduler` (there is nothing to compare a trial with)."""
+    """One `ASHAScheduler` per loss (keyed by the trial config's "loss"), each with its loss's own max_t (a loss
+    may train other epochs than the rest); a loss with fewer trials than the reduction factor gets a
+    `FIFOScheduler` (there is nothing to compare a trial with)."""
 
-    def __init__(self, time_attr: str, max_t: float, grace_period: float, reduction_factor: float,
+    def __init__(self, time_attr: str, max_t: dict[str, float] | float, grace_period: float, reduction_factor: float,
                  trials_per_loss: int, state_path: Path | None = None) -> None:
         super().__init__()
         self.time_attr, self.max_t, self.grace_period = time_attr, max_t, grace_period
@@ -62,7 +63,7 @@ class PerLossASHA(TrialScheduler):
             scheduler: TrialScheduler
             if self.stops_early:
                 # ASHA compares `epoch` (fractional) against float rungs: its int annotations are narrower
-                scheduler = ASHAScheduler(time_attr=self.time_attr, max_t=self.max_t,  # type: ignore[arg-type]
+                scheduler = ASHAScheduler(time_attr=self.time_attr, max_t=self._max_t(loss),  # type: ignore[arg-type]
                                           grace_period=self.grace_period,  # type: ignore[arg-type]
                                           reduction_factor=self.reduction_factor)
             else:
@@ -70,6 +71,9 @@ class PerLossASHA(TrialScheduler):
             scheduler.set_search_properties(self._metric, self._mode)
             self.by_loss[loss] = scheduler
         return self.by_loss[loss]
+
+    def _max_t(self, loss: str) -> float:
+        return self.max_t[loss] if isinstance(self.max_t, dict) else self.max_t
 
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
         self._for(trial).on_trial_add(tune_controller, trial)

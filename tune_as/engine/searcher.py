@@ -14,16 +14,14 @@ is a lottery: on digits one draw of taylor_softmax backward=inf trained to 18% w
 from __future__ import annotations
 
 import dataclasses
-import math
 import pickle
 import zlib
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
 from ray.tune.search import Searcher
 
-from tune_as.settings import TrialConfig
+from tune_as.settings import TrialSettings
 from tune_as.space.search_space import TRIAL_KEYS, LossSpace, SearchSpace, config_key
 from tune_as.tracking import schema
 
@@ -33,38 +31,26 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 def warm_start(space: LossSpace) -> dict[str, Any]:
     """A loss's first trial (search-space names): its `paper` setting, else its defaults (the loss constructor's,
-    TrialConfig's for trial settings such as warmup_r) for each searched parameter whose default is in range.
+    TrialSettings's for trial settings such as warmup_r) for each searched parameter whose default is in range.
     Parameters left out are drawn by the sampler."""
     if space.paper:
         return {d.name: space.paper[d.name] for d in space.params if d.name in space.paper}
     from tune_as.losses import LOSSES
 
-    trial = {f.name: f.default for f in dataclasses.fields(TrialConfig)}
+    trial = {f.name: f.default for f in dataclasses.fields(TrialSettings)}
     hparams = LOSSES[space.loss]().hparams()
     point = {}
     for d in space.params:
         value = trial.get(d.name) if d.name in TRIAL_KEYS else hparams.get(d.name)
-        if value is not None and _contains(d.dist, value):
+        if value is not None and d.contains(value):
             point[d.name] = value
     return point
-
-
-def _contains(dist: BaseDistribution, value: Any) -> bool:
-    """Whether `dist` can draw `value` (optuna's own check is private)."""
-    if isinstance(dist, CategoricalDistribution):
-        return value in dist.choices
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    low, high, step = dist.low, dist.high, getattr(dist, "step", None)  # type: ignore[attr-defined]
-    if not low <= value <= high:
-        return False
-    return step is None or math.isclose(round((value - low) / step) * step + low, value, rel_tol=0, abs_tol=1e-9)
 
 
 class PerLossSearcher(Searcher):
     """Losses take turns (the one with the fewest suggestions goes next), so each gets its quota."""
 
-    def __init__(self, space: SearchSpace, base: TrialConfig, storage_url: str, study_prefix: str,
+    def __init__(self, space: SearchSpace, base: TrialSettings, storage_url: str, study_prefix: str,
                  metric: str, seed: int, sampler: str = "tpe", warm: bool = True) -> None:
         super().__init__(metric=metric, mode="max")
         self.space, self.base, self.storage_url = space, base.to_dict(), storage_url

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .accumulation import AdaptiveAccumulation, check_schedule
 from ._base import LossOutput
+from .accumulation import AdaptiveAccumulation, check_schedule
 from .as_softmax import ASSoftmaxLoss, as_softmax_loss, as_softmax_masked
 from .multilabel_as_softmax import multilabel_as_softmax_loss, multilabel_as_softmax_masked
 

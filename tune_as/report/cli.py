@@ -38,6 +38,7 @@ from tune_as.results.selection import (
     select,
     with_confirmations,
 )
+from tune_as.settings import from_params
 from tune_as.tracking import schema
 from tune_as.tracking.schema import (
     LOSS,
@@ -47,7 +48,6 @@ from tune_as.tracking.schema import (
     SEARCH,
     STOPPED_EARLY,
     TASK,
-    config_from_params,
 )
 from tune_as.tracking.tracker import TrackingUnusable, open_client, redact_uri
 
@@ -183,14 +183,15 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
         task_cells = [c for (t, _), c in cells.items() if t == task and not c.stopped_early]
         notes += [f"--confirm: {c.task} x {c.row} not confirmed: every trial was stopped early"
                   for (t, _), c in cells.items() if t == task and c.stopped_early]
-        configs = [dataclasses.replace(config_from_params(c.params), seed=int(s)) for c in task_cells
+        configs = [dataclasses.replace(from_params(c.params)[1], seed=int(s)) for c in task_cells
                    for s in seeds[task] if not any(r.seed == s and same_setting(r, c.runs[0]) for r in done)]
         if configs:
             first = task_cells[0].runs[0]
             # the search's seed fixes the data (sub)sampling: the confirmations keep the same data
             data_seed = int(client.get_run(first.parent_id).data.params.get("seed", "0")) if first.parent_id else 0
-            confirm_settings(dataclasses.replace(request, task=task, mlflow_uri=uri, seed=data_seed,
-                                                 experiment=names[first.experiment_id]), configs)
+            data = dataclasses.replace(from_params(first.params)[0], seed=data_seed)
+            confirm_settings(dataclasses.replace(request, task=task, mlflow_uri=uri,
+                                                 experiment=names[first.experiment_id]), data, configs)
 
 
 def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confirm_seeds: int = 0,

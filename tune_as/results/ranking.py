@@ -17,21 +17,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from tune_as.results.selection import Cell, TrialRun, new_seeds, paired_diff, same_setting, select
+from tune_as.settings import DataSettings, TrialSettings
 
 BASELINE = "softmax"
 
 
-def trial_run(trial_id: str, config: dict[str, Any], metrics: dict[str, Any], metric: str, completed: bool,
-              order: int = 0) -> TrialRun | None:
-    """A finished Ray trial as the report's TrialRun (params as MLflow logs them); None if it has no result.
-    `order`: the trial's number in the search, so ties go to the earlier trial, as in the report (start time)."""
+def trial_run(trial_id: str, data: DataSettings, settings: TrialSettings, metrics: dict[str, Any], metric: str,
+              completed: bool, order: int = 0) -> TrialRun | None:
+    """A finished trial as the report's TrialRun, with its typed settings (params: the strings MLflow logs, which
+    identify a setting as the report does); None if it has no result. `order`: the trial's number in the search,
+    so ties go to the earlier trial, as in the report (start time)."""
     best = metrics.get(f"best_val_{metric}")
     if metrics.get("error") or best is None or (isinstance(best, float) and math.isnan(best)):
         return None
-    params = {k: str(v) for k, v in config.items()}
+    params = {k: str(v) for k, v in {**data.to_params(), **settings.to_dict()}.items()}
     last = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return TrialRun(trial_id, str(config["task"]), str(config["loss"]), params, metric, float(best), last,
-                    start_time=order, stopped_early=not completed)
+    return TrialRun(trial_id, data.task, settings.loss, params, metric, float(best), last,
+                    start_time=order, stopped_early=not completed, settings=settings)
 
 
 def selected(runs: Sequence[TrialRun]) -> dict[str, Cell]:

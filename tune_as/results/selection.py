@@ -16,6 +16,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from tune_as.settings import TrialSettings
+
 # Params that identify a run, not a setting: runs differing only in these are repeats of one setting.
 NOT_HYPERPARAMS = frozenset({"seed", "git_commit"})
 
@@ -47,6 +49,7 @@ class TrialRun:
     experiment_id: str = ""
     parent_id: str = ""  # the search's parent run
     stopped_early: bool = False  # ASHA stopped it before its last epoch
+    settings: TrialSettings | None = None  # typed, where the run comes from the engine (None: read from MLflow)
 
     @property
     def seed(self) -> str:

@@ -16,14 +16,14 @@ File format (see search_spaces/clinc_oos.yaml for a commented example, docs/sear
 Parameter names that are trial settings (``warmup_r``, ``lr``, ...) go to the trainer; every other name is a
 hyper-parameter of the loss and becomes ``loss.<name>`` in the trial config.
 
-Every value is typed here, once: a trial setting by its `TrialConfig` annotation, a loss hyper-parameter by
+Every value is typed here, once: a setting by its annotation in `tune_as.settings`, a loss hyper-parameter by
 the type of its default in the loss's ``__init__`` (so ``lr: 2e-5``, a string to YAML 1.1, is the float
 2e-5). Each ``params`` entry becomes the optuna distribution the search draws from, so optuna's own checks
 (``low <= high``, ``log`` needs ``low > 0``, ``step > 0``, ...) run when the file is loaded. A distribution
 with a single value is a constant: it joins the loss's ``fixed``. YAML aliases are refused (a few hundred
 bytes of nested aliases expand to gigabytes), and so are duplicate keys.
 
-`parse_overrides` and `SearchSpace.with_overrides` implement ``--set KEY=VALUE``: a shared fixed trial
+`parse_overrides`, `check_overrides` and `SearchSpace.with_overrides` implement ``--set KEY=VALUE``: a shared fixed trial
 setting that wins over the file everywhere (a loss that searches it has it pinned).
 """
 
@@ -33,7 +33,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import typing
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,22 +47,22 @@ from optuna.distributions import (
 )
 
 from tune_as.errors import UserError, first_line
-from tune_as.settings import LOSS_PREFIX, TrialConfig
+from tune_as.settings import DATA_FIELDS, LOSS_PREFIX, TRIAL_FIELDS, coerce_field, trial_problem
+from tune_as.settings import EXPECTED as _EXPECTED
 from tune_as.space.strict_yaml import EXCERPT as _EXCERPT
 from tune_as.space.strict_yaml import clip as _clip
 from tune_as.space.strict_yaml import read_yaml
 from tune_as.space.strict_yaml import show as _show
-from tune_as.space.typed_values import EXPECTED as _EXPECTED
-from tune_as.space.typed_values import coerce as _coerce
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
-TRIAL_KEYS = {f.name for f in dataclasses.fields(TrialConfig)} - {"loss_params", "task", "loss"}
-# Trial settings with their own command-line option: --set refuses them, so each has one way in.
+# Settings a loss may search or fix (per loss): trial settings only. The data is prepared once per search.
+TRIAL_KEYS = frozenset(TRIAL_FIELDS) - {"loss"}
+# Data settings the file's top-level `fixed` may set for the whole search (the others have command-line options).
+SHARED_DATA_KEYS = frozenset({"max_length", "backbone", "max_train_samples", "max_eval_samples"})
+# Settings with their own command-line option: --set refuses them, so each has one way in.
 OWN_OPTION_KEYS = frozenset({"backbone", "encoder", "data_dir", "max_train_samples", "max_eval_samples", "seed"})
-OVERRIDE_KEYS = frozenset(TRIAL_KEYS - OWN_OPTION_KEYS)
-_TRIAL_TYPES = typing.get_type_hints(TrialConfig)
-# Stand-ins for TrialConfig's required fields, so that a few settings can be judged on their own.
-_PROBE = {"task": "x", "loss": "softmax", "epochs": 1.0, "batch_size": 1, "lr": 1e-3, "max_length": 8, "backbone": "x"}
+OVERRIDE_KEYS = frozenset((TRIAL_KEYS | {"max_length"}) - OWN_OPTION_KEYS)
+_TYPES = {**DATA_FIELDS, **TRIAL_FIELDS}
 _TOP_KEYS = {"task", "trials_per_loss", "fixed", "losses"}
 _LOSS_KEYS = {"params", "fixed", "paper"}
 _DIST_KEYS = {"float": {"type", "low", "high", "log", "step"}, "int": {"type", "low", "high", "log", "step"},
@@ -98,6 +97,18 @@ class Distribution:
         if isinstance(d, IntDistribution):
             return trial.suggest_int(self.name, d.low, d.high, step=d.step, log=d.log)
         return trial.suggest_float(self.name, d.low, d.high, step=d.step, log=d.log)
+
+    def contains(self, value: Any) -> bool:
+        """Whether the search can draw `value` (optuna's own check is private)."""
+        d = self.dist
+        if isinstance(d, CategoricalDistribution):
+            return value in d.choices
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if not d.low <= value <= d.high:
+            return False
+        return d.step is None or math.isclose(round((value - d.low) / d.step) * d.step + d.low, value, rel_tol=0,
+                                              abs_tol=1e-9)
 
     def extremes(self) -> list[Any]:
         """The values that bound what the search can draw: every choice, or both ends of the range."""
@@ -136,10 +147,11 @@ class SearchSpace:
     trials_per_loss: int
     fixed: dict[str, Any]
     losses: dict[str, LossSpace]
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # --set, typed; they win over everything
 
     def fingerprint(self) -> str:
         """Stable hash of the content (with any --set overrides): `--resume` refuses a search space that changed."""
-        payload = {"task": self.task, "fixed": self.fixed, "losses": {
+        payload = {"task": self.task, "fixed": {**self.fixed, **self.overrides}, "losses": {
             k: {"params": [[d.name, distribution_to_json(d.dist)] for d in v.params], "fixed": v.fixed,
                 "paper": v.paper}
             for k, v in sorted(self.losses.items())}}
@@ -152,15 +164,14 @@ class SearchSpace:
         return dataclasses.replace(self, losses={name: self.losses[name] for name in losses})
 
     def with_overrides(self, overrides: dict[str, Any]) -> SearchSpace:
-        """This space with `overrides` (trial settings, e.g. from `parse_overrides`) in the shared `fixed`.
+        """This space with typed `overrides` (from `check_overrides`) in the shared `fixed`.
 
         An override wins everywhere: a loss that searches the setting (``warmup_r`` for as_softmax) or fixes it
         has it pinned instead (removed from its ``params``, ``fixed`` and ``paper``), so that no trial runs with
         another value. The fingerprint changes with the content, so `--resume` refuses different overrides.
         """
-        typed = _check_overrides(overrides, self.fixed)
-        return dataclasses.replace(self, fixed={**self.fixed, **typed},
-                                   losses={name: s.without(set(typed)) for name, s in self.losses.items()})
+        return dataclasses.replace(self, overrides={**self.overrides, **overrides},
+                                   losses={name: s.without(set(overrides)) for name, s in self.losses.items()})
 
     def check_classes(self, num_labels: int) -> None:
         """Top-k losses cannot keep more classes than the task has."""
@@ -179,7 +190,7 @@ def _fail(path: Path, where: str, message: str) -> UserError:
 
 
 def _excerpted(exc: BaseException, values: dict[str, Any]) -> str:
-    """A library's message about `values` (TrialConfig's, a loss's) with each long value cut to an excerpt."""
+    """A library's message about `values` (the settings', a loss's) with each long value cut to an excerpt."""
     message = first_line(exc)
     for value in values.values():
         if len(repr(value)) > _EXCERPT:
@@ -188,12 +199,14 @@ def _excerpted(exc: BaseException, values: dict[str, Any]) -> str:
 
 
 def _trial_problem(settings: dict[str, Any]) -> str | None:
-    """What TrialConfig's own checks say about these trial settings, or None when they pass."""
-    try:
-        TrialConfig(**{**_PROBE, **settings})
-    except (ValueError, TypeError) as exc:
-        return _excerpted(exc, settings)
-    return None
+    """What the settings classes' own rules say about these settings, or None when they pass."""
+    problem = trial_problem(settings)
+    if problem is None:
+        return None
+    for value in settings.values():
+        if len(repr(value)) > _EXCERPT:
+            problem = problem.replace(repr(value), _show(value))
+    return problem
 
 
 def _typed(path: Path, where: str, value: Any, hint: Any) -> Any:
@@ -201,6 +214,16 @@ def _typed(path: Path, where: str, value: Any, hint: Any) -> Any:
         return _coerce(value, hint)
     except ValueError as exc:
         raise _fail(path, where, f"expected {exc}, got {_show(value)}") from None
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """Typed by `hint` (a loss hyper-parameter's), finite where a number."""
+    from tune_as.settings import coerce
+
+    typed = coerce(value, hint)
+    if isinstance(typed, float) and not math.isfinite(typed):
+        raise ValueError("a finite number")
+    return typed
 
 
 def _mapping(path: Path, where: str, value: Any) -> dict[str, Any]:
@@ -258,7 +281,7 @@ def _distribution(path: Path, where: str, name: str, raw: Any, hint: Any) -> Dis
 
 # -- the loader ------------------------------------------------------------------------------------------
 def _validate_values(path: Path, where: str, loss: str, values: dict[str, Any], base: dict[str, Any]) -> None:
-    """Let the loss and TrialConfig judge the values: their own checks say what is valid."""
+    """Let the loss and the settings classes judge the values: their own checks say what is valid."""
     from tune_as.losses import build_loss
 
     loss_kw = {k: v for k, v in values.items() if k not in TRIAL_KEYS}
@@ -283,13 +306,21 @@ def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]
     raw = _mapping(path, where, raw)
     _check_keys(path, where, raw, _LOSS_KEYS)
     defaults = LOSSES[loss]().hparams()
-    hints = {**{n: Any if v is None else type(v) for n, v in defaults.items()}, **_TRIAL_TYPES}
+    hints = {**{n: Any if v is None else type(v) for n, v in defaults.items()}, **TRIAL_FIELDS}
     sections = {s: _mapping(path, f"{where}.{s}", raw.get(s)) for s in ("params", "fixed", "paper")}
     for section, names in sections.items():
+        data = sorted(set(names) & (set(DATA_FIELDS) - set(defaults) - TRIAL_KEYS))
+        if data:
+            raise _fail(path, f"{where}.{section}", f"{_show(data)}: data setting(s), prepared once for the whole "
+                        "search; expected them in the file's top-level `fixed` or on the command line "
+                        f"(--{data[0].replace('_', '-')}), not under one loss")
         bad = sorted(set(names) - set(defaults) - TRIAL_KEYS)
         if bad:
             raise _fail(path, f"{where}.{section}", f"unknown parameter(s) {_show(bad)}; {loss} takes "
                         f"{sorted(defaults)} and the trial settings {sorted(TRIAL_KEYS)}")
+    if "seed" in set(sections["params"]) | set(sections["fixed"]) | set(sections["paper"]):
+        raise _fail(path, where, "seed: expected no seed under a loss (seeds are the search's: --seed, and "
+                    "confirmation draws new ones), got one")
     both = sorted(set(sections["params"]) & set(sections["fixed"]))
     if both:
         raise _fail(path, f"{where}.fixed", f"expected each name in params or in fixed, got {both} in both")
@@ -306,6 +337,14 @@ def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]
         else:
             params.append(dist)
     _validate_values(path, f"{where}.fixed", loss, fixed, base)
+    searched = {d.name: d for d in params}
+    for name, value in (paper or {}).items():
+        if name not in searched:  # the warm start sets only what is searched: anything else would be ignored
+            raise _fail(path, f"{where}.paper.{name}", f"expected a searched parameter ({sorted(searched) or 'none'}; "
+                        f"a constant belongs in fixed), got {name}")
+        if not searched[name].contains(value):
+            raise _fail(path, f"{where}.paper.{name}", f"expected a value the search can draw "
+                        f"({_show(searched[name].extremes())}), got {_show(value)}")
     if paper is not None:
         _validate_values(path, f"{where}.paper", loss, {**fixed, **paper}, base)
     return LossSpace(loss, tuple(params), fixed, paper)
@@ -327,8 +366,8 @@ def load_search_space(path: Path, kind: str) -> SearchSpace:
     if trials < 1:
         raise _fail(path, "trials_per_loss", f"expected an integer >= 1, got {trials}")
     fixed_raw = _mapping(path, "fixed", raw.get("fixed"))
-    _check_keys(path, "fixed", fixed_raw, TRIAL_KEYS)
-    fixed = {k: _typed(path, f"fixed.{k}", v, _TRIAL_TYPES[k]) for k, v in fixed_raw.items()}
+    _check_keys(path, "fixed", fixed_raw, set(TRIAL_KEYS | SHARED_DATA_KEYS))
+    fixed = {k: _typed(path, f"fixed.{k}", v, _TYPES[k]) for k, v in fixed_raw.items()}
     problem = _trial_problem(fixed)
     if problem:
         raise _fail(path, "fixed", problem)
@@ -351,13 +390,14 @@ def _check_override_key(key: str) -> None:
     raise UserError(f"--set: {what}; expected one of {sorted(OVERRIDE_KEYS)}")
 
 
-def _check_overrides(overrides: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
-    """Overrides typed by TrialConfig's annotations and judged by TrialConfig's checks (with the file's `fixed`)."""
+def check_overrides(overrides: dict[str, str], fixed: dict[str, Any]) -> dict[str, Any]:
+    """``--set`` values (text) typed once by their field's annotation and judged by the settings classes' rules
+    (together with the file's `fixed`). Any problem is one UserError line."""
     typed = {}
     for key, value in overrides.items():
         _check_override_key(key)
         try:
-            typed[key] = _coerce(value, _TRIAL_TYPES[key])
+            typed[key] = coerce_field(key, value)
         except ValueError as exc:
             raise UserError(f"--set {key}: expected {exc}, got {_show(value)}") from None
     problem = _trial_problem({**fixed, **typed})
@@ -366,13 +406,9 @@ def _check_overrides(overrides: dict[str, Any], fixed: dict[str, Any]) -> dict[s
     return typed
 
 
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``--set KEY=VALUE`` items as typed trial settings (``["lr=2e-5", "eval_every_steps=none"]`` ->
-    ``{"lr": 2e-05, "eval_every_steps": None}``), for `SearchSpace.with_overrides`.
-
-    Keys are the fields of TrialConfig in `OVERRIDE_KEYS`; values are coerced by the field's type (bool from
-    true/false/1/0, ``none`` for an optional field) and checked by TrialConfig. Any problem is a UserError.
-    """
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` items as {key: text} (``["lr=2e-5"]`` -> ``{"lr": "2e-5"}``): split and the keys
+    checked here; the values are typed once, by `check_overrides`, when the search is planned."""
     raw: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -383,4 +419,4 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
         if key in raw:
             raise UserError(f"--set: expected each key once, got {key} twice ({_show(raw[key])} and {_show(value.strip())})")
         raw[key] = value.strip()
-    return _check_overrides(raw, {})
+    return raw

@@ -1,7 +1,7 @@
 """Tasks: data (hub or local files), backbones, frozen-encoder cache, models and metrics.
 
     task = build_task("clinc_oos")
-    data = prepare(task, DataSpec("clinc_oos", backbone="minilm", encoder="frozen"))
+    data = prepare(task, DataSettings("clinc_oos", backbone="minilm", encoder="frozen"))
     model = build_model(data, head="linear", seed=0)
     scores = task.score([task.predict(model(data.validation.batch(idx))) for idx in batches], data.validation)
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .base import Task, TaskDefaults
-from .data import DataSpec, PreparedData, Split
+from .data import DataSettings, PreparedData, Split
 from .glue import GLUE_TASKS
 from .images import IMAGE_TASKS
 from .jsonl import jsonl_task
@@ -47,5 +47,5 @@ def build_task(name: str, **options: Any) -> Task:
     return FACTORIES[name](**options)
 
 
-__all__ = ["TASKS", "DataSpec", "PreparedData", "Split", "Task", "TaskDefaults", "build_model", "build_task",
+__all__ = ["TASKS", "DataSettings", "PreparedData", "Split", "Task", "TaskDefaults", "build_model", "build_task",
            "prepare"]

@@ -11,9 +11,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from . import metrics
-from . import preparation
-from .data import DataSpec, PreparedData, Split
+from . import metrics, preparation
+from .data import DataSettings, PreparedData, Split
 from .labels import LabelMap
 from .sources import HubSource, RawSplit, carve, load_folder, load_hub, subsample
 
@@ -62,13 +61,13 @@ class Task:
     uses_backbone: ClassVar[bool] = True  # False for images: their CNN has no frozen mode
 
     def fingerprint(self) -> dict[str, Any]:
-        """Everything besides the DataSpec that changes prepared data (part of the cache key)."""
+        """Everything besides the DataSettings that changes prepared data (part of the cache key)."""
         fields = dataclasses.asdict(self)
         del fields["defaults"], fields["metrics"]  # training defaults and metrics do not change the data
         return dict(fields, family=self.family)
 
     # -- data -----------------------------------------------------------------------------------------
-    def prepare(self, spec: DataSpec) -> PreparedData:
+    def prepare(self, spec: DataSettings) -> PreparedData:
         """Kept for existing callers: the same as `tune_as.tasks.prepare(self, spec)`."""
         return preparation.prepare(self, spec)
 
@@ -95,7 +94,7 @@ class Task:
             log.warning(note)
         return raw, notes
 
-    def build(self, spec: DataSpec) -> PreparedData:
+    def build(self, spec: DataSettings) -> PreparedData:
         """Load, label, subsample and featurize (uncached; `tasks.prepare` wraps this in the disk cache)."""
         raw, notes = self.raw_splits(spec.data_dir)
         train = raw["train"]
@@ -150,11 +149,11 @@ class Task:
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
         raise NotImplementedError
 
-    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
+    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
                   notes: tuple[str, ...]) -> PreparedData:
         raise NotImplementedError
 
-    def package(self, splits: dict[str, Split], labels: LabelMap, spec: DataSpec, info: dict[str, Any],
+    def package(self, splits: dict[str, Split], labels: LabelMap, spec: DataSettings, info: dict[str, Any],
                 notes: tuple[str, ...]) -> PreparedData:
         for split in splits.values():
             split.label_names = labels.names

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from .data import DataSpec, PreparedData
+from .data import DataSettings, PreparedData
 
-VERSION = 1  # bump when the layout of PreparedData changes: old entries are then ignored
+VERSION = 2  # bump when the layout of PreparedData changes: old entries are then ignored
 
 
 def source_signature(data_dir: Path | None) -> list[tuple[str, int, int]]:
@@ -24,7 +24,7 @@ def source_signature(data_dir: Path | None) -> list[tuple[str, int, int]]:
     return [(str(p.relative_to(data_dir)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
 
 
-def cache_key(task_fingerprint: dict[str, Any], spec: DataSpec) -> str:
+def cache_key(task_fingerprint: dict[str, Any], spec: DataSettings) -> str:
     """Hash of the spec, the task's configuration (`Task.fingerprint()`) and the source files."""
     payload = {"version": VERSION, "spec": spec.key_fields(), "task": task_fingerprint,
                "files": source_signature(spec.data_dir)}
@@ -32,7 +32,7 @@ def cache_key(task_fingerprint: dict[str, Any], spec: DataSpec) -> str:
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
-def cache_path(task_fingerprint: dict[str, Any], spec: DataSpec) -> Path:
+def cache_path(task_fingerprint: dict[str, Any], spec: DataSettings) -> Path:
     name = f"{spec.task}-{spec.backbone.replace('/', '_')}-{spec.encoder}-{cache_key(task_fingerprint, spec)}.pt"
     return spec.cache_dir / name
 

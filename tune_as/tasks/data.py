@@ -1,60 +1,14 @@
-"""Containers the trainer sees: the cache-key `DataSpec`, a `Split` that hands out batches, `PreparedData`."""
+"""Containers the trainer sees: the cache-key `DataSettings`, a `Split` that hands out batches, `PreparedData`."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from tune_as.settings import DEFAULT_ENCODER, ENCODERS
-
-
-@dataclass(frozen=True)
-class DataSpec:
-    """Everything that changes the prepared tensors; its fields (less `cache_dir`) form the cache key.
-
-    `data_dir=None` loads the task's Hugging Face hub dataset; a folder loads local files (see docs/tasks.md).
-    `max_*_samples` take a seeded random subset (never the first rows: several datasets are sorted by label).
-    """
-
-    task: str
-    data_dir: Path | None = None
-    backbone: str = "minilm"
-    encoder: str = DEFAULT_ENCODER
-    max_length: int = 128
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    seed: int = 0
-    cache_dir: Path = Path(".tune_as_cache")
-
-    def __post_init__(self) -> None:
-        if self.data_dir is not None and not isinstance(self.data_dir, Path):
-            object.__setattr__(self, "data_dir", Path(self.data_dir))
-        if not isinstance(self.cache_dir, Path):
-            object.__setattr__(self, "cache_dir", Path(self.cache_dir))
-        if self.encoder not in ENCODERS:
-            raise ValueError(f"DataSpec.encoder: expected one of {ENCODERS}, got {self.encoder!r}")
-        if self.max_length < 4:
-            raise ValueError(f"DataSpec.max_length: expected >= 4, got {self.max_length}")
-        for name in ("max_train_samples", "max_eval_samples"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"DataSpec.{name}: expected None or >= 1, got {value}")
-
-    def key_fields(self) -> dict[str, Any]:
-        fields = dataclasses.asdict(self)
-        del fields["cache_dir"]  # where the cache lives does not change what is in it
-        fields["data_dir"] = None if self.data_dir is None else str(self.data_dir.resolve())
-        # The seed only changes the data through subsampling and the random `tiny` encoder's features:
-        # otherwise every seed of a search shares one cache entry (no 80 s re-encode per seed).
-        subsampled = self.max_train_samples is not None or self.max_eval_samples is not None
-        if not subsampled and not (self.backbone == "tiny" and self.encoder == "frozen"):
-            fields["seed"] = None
-        return fields
+from tune_as.settings import DataSettings
 
 
 @dataclass
@@ -150,7 +104,7 @@ class PreparedData:
 
     task: str
     kind: str
-    spec: DataSpec
+    spec: DataSettings
     train: Split
     validation: Split
     test: Split | None

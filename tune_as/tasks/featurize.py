@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from . import backbones
-from .data import DataSpec, PreparedData, Ragged, Split
+from .data import DataSettings, PreparedData, Ragged, Split
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -131,7 +131,7 @@ def encode_split(encoder: nn.Module, split: Split, token: bool, description: str
                  label_names=split.label_names)
 
 
-def freeze(data: PreparedData, spec: DataSpec) -> PreparedData:
+def freeze(data: PreparedData, spec: DataSettings) -> PreparedData:
     """Encode every split of tokenized `data` once with its backbone (no grad) and keep only the features."""
     encoder = backbones.load_backbone(data.model_info, spec.seed)
     token = data.kind == "token"

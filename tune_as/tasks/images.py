@@ -13,7 +13,7 @@ import torch
 
 from ..errors import first_line
 from .base import Task, TaskDefaults
-from .data import DataSpec, PreparedData, Split
+from .data import DataSettings, PreparedData, Split
 from .labels import LabelMap
 from .sources import HubSource, RawSplit
 
@@ -56,7 +56,7 @@ class ImageClassification(Task):
         pixels = torch.from_numpy(np.stack(images).clip(0, 255).astype(np.uint8))
         return {"pixels": pixels, "labels": torch.tensor(y, dtype=torch.long)}
 
-    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
+    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
                   notes: tuple[str, ...]) -> PreparedData:
         train = examples["train"]["pixels"].float() / self.scale
         norm = (self.scale, float(train.mean()), float(train.std().clamp(min=1e-6)))  # train statistics only
@@ -84,7 +84,7 @@ class Digits(ImageClassification):
 
 def _cnn_defaults(epochs: int) -> TaskDefaults:
     # The softmax-alternatives paper gives no training settings: Adam-style lr 1e-3, batch 128 (documented).
-    # max_length does not apply to images; 128 only keeps DataSpec(max_length=defaults.max_length) valid.
+    # max_length does not apply to images; 128 only keeps DataSettings(max_length=defaults.max_length) valid.
     return TaskDefaults(epochs, 128, 1e-3, 128, "cnn")
 
 

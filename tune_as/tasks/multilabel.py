@@ -10,7 +10,7 @@ from torch import Tensor
 
 from . import metrics
 from .base import Task, TaskDefaults, stack_preds
-from .data import DataSpec, PreparedData, Split
+from .data import DataSettings, PreparedData, Split
 from .labels import LabelMap
 from .sources import HubSource, RawSplit
 from .text import featurize_text, text_inputs
@@ -55,7 +55,7 @@ class MultiLabelText(Task):
         ids = [[labels.id_of(v, split, raw.where(i)) for v in row] for i, row in enumerate(self.label_lists(raw))]
         return dict(text_inputs(self, raw), labels=multi_hot(ids, len(labels)))
 
-    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
+    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
                   notes: tuple[str, ...]) -> PreparedData:
         return featurize_text(self, examples, labels, spec, notes)
 

@@ -11,7 +11,7 @@ import logging
 from typing import Any, Protocol
 
 from . import cache
-from .data import DataSpec, PreparedData
+from .data import DataSettings, PreparedData
 from .featurize import freeze
 
 log = logging.getLogger(__name__)
@@ -29,13 +29,13 @@ class Preparable(Protocol):
 
     def fingerprint(self) -> dict[str, Any]: ...
 
-    def build(self, spec: DataSpec) -> PreparedData: ...
+    def build(self, spec: DataSettings) -> PreparedData: ...
 
 
-def prepare(task: Preparable, spec: DataSpec) -> PreparedData:
+def prepare(task: Preparable, spec: DataSettings) -> PreparedData:
     """Load, label, subsample and featurize `task`'s data as `spec` says, through the disk cache."""
     if spec.task != task.name:
-        raise ValueError(f"DataSpec.task: expected {task.name!r} for this task, got {spec.task!r}")
+        raise ValueError(f"DataSettings.task: expected {task.name!r} for this task, got {spec.task!r}")
     path = cache.cache_path(task.fingerprint(), spec)
     if path.exists():
         log.info("%s: cache hit %s", spec.task, path)

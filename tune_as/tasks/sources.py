@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import first_line
 
 SUFFIXES = (".jsonl.gz", ".jsonl", ".json.gz", ".json")
-# A fixed seed, independent of DataSpec.seed: every trial of every seed sees the same carved validation set.
+# A fixed seed, independent of DataSettings.seed: every trial of every seed sees the same carved validation set.
 CARVE_SEED = 20240521
 
 

@@ -9,7 +9,7 @@ import torch
 
 from .backbones import load_tokenizer
 from .base import DEFAULT_STEMS, Task, TaskDefaults
-from .data import DataSpec, PreparedData
+from .data import DataSettings, PreparedData
 from .featurize import text_split
 from .labels import LabelMap
 from .sources import HubSource, RawSplit
@@ -31,7 +31,7 @@ def text_inputs(task: Task, raw: RawSplit) -> dict[str, Any]:
     return {"texts": strings(raw, task.fields["text"]), "pairs": strings(raw, pair) if pair else None}
 
 
-def featurize_text(task: Task, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
+def featurize_text(task: Task, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
                    notes: tuple[str, ...]) -> PreparedData:
     """Tokenize every split with the backbone's tokenizer (`tiny`: trained on the training texts)."""
     train = examples["train"]
@@ -55,7 +55,7 @@ class TextClassification(Task):
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
         return dict(text_inputs(self, raw), labels=torch.tensor(self.label_ids(raw, labels, split), dtype=torch.long))
 
-    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
+    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
                   notes: tuple[str, ...]) -> PreparedData:
         return featurize_text(self, examples, labels, spec, notes)
 

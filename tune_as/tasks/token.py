@@ -13,7 +13,7 @@ from torch import Tensor
 from . import metrics
 from .backbones import load_tokenizer
 from .base import Task, TaskDefaults
-from .data import DataSpec, PreparedData, Split
+from .data import DataSettings, PreparedData, Split
 from .featurize import token_split
 from .labels import LabelMap
 from .sources import HubSource, RawSplit
@@ -71,7 +71,7 @@ class TokenTagging(Task):
         ids = [[labels.id_of(tag, split, raw.where(i)) for tag in t] for i, t in enumerate(tags)]
         return {"words": words, "labels": ids, "meta": {"gold": tags}}
 
-    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSpec,
+    def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
                   notes: tuple[str, ...]) -> PreparedData:
         corpus = [" ".join(words) for words in examples["train"]["words"]]
         tokenizer, info = load_tokenizer(spec.backbone, corpus, self.char_level)

@@ -1,5 +1,5 @@
-"""The run schema, in one place: MLflow tag names and roles, artifact names, the search folder layout, and
-turning a child run's MLflow params back into a trial config.
+"""The run schema, in one place: MLflow tag names and roles, artifact names and the search folder layout.
+(A child run's MLflow params turn back into settings with `tune_as.settings.from_params`.)
 
 The search writes this schema (tune_as.engine, tune_as.tracking.tracker) and the report reads it (tune_as.report);
 neither spells a tag, an artifact or a file name of its own. docs/architecture.md ("MLflow schema") shows it.
@@ -7,12 +7,7 @@ neither spells a tag, an artifact or a file name of its own. docs/architecture.m
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from pathlib import Path
-from typing import Any
-
-from tune_as.settings import LOSS_PREFIX, TrialConfig
 
 # -- MLflow tags ----------------------------------------------------------------------------------------
 ROLE = "tune_as.role"  # one of the ROLE_* values below
@@ -50,30 +45,3 @@ def study_name(prefix: str, loss: str) -> str:
 
 def optuna_url(search_dir: Path) -> str:
     return f"sqlite:///{search_dir / OPTUNA_DB}"
-
-
-# -- params -> config ---------------------------------------------------------------------------------------
-def from_param(raw: str) -> Any:
-    """An MLflow param string back to its value: None, bool, int, finite float, else the string itself
-    (so a categorical choice such as taylor_softmax's backward='inf' stays a string)."""
-    if raw == "None":
-        return None
-    if raw in ("True", "False"):
-        return raw == "True"
-    try:
-        return int(raw)
-    except ValueError:
-        pass
-    try:
-        number = float(raw)
-    except ValueError:
-        return raw
-    return number if math.isfinite(number) else raw
-
-
-def config_from_params(params: dict[str, str]) -> TrialConfig:
-    """Rebuild the trial config of a child run from its MLflow params (strings back to values)."""
-    fields = {f.name for f in dataclasses.fields(TrialConfig)}
-    config = {key: from_param(raw) for key, raw in params.items()
-              if key in fields or key.startswith(LOSS_PREFIX)}
-    return TrialConfig.from_dict(config)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tune_as.settings import TrialConfig
+from tune_as.settings import TrialSettings
 
 
 class PhaseTimer:
@@ -51,7 +51,7 @@ def lr_factor(progress: float, warmup: float) -> float:
     return max(0.0, (1.0 - progress) / max(1e-12, 1.0 - warmup))
 
 
-def autocast_for(cfg: TrialConfig, device: torch.device) -> tuple[Any, bool]:
+def autocast_for(cfg: TrialSettings, device: torch.device) -> tuple[Any, bool]:
     """(autocast context, needs grad scaler). Mixed precision on GPU; fp32 on CPU unless asked."""
     precision = cfg.precision
     if precision == "auto":

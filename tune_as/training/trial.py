@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from tune_as.losses import build_loss
-from tune_as.settings import TrialConfig
+from tune_as.settings import TrialSettings
 from tune_as.tracking.schema import PMARGIN_FILE
 from tune_as.training.tools import PhaseTimer, autocast_for, lr_factor, p_margin, seed_everything
 
@@ -89,7 +89,7 @@ class Trial:
                  restore_dir: Path | None = None) -> None:
         from tune_as.tasks import build_model
 
-        self.cfg = cfg = TrialConfig.from_dict(config)
+        self.cfg = cfg = TrialSettings.from_dict(config)
         self.data, self.task, self.reporter = data, task, reporter
         seed_everything(cfg.seed)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
