@@ -93,6 +93,66 @@ def test_tune_as_has_no_import_cycle() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def external_imports(path: Path, name: str) -> set[str]:
+    """Every absolute module a file imports (relative imports resolved against its package), third-party too."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _under(module: str, *roots: str) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in roots)
+
+
+# (importer, what it must not import, why): docs/architecture.md's layering, checked on every import statement.
+LAYERS = [
+    ("tune_as.losses", ("ray", "mlflow", "optuna", "tune_as.engine", "tune_as.tasks", "tune_as.training",
+                        "tune_as.tracking", "tune_as.results", "tune_as.report", "tune_as.space"), "losses are pure torch"),
+    ("tune_as.results", ("ray", "mlflow", "torch", "tune_as.engine", "tune_as.tracking", "tune_as.report",
+                         "tune_as.training"), "results are pure: runs in, answer out"),
+    ("tune_as.engine", ("tune_as.report", "mlflow"), "the engine never reaches into the report (MLflow: through tracking)"),
+    ("tune_as.training", ("ray", "mlflow", "tune_as.engine", "tune_as.report"), "the loop knows no Ray nor MLflow"),
+    ("tune_as.tasks", ("ray", "mlflow", "tune_as.engine", "tune_as.report", "tune_as.training"), "tasks are data"),
+    ("tune_as.space", ("ray", "mlflow", "tune_as.engine", "tune_as.report"), "spaces are data"),
+    ("tune_as.settings", ("ray", "mlflow", "optuna", "tune_as.engine", "tune_as.report", "tune_as.space"),
+     "settings are the bottom layer"),
+]
+# The report reaches the engine only through these public modules (the request it fills, confirm_settings).
+REPORT_MAY_USE = {"tune_as.engine.request", "tune_as.engine.run"}
+
+
+@pytest.mark.parametrize(("layer", "forbidden", "why"), LAYERS, ids=[x[0] for x in LAYERS])
+def test_layering(layer: str, forbidden: tuple[str, ...], why: str) -> None:
+    bad = {f"{name} imports {imp}" for name, path in modules().items() if _under(name, layer)
+           for imp in external_imports(path, name) if _under(imp, *forbidden)}
+    assert not bad, f"{why}: {sorted(bad)}"
+
+
+def test_the_report_reaches_the_engine_only_through_its_public_modules() -> None:
+    used = {imp for name, path in modules().items() if _under(name, "tune_as.report")
+            for imp in external_imports(path, name) if _under(imp, "tune_as.engine")}
+    assert used and {u.rsplit(".", 1)[0] if u not in modules() else u for u in used} <= REPORT_MAY_USE, used
+
+
+def test_the_top_level_is_two_clis_and_few_modules() -> None:
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert "search" in top and (PACKAGE / "report" / "cli.py").is_file()
+    assert len(top) - 1 <= 6, top
+    too_long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+                if (n := len(p.read_text().splitlines())) > 400}
+    assert not too_long, too_long
+
+
 FRESH_IMPORTS = """
 import importlib, sys, traceback
 failures = []

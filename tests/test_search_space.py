@@ -15,15 +15,12 @@ from hypothesis import strategies as st
 from tune_as.errors import UserError
 from tune_as.losses import LOSSES
 from tune_as.settings import TrialSettings
+from tune_as.space.overrides import OVERRIDE_KEYS, OWN_OPTION_KEYS, check_overrides, parse_overrides
 from tune_as.space.search_space import (
-    OVERRIDE_KEYS,
-    OWN_OPTION_KEYS,
     SPACES_DIR,
     SearchSpace,
-    check_overrides,
     config_key,
     load_search_space,
-    parse_overrides,
 )
 from tune_as.tasks import TASKS, build_task
 

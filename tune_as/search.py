@@ -1,5 +1,5 @@
 """`python -m tune_as.search --task TASK`: the CLI. It maps arguments onto a `SearchRequest` and calls
-`tune_as.engine.run.run_search`."""
+`tune_as.engine.run.run_search`. Defaults are SearchRequest's (shown here, owned there)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import Any, NoReturn
 
+from tune_as.engine.request import SAMPLERS, SearchRequest
 from tune_as.errors import UserError
-
-if TYPE_CHECKING:
-    from tune_as.engine import SearchRequest
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,6 +21,11 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (--help lists the options)\n")
+
+
+def D(name: str) -> Any:  # noqa: N802 - reads as a marker in the option table below
+    """The default of a SearchRequest field: argparse shows it, the request owns it (one place)."""
+    return SearchRequest.__dataclass_fields__[name].default
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-epochs", type=float, default=None, help="override the task's epochs (ASHA's max_t)")
     p.add_argument("--backbone", default=None,
                    help="HF model id or local path, or 'minilm' / 'tiny' (offline); default: the task's")
-    p.add_argument("--encoder", choices=["finetune", "frozen"], default="finetune",
+    p.add_argument("--encoder", choices=["finetune", "frozen"], default=D("encoder"),
                    help="finetune the backbone, or train a head on cached frozen features")
     p.add_argument("--max-length", type=int, default=None, help="token length (default: the task's)")
     p.add_argument("--data-dir", type=Path, default=None,
@@ -54,22 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override a fixed trial setting, repeatable: lr, batch_size, epochs, max_length, "
                         "weight_decay, lr_warmup, eval_every_steps, skip_masked_rows, ... (docs/search_spaces.md)")
-    p.add_argument("--seed", type=int, default=0, help="seed for Optuna, data order and model init")
-    p.add_argument("--confirm", type=_count, default=0, metavar="N",
+    p.add_argument("--seed", type=int, default=D("seed"), help="seed for Optuna, data order and model init")
+    p.add_argument("--confirm", type=_count, default=D("confirm"), metavar="N",
                    help="after the search, re-run each loss's selected setting with N new seeds (no early "
                         "stopping) and rank the losses on them with 95%% intervals (default 0: single runs)")
     p.add_argument("--confirm-top", type=int, default=None, metavar="K",
                    help="with --confirm: confirm only the K losses with the best validation in the search, and "
                         "softmax (the baseline of the paired differences); the others are shown as single runs "
                         "(default: every loss)")
-    p.add_argument("--sampler", choices=["tpe", "random"], default="tpe",
+    p.add_argument("--sampler", choices=list(SAMPLERS), default=D("sampler"),
                    help="each loss's Optuna sampler: tpe (default) or random (uniform draws, a baseline)")
     p.add_argument("--no-warm-start", action="store_true",
                    help="do not start each loss with its warm start (the search space's `paper` setting, else the "
                         "loss's own defaults where they lie in the searched range)")
     p.add_argument("--gpus-per-trial", type=float, default=None,
                    help="GPUs per trial (0.5 packs two trials per GPU; default 1 when the cluster has GPUs, else 0)")
-    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial")
+    p.add_argument("--cpus-per-trial", type=float, default=D("cpus_per_trial"), help="CPUs per trial")
     p.add_argument("--max-concurrent", type=int, default=None,
                    help="cap on concurrent trials (default: what the cluster's resources allow, at most 8)")
     p.add_argument("--eval-every-steps", type=int, default=None,
@@ -77,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
                    help="Ray cluster address ('auto', HOST:6379 or ray://HOST:10001); default: a local Ray "
                         "(env RAY_ADDRESS)")
-    p.add_argument("--storage-path", type=Path, default=Path("tune_as_results"),
+    p.add_argument("--storage-path", type=Path, default=D("storage_path"),
                    help="where Ray Tune keeps trial checkpoints and the Optuna study (shared storage on clusters)")
     p.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
                    help="MLflow tracking URI (default: sqlite:///mlflow.db; env MLFLOW_TRACKING_URI)")
@@ -86,17 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search name: its folder under --storage-path (default: <task>-<timestamp>; "
                         "with --resume: the latest search of the task)")
     p.add_argument("--resume", action="store_true", help="resume the search --name from its last state")
-    p.add_argument("--max-failures", type=int, default=2, help="retries of a crashed trial from its checkpoint")
+    p.add_argument("--max-failures", type=int, default=D("max_failures"), help="retries of a crashed trial from its checkpoint")
     p.add_argument("--grace-period", type=float, default=None,
                    help="ASHA grace period, in epochs (default: a third of the epochs, at least 1)")
-    p.add_argument("--reduction-factor", type=float, default=3.0, help="ASHA reduction factor")
+    p.add_argument("--reduction-factor", type=float, default=D("reduction_factor"), help="ASHA reduction factor")
     p.add_argument("--no-asha", action="store_true", help="run every trial to the end (no early stopping)")
-    p.add_argument("--asha-scope", choices=["loss", "search"], default="loss",
+    p.add_argument("--asha-scope", choices=["loss", "search"], default=D("asha_scope"),
                    help="compare a trial with trials of its own loss (default) or with every trial of the search "
                         "(an unfair ablation, for benchmarks)")
-    p.add_argument("--checkpoint-interval", type=float, default=30.0, dest="checkpoint_interval_s",
+    p.add_argument("--checkpoint-interval", type=float, default=D("checkpoint_interval_s"), dest="checkpoint_interval_s",
                    help="seconds between a trial's checkpoints (it always checkpoints at its end; 0: every evaluation)")
-    p.add_argument("--dashboard-host", default="127.0.0.1",
+    p.add_argument("--dashboard-host", default=D("dashboard_host"),
                    help="bind the local Ray dashboard here (binding wider than loopback prints a warning)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny backbone, small data, few steps: the whole pipeline in well under a minute")
@@ -115,8 +118,7 @@ def _count(text: str) -> int:
 
 
 def request_from_args(args: argparse.Namespace) -> SearchRequest:
-    from tune_as.engine import SearchRequest
-    from tune_as.space.search_space import parse_overrides
+    from tune_as.space.overrides import parse_overrides
 
     if not args.task and not args.resume:
         raise UserError("--task: expected a task name (see docs/tasks.md), got none")

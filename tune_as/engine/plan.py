@@ -24,10 +24,10 @@ from typing import Any
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
 from tune_as.errors import UserError, first_line
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
+from tune_as.space.overrides import check_overrides
 from tune_as.space.search_space import (
     LossSpace,
     SearchSpace,
-    check_overrides,
     default_space_path,
     load_search_space,
 )
@@ -168,8 +168,8 @@ def _restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> Sear
 
 
 def _latest_search(storage: Path, task: str | None) -> str | None:
-    found = [p for p in storage.glob(f"*/{schema.SEARCH_STATE_FILE}")
-             if task is None or (read_state(p.parent) or {}).get("task") == task]
+    found = [folder / schema.SEARCH_STATE_FILE for folder, state in schema.search_states(storage)
+             if task is None or state.get("task") == task]
     return max(found, key=lambda p: p.stat().st_mtime).parent.name if found else None
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -26,7 +25,8 @@ import numpy as np
 
 from tune_as.engine.request import SearchRequest
 from tune_as.errors import UserError
-from tune_as.report.tables import Table, confirmation_table, selection_csv, table2, table3, table4, table6
+from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
+from tune_as.results.render import Table
 from tune_as.results.selection import (
     PAPER_TASKS,
     Cell,
@@ -158,14 +158,9 @@ def optuna_file(storage: Path, task: str, search_ids: set[str]) -> Path:
     experiment's search ids (the search writes it there; see `python -m tune_as.search --storage-path`)."""
     if storage.is_file() or (storage / schema.OPTUNA_DB).is_file():
         return storage if storage.is_file() else storage / schema.OPTUNA_DB
-    found = []
-    for state in storage.glob(f"*/{schema.SEARCH_STATE_FILE}"):
-        try:
-            info = json.loads(state.read_text())
-        except (OSError, ValueError):
-            continue
-        if info.get("task") == task and info.get("search_id") in search_ids and (state.parent / schema.OPTUNA_DB).is_file():
-            found.append(state.parent / schema.OPTUNA_DB)
+    found = [folder / schema.OPTUNA_DB for folder, info in schema.search_states(storage)
+             if info.get("task") == task and info.get("search_id") in search_ids
+             and (folder / schema.OPTUNA_DB).is_file()]
     return max(found, key=lambda p: p.stat().st_mtime) if found else storage / task / schema.OPTUNA_DB
 
 

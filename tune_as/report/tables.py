@@ -14,10 +14,10 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from tune_as.results.render import Table
 from tune_as.results.selection import (
     PAPER_ROWS,
     PAPER_TASKS,
@@ -37,29 +37,6 @@ BASELINE = "softmax"
 # One run's metric histories: metric name -> [(step, value), ...] in step order.
 History = Mapping[str, Sequence[tuple[int, float]]]
 Cells = Mapping[tuple[str, str], Cell]
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str  # file stem, e.g. "table6"
-    title: str
-    header: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)  # printed under the Markdown table; not in the CSV
-
-    def markdown(self) -> str:
-        lines = [f"### {self.title}", "", "| " + " | ".join(self.header) + " |",
-                 "|" + "|".join(" --- " for _ in self.header) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
-        lines += ["", *self.notes] if self.notes else []
-        return "\n".join(lines) + "\n"
-
-    def csv(self) -> str:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(self.header)
-        writer.writerows(self.rows)
-        return buf.getvalue()
 
 
 def layout(cells: Cells) -> tuple[list[str], list[str]]:

@@ -23,7 +23,7 @@ the type of its default in the loss's ``__init__`` (so ``lr: 2e-5``, a string to
 with a single value is a constant: it joins the loss's ``fixed``. YAML aliases are refused (a few hundred
 bytes of nested aliases expand to gigabytes), and so are duplicate keys.
 
-`parse_overrides`, `check_overrides` and `SearchSpace.with_overrides` implement ``--set KEY=VALUE``: a shared fixed trial
+`tune_as.space.overrides` and `SearchSpace.with_overrides` implement ``--set KEY=VALUE``: a shared fixed trial
 setting that wins over the file everywhere (a loss that searches it has it pinned).
 """
 
@@ -34,7 +34,6 @@ import hashlib
 import json
 import math
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,7 +46,7 @@ from optuna.distributions import (
 )
 
 from tune_as.errors import UserError, first_line
-from tune_as.settings import DATA_FIELDS, LOSS_PREFIX, TRIAL_FIELDS, coerce_field, trial_problem
+from tune_as.settings import DATA_FIELDS, LOSS_PREFIX, TRIAL_FIELDS, trial_problem
 from tune_as.settings import EXPECTED as _EXPECTED
 from tune_as.space.strict_yaml import EXCERPT as _EXCERPT
 from tune_as.space.strict_yaml import clip as _clip
@@ -59,9 +58,6 @@ SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 TRIAL_KEYS = frozenset(TRIAL_FIELDS) - {"loss"}
 # Data settings the file's top-level `fixed` may set for the whole search (the others have command-line options).
 SHARED_DATA_KEYS = frozenset({"max_length", "backbone", "max_train_samples", "max_eval_samples"})
-# Settings with their own command-line option: --set refuses them, so each has one way in.
-OWN_OPTION_KEYS = frozenset({"backbone", "encoder", "data_dir", "max_train_samples", "max_eval_samples", "seed"})
-OVERRIDE_KEYS = frozenset((TRIAL_KEYS | {"max_length"}) - OWN_OPTION_KEYS)
 _TYPES = {**DATA_FIELDS, **TRIAL_FIELDS}
 _TOP_KEYS = {"task", "trials_per_loss", "fixed", "losses"}
 _LOSS_KEYS = {"params", "fixed", "paper"}
@@ -380,43 +376,3 @@ def load_search_space(path: Path, kind: str) -> SearchSpace:
 
 def default_space_path(task: str) -> Path:
     return SPACES_DIR / f"{task}.yaml"
-
-
-# -- --set KEY=VALUE -------------------------------------------------------------------------------------
-def _check_override_key(key: str) -> None:
-    if key in OVERRIDE_KEYS:
-        return
-    what = f"{_show(key)} has its own command-line option" if key in OWN_OPTION_KEYS else f"unknown key {_show(key)}"
-    raise UserError(f"--set: {what}; expected one of {sorted(OVERRIDE_KEYS)}")
-
-
-def check_overrides(overrides: dict[str, str], fixed: dict[str, Any]) -> dict[str, Any]:
-    """``--set`` values (text) typed once by their field's annotation and judged by the settings classes' rules
-    (together with the file's `fixed`). Any problem is one UserError line."""
-    typed = {}
-    for key, value in overrides.items():
-        _check_override_key(key)
-        try:
-            typed[key] = coerce_field(key, value)
-        except ValueError as exc:
-            raise UserError(f"--set {key}: expected {exc}, got {_show(value)}") from None
-    problem = _trial_problem({**fixed, **typed})
-    if problem:
-        raise UserError(f"--set: {_clip(problem, 300)}")
-    return typed
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, str]:
-    """``--set KEY=VALUE`` items as {key: text} (``["lr=2e-5"]`` -> ``{"lr": "2e-5"}``): split and the keys
-    checked here; the values are typed once, by `check_overrides`, when the search is planned."""
-    raw: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UserError(f"--set: expected KEY=VALUE, got {_show(item)}")
-        _check_override_key(key)
-        if key in raw:
-            raise UserError(f"--set: expected each key once, got {key} twice ({_show(raw[key])} and {_show(value.strip())})")
-        raw[key] = value.strip()
-    return raw

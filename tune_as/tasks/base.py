@@ -17,7 +17,6 @@ from .labels import LabelMap
 from .sources import HubSource, RawSplit, carve, load_folder, load_hub, subsample
 
 log = logging.getLogger(__name__)
-KINDS = ("multiclass", "token", "multilabel")
 DEFAULT_STEMS = {
     "train": ("train",),
     "validation": ("validation", "validation_matched", "dev", "valid"),

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import KINDS, Task, TaskDefaults
+from tune_as.losses import KINDS
+
+from .base import Task, TaskDefaults
 from .multilabel import MultiLabelText
 from .text import TextClassification
 from .token import TokenTagging

@@ -7,7 +7,9 @@ neither spells a tag, an artifact or a file name of its own. docs/architecture.m
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 # -- MLflow tags ----------------------------------------------------------------------------------------
 ROLE = "tune_as.role"  # one of the ROLE_* values below
@@ -37,6 +39,20 @@ SEARCH_EPOCHS, CONFIRM_EPOCHS = "compute_search_epochs", "compute_confirm_epochs
 SEARCH_STATE_FILE = "tune_as_search.json"  # what the search was started with (resume reads it)
 OPTUNA_DB = "optuna.db"  # one Optuna study per loss, named STUDY_NAME
 NAME_LOCK = ".tune_as.lock"  # held by the process that runs the search
+
+
+def search_states(storage: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every search folder under `storage` with its saved state (unreadable ones are skipped): how the search's
+    `--resume` and the report's Optuna look-up find searches."""
+    found = []
+    for path in storage.glob(f"*/{SEARCH_STATE_FILE}"):
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(state, dict):
+            found.append((path.parent, state))
+    return found
 
 
 def study_name(prefix: str, loss: str) -> str:

@@ -1,0 +1,56 @@
+"""``--set KEY=VALUE``: a shared setting that wins over the search space file everywhere (a loss that searches it
+has it pinned). Split and key-checked when the command line is read, typed once when the search is planned."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tune_as.errors import UserError
+from tune_as.settings import coerce_field
+from tune_as.space.search_space import TRIAL_KEYS, _trial_problem
+from tune_as.space.strict_yaml import clip as _clip
+from tune_as.space.strict_yaml import show as _show
+
+# Settings with their own command-line option: --set refuses them, so each has one way in.
+OWN_OPTION_KEYS = frozenset({"backbone", "encoder", "data_dir", "max_train_samples", "max_eval_samples", "seed"})
+OVERRIDE_KEYS = frozenset((TRIAL_KEYS | {"max_length"}) - OWN_OPTION_KEYS)
+
+
+def _check_override_key(key: str) -> None:
+    if key in OVERRIDE_KEYS:
+        return
+    what = f"{_show(key)} has its own command-line option" if key in OWN_OPTION_KEYS else f"unknown key {_show(key)}"
+    raise UserError(f"--set: {what}; expected one of {sorted(OVERRIDE_KEYS)}")
+
+
+def check_overrides(overrides: dict[str, str], fixed: dict[str, Any]) -> dict[str, Any]:
+    """``--set`` values (text) typed once by their field's annotation and judged by the settings classes' rules
+    (together with the file's `fixed`). Any problem is one UserError line."""
+    typed = {}
+    for key, value in overrides.items():
+        _check_override_key(key)
+        try:
+            typed[key] = coerce_field(key, value)
+        except ValueError as exc:
+            raise UserError(f"--set {key}: expected {exc}, got {_show(value)}") from None
+    problem = _trial_problem({**fixed, **typed})
+    if problem:
+        raise UserError(f"--set: {_clip(problem, 300)}")
+    return typed
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` items as {key: text} (``["lr=2e-5"]`` -> ``{"lr": "2e-5"}``): split and the keys
+    checked here; the values are typed once, by `check_overrides`, when the search is planned."""
+    raw: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"--set: expected KEY=VALUE, got {_show(item)}")
+        _check_override_key(key)
+        if key in raw:
+            raise UserError(f"--set: expected each key once, got {key} twice ({_show(raw[key])} and {_show(value.strip())})")
+        raw[key] = value.strip()
+    return raw
