@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from tune_as.errors import UserError
 from tune_as.search import main
 from tune_as.tasks import DataSettings, build_task
-from tune_as.tracking.tracker import redact_uri
+from tune_as.tracking.client import redact_uri
 
 SPACE_OK = "task: digits\ntrials_per_loss: 1\nfixed: {epochs: 1}\nlosses:\n  softmax: {}\n"
 

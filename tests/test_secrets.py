@@ -26,8 +26,8 @@ from mlflow.tracking import MlflowClient
 
 from tune_as.errors import UserError
 from tune_as.report import cli as report
+from tune_as.tracking import client as tracking
 from tune_as.tracking import schema
-from tune_as.tracking import tracker as tracking
 from tune_as.tracking.tracker import MlflowTracker
 
 USER, PASSWORD = "admin", "s3cr3t@Pa:ss-word"  # '@' and ':' inside: the userinfo ends at the LAST '@'

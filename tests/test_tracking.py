@@ -18,8 +18,9 @@ import pytest
 from conftest import free_port
 from mlflow.tracking import MlflowClient
 
+from tune_as.errors import UserError
+from tune_as.tracking import client as tracking
 from tune_as.tracking import schema
-from tune_as.tracking import tracker as tracking
 from tune_as.tracking.tracker import MlflowTracker
 
 TAGS = {schema.ROLE: "trial", schema.LOSS: "softmax"}
@@ -62,7 +63,7 @@ def test_orphaned_run_of_a_killed_driver_is_closed_and_hidden(mlflow_server) -> 
     client = MlflowClient(mlflow_server.uri)
     visible = [r for r in client.search_runs([resumed.experiment_id]) if r.data.tags.get(schema.ROLE) == "trial"]
     assert [r.data.tags[schema.TRIAL] for r in visible] == ["kept"]
-    lost = client.get_run(killed.runs["lost"])
+    lost = client.get_run(killed.trials["lost"].run_id)
     assert lost.info.status == "KILLED" and lost.info.lifecycle_stage == "deleted"
     assert "killed driver" in lost.data.tags["tune_as.orphaned"]
 
@@ -80,7 +81,7 @@ def test_writes_during_an_outage_are_buffered_in_order(mlflow_server, tmp_path: 
     tracker.uri, tracker._client = good_uri, MlflowClient(good_uri)  # back
     assert tracker.search_ended("FINISHED") and not tracker.pending
     client = MlflowClient(mlflow_server.uri)
-    run = client.get_run(tracker.runs["t1"])
+    run = client.get_run(tracker.trials["t1"].run_id)
     assert run.info.status == "FINISHED"
     assert [m.value for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [0.5, 0.6]
 
@@ -89,7 +90,7 @@ def test_unreachable_database_fails_in_seconds_without_the_password() -> None:
     tracker = MlflowTracker(f"postgresql+psycopg2://u:pw123@127.0.0.1:{free_port()}/db", "x", "s")
     try:
         tracker.check_reachable()
-    except tracking.UserError as exc:
+    except UserError as exc:
         assert "pw123" not in str(exc) and "expected a reachable database" in str(exc)
     else:
         raise AssertionError("an unreachable database was accepted")
@@ -156,7 +157,7 @@ def test_a_deleted_experiment_is_one_line_that_says_how_to_restore_it(mlflow_ser
     exp_id = client.create_experiment("trk-deleted")
     client.delete_experiment(exp_id)  # what the MLflow UI's delete does
     tracker = MlflowTracker(mlflow_server.uri, "trk-deleted", "s1")
-    with pytest.raises(tracking.UserError, match="is deleted: expected an active or new experiment") as info:
+    with pytest.raises(UserError, match="is deleted: expected an active or new experiment") as info:
         tracker.check_reachable()
     command = re.search(r"`(mlflow experiments restore [^`]+)`", str(info.value))
     assert command is not None

@@ -131,7 +131,7 @@ def state_of(plan: SearchPlan) -> dict[str, Any]:
     r = plan.request
     saved = {k: getattr(r, k) for k in RESULT_OPTIONS}
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in saved.items()}
-    from tune_as.tracking.tracker import redact_uri
+    from tune_as.tracking.client import redact_uri
 
     return {"search_id": plan.search_id, "task": plan.task.name, "fingerprint": plan.space.fingerprint(),
             "losses": plan.losses, "experiment": plan.experiment, "request": saved, "finished": False,
@@ -209,7 +209,7 @@ def resolve_settings(r: SearchRequest, task: Task, space: SearchSpace) -> tuple[
 def absolute_sqlite(uri: str | None) -> str | None:
     """A relative SQLite tracking URI (the default `sqlite:///mlflow.db`) made absolute, so the saved state and
     the resume hint name the same database from any folder. Other URIs, and None (MLflow's env or default), stay."""
-    from tune_as.tracking.tracker import DEFAULT_URI
+    from tune_as.tracking.client import DEFAULT_URI
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
     prefix = "sqlite:///"

@@ -44,6 +44,7 @@ from tune_as.settings import DataSettings, TrialSettings  # noqa: E402
 from tune_as.space.search_space import config_key  # noqa: E402
 from tune_as.tracking import schema  # noqa: E402
 from tune_as.tracking import tracker as tracking  # noqa: E402
+from tune_as.tracking.client import redact_uri  # noqa: E402
 
 CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the search's folder
 SCHEDULER_STATE = "scheduler.pkl"
@@ -123,7 +124,7 @@ def resume_hint(plan: SearchPlan) -> str:
     storage = shlex.quote(str(plan.search_dir.parent))
     hint = f"python -m tune_as.search --resume --name {plan.name} --storage-path {storage}"
     uri = plan.request.mlflow_uri
-    if uri and tracking.redact_uri(uri) == uri:  # a URI with a password is not printed: pass it again
+    if uri and redact_uri(uri) == uri:  # a URI with a password is not printed: pass it again
         hint += f" --mlflow-uri {shlex.quote(uri)}"
     return hint
 

@@ -40,6 +40,7 @@ from tune_as.results.selection import (
 )
 from tune_as.settings import from_params
 from tune_as.tracking import schema
+from tune_as.tracking.client import TrackingUnusable, open_client, redact_uri
 from tune_as.tracking.schema import (
     LOSS,
     METRIC,
@@ -49,7 +50,6 @@ from tune_as.tracking.schema import (
     STOPPED_EARLY,
     TASK,
 )
-from tune_as.tracking.tracker import TrackingUnusable, open_client, redact_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
