@@ -1,0 +1,1 @@
+"""Pure results: selection, verdicts, racing, ranking (no Ray, no MLflow)."""
