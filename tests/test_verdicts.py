@@ -194,6 +194,21 @@ def test_best_set_level_is_alpha_over_k_minus_one() -> None:
     assert "b" in best_set(values, 0.9, testable={"a", "c"}).members
 
 
+def test_best_set_holm_rule_steps_down_over_the_losses() -> None:
+    """rule="holm": q_i = (k - 1) * min_j p(j better than i), Holm over the open losses. c is exactly 50
+    points below a (q = 0, out at the first step, alpha / 3); then b needs q_b = 2p <= alpha / 2."""
+    rng = np.random.default_rng(4)
+    a = rng.normal(0.8, 0.01, 6)
+    b = a - 0.004 + rng.normal(0, 0.003, 6)
+    p = stats.ttest_rel(a, b, alternative="greater").pvalue
+    values = {"a": by_seed(a), "b": by_seed(b), "c": by_seed(a - 0.5)}
+    assert best_set(values, 4 * p * 1.001, rule="holm").members == ("a",)
+    assert best_set(values, 4 * p * 0.999, rule="holm").members == ("a", "b")
+    assert best_set(values, 4 * p * 0.999, rule="hsu").members == ("a",)  # hsu: p <= alpha / 2
+    with pytest.raises(ValueError, match="rule"):
+        best_set(values, 0.05, rule="nope")  # type: ignore[arg-type]
+
+
 def test_bad_input_is_an_error() -> None:
     with pytest.raises(ValueError, match="finite"):
         compare_with_baseline({"softmax": {1: 0.8, 2: math.nan}, "x": {1: 0.8, 2: 0.8}}, "softmax", M, 0.05)

@@ -18,7 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tune_as.results.verdicts import Best, Comparison, SeedValues, best_set, compare_with_baseline, points
+from tune_as.results.verdicts import (
+    Best,
+    BestRule,
+    Comparison,
+    SeedValues,
+    best_set,
+    compare_with_baseline,
+    points,
+)
 
 # loss -> seed -> (validation metric, test metric or None when the task has no test labels)
 Results = Mapping[str, Mapping[int, tuple[float, float | None]]]
@@ -55,7 +63,8 @@ class Plan:
     seeds in the order they are handed out (at least max_seeds; the engine picks them once, e.g. the
     integers after the search's seeds). margin_points: the equivalence margin in points (0.5 = 0.005 of the
     metric). verdict_on: the metric of the verdicts against the baseline ("auto": test when every run has
-    one, else validation); the best set always uses validation."""
+    one, else validation); the best set always uses validation. best_rule: "hsu" (the default, Hsu's
+    Bonferroni form) or "holm" (every exclusion controlled, ties included; see verdicts.best_set)."""
 
     losses: tuple[str, ...]
     baseline: str
@@ -66,6 +75,7 @@ class Plan:
     alpha: float = 0.05
     margin_points: float = 0.5
     verdict_on: Literal["auto", "test", "val"] = "auto"
+    best_rule: BestRule = "hsu"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "losses", tuple(self.losses))
@@ -85,13 +95,16 @@ class Plan:
             raise ValueError(f"expected a margin >= 0 points, received {self.margin_points}")
         if self.verdict_on not in ("auto", "test", "val"):
             raise ValueError(f"expected verdict_on auto, test or val, received {self.verdict_on!r}")
+        if self.best_rule not in ("hsu", "holm"):
+            raise ValueError(f"expected best_rule hsu or holm, received {self.best_rule!r}")
 
     @classmethod
     def fixed(cls, losses: Sequence[str], baseline: str, seeds: Sequence[int], n: int, *, alpha: float = 0.05,
-              margin_points: float = 0.5, verdict_on: Literal["auto", "test", "val"] = "auto") -> Plan:
+              margin_points: float = 0.5, verdict_on: Literal["auto", "test", "val"] = "auto",
+              best_rule: BestRule = "hsu") -> Plan:
         """`--confirm N`: exactly n seeds for every loss, one look spending the full alpha."""
         return cls(tuple(losses), baseline, tuple(seeds), first=n, step=1, max_seeds=n, alpha=alpha,
-                   margin_points=margin_points, verdict_on=verdict_on)
+                   margin_points=margin_points, verdict_on=verdict_on, best_rule=best_rule)
 
     @property
     def margin(self) -> float:
@@ -270,7 +283,7 @@ def decide(results: Results, plan: Plan, seeds_left: int | None = None) -> Answe
         tested = at_look - {base}
         rows = {r.loss: r for r in compare_with_baseline(used(on), base, plan.margin, a_verdicts,
                                                         earlier=rows, testable=tested, look=k)}
-        best = best_set(used(val), a_best, excluded=best.excluded_by, testable=at_look)
+        best = best_set(used(val), a_best, excluded=best.excluded_by, testable=at_look, rule=plan.best_rule)
         looks.append(Look(k, n_k, a_verdicts, a_best, tuple(loss for loss in plan.losses if loss in at_look)))
         prev = n_k
         crowded = len(best.members) > 1
