@@ -53,6 +53,7 @@ class Tally:
     rows: int = 0
     seeds: int = 0
     losses: int = 0
+    best_size: int = 0
 
 
 def wrong(verdict: str, effect: float, margin: float) -> bool:
@@ -76,6 +77,7 @@ def score(tally: Tally, answer: Answer, effects: dict[str, float], plan: Plan) -
     tally.rows += len(answer.rows)
     tally.seeds += sum(answer.seeds_used.values())
     tally.losses += len(answer.seeds_used)
+    tally.best_size += len(answer.best)
 
 
 def cp(x: int, n: int) -> str:
@@ -141,7 +143,8 @@ def report(name: str, tally: Tally, null: bool) -> None:
     print(f"  (not promised when several losses tie for best) some best loss excluded: "
           f"{cp(tally.best_out, tally.answers)}")
     print(f"  decided share: {tally.decided / tally.rows:.3f} of {tally.rows} verdicts; "
-          f"mean seeds used per loss: {tally.seeds / tally.losses:.2f}")
+          f"mean seeds used per loss: {tally.seeds / tally.losses:.2f}; "
+          f"mean best-set size: {tally.best_size / tally.answers:.2f}")
 
 
 def one_sided(test: str, x: np.ndarray) -> np.ndarray:
