@@ -252,3 +252,20 @@ def test_null_simulation_holm_best_rule_controls_every_exclusion() -> None:
     wrong = sum(len(a.best) < 13 for a in answers)
     ci = stats.binomtest(wrong, len(answers)).proportion_ci(confidence_level=0.95, method="exact")
     assert wrong / len(answers) <= 0.05 and ci.high <= 0.10, (wrong, ci)
+
+
+def test_a_round_closed_by_the_budget_ignores_unfinished_runs() -> None:
+    """Round 2 half done (good finished it, the baseline did not) and no budget left: nobody can be compared
+    on round 2's seeds, so the answer is look 1's, and good's extra seeds are not used."""
+    rng = np.random.default_rng(6)
+    full = runs({loss: noisy(rng, 0.0, 0.02) for loss in LOSSES})
+    results = {loss: {s: full[loss][s] for s in SEEDS[:3]} for loss in LOSSES}
+    look_one = decide(results, plan())
+    assert look_one.look == 1 and "good" in look_one.active
+    results["good"].update({s: full["good"][s] for s in SEEDS[3:5]})
+    results["softmax"][SEEDS[3]] = full["softmax"][SEEDS[3]]
+    broke = decide(results, plan(), seeds_left=0)
+    assert broke.done and broke.look == 1 and broke.rows == look_one.rows
+    assert broke.seeds_used == dict.fromkeys(LOSSES, 3)
+    # with budget for the baseline's one missing seed, good (started the round) goes first
+    assert decide(results, plan(), seeds_left=1).next_seeds == {"softmax": (SEEDS[4],)}
