@@ -2,7 +2,7 @@
 
 Each simulated answer draws every loss's results on all max_seeds seeds up front and calls `decide` once:
 the replay uses a loss's seeds only up to where the race would have stopped it, so this is the same answer
-as running the rounds one by one (tests/test_racing.py checks that), at a fifth of the cost.
+as running the rounds one by one (tests/test_racing.py checks that), at a third of the cost.
 
 Scenarios:
 - synthetic (default): per-seed value = 80% + effect(loss) + seed effect (shared by every loss on a seed,
