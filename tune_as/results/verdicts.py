@@ -1,0 +1,324 @@
+"""The statistical verdicts of an answer, pure (numpy and scipy; statsmodels only checks them in the tests).
+
+Two families of claims, each family-wise controlled at the alpha it is given (docs/verdicts.md says why):
+
+- `compare_with_baseline`: each loss against the baseline on the seeds both have (paired differences, loss
+  minus baseline). Three one-sided nulls per loss: H_win (mean d <= 0), H_loss (mean d >= 0) and H_eq
+  (|mean d| >= margin, rejected by TOST). One-sided paired t-tests, Holm's step-down over every open
+  hypothesis of the family. A rejection is a claim: `win`, `loss` or `equivalent`; nothing rejected is
+  `undecided`. Holm bounds the probability that any printed claim is wrong by alpha, under any dependence.
+- `best_set`: Hsu's multiple comparisons with the best, Bonferroni form, on the validation metric: a loss is
+  excluded iff another is significantly better on their shared seeds at alpha / (k - 1); the best loss is
+  in the set with probability >= 1 - alpha.
+
+Metrics are fractions (accuracy 0.913); margins are fractions too here (0.5 points = 0.005).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from scipy import stats
+
+Verdict = Literal["win", "loss", "equivalent", "undecided"]
+Hypothesis = Literal["win", "loss", "equivalent"]
+HYPOTHESES: tuple[Hypothesis, ...] = ("win", "loss", "equivalent")
+# seed -> metric value of one loss's confirmation runs
+SeedValues = Mapping[int, float]
+# |difference| below this is rounding of fractions, not a difference: spreads and distances to a null's
+# boundary under it are treated as exactly zero (identical runs give no NaN and no division by zero).
+EXACT_TOL = 1e-12
+
+
+def points(margin_points: float) -> float:
+    """A user's margin in points (percent) as a fraction of the metric: 0.5 -> 0.005."""
+    return margin_points / 100.0
+
+
+def _pvalues(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, shift: float | np.ndarray,
+             greater: bool) -> np.ndarray:
+    """One-sided one-sample t p-values, element-wise. greater=True tests H0: mean <= shift against
+    mean > shift; greater=False tests H0: mean >= shift against mean < shift. n < 2: p = 1 (no test).
+    Zero spread: the constant is exact, p = 0 if it lies strictly inside the alternative, else 1."""
+    n, mean, sd, shift_a = np.broadcast_arrays(np.asarray(n), np.asarray(mean, dtype=float),
+                                               np.asarray(sd, dtype=float), np.asarray(shift, dtype=float))
+    p = np.ones(n.shape, dtype=float)
+    ok = n >= 2
+    if not ok.any():
+        return p
+    signed = np.where(ok, (mean - shift_a) if greater else (shift_a - mean), 0.0)
+    spread = np.where(ok, sd, 0.0)
+    exact = ok & (spread <= EXACT_TOL * np.maximum(1.0, np.abs(np.where(ok, mean, 0.0))))
+    p[exact & (signed > EXACT_TOL)] = 0.0
+    tested = ok & ~exact
+    if tested.any():
+        se = spread[tested] / np.sqrt(n[tested])
+        p[tested] = stats.t.sf(signed[tested] / se, n[tested] - 1)
+    return p
+
+
+def _summary(d: np.ndarray) -> tuple[int, float, float]:
+    n, mean, sd = _summaries(d.reshape(1, -1))
+    return int(n[0]), float(mean[0]), float(sd[0])
+
+
+def _summaries(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n, mean and standard deviation (ddof 1) along the last axis, NaN marking a missing value (a seed
+    one of the pair does not have); mean is NaN for n = 0, sd for n < 2."""
+    there = ~np.isnan(d)
+    n = there.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(there, d, 0.0).sum(axis=-1) / n
+        sq = np.where(there, d - mean[..., None], 0.0) ** 2
+        sd = np.sqrt(sq.sum(axis=-1) / (n - 1))
+    return n, np.where(n > 0, mean, np.nan), np.where(n > 1, sd, np.nan)
+
+
+def _matrix(values: Mapping[str, SeedValues], names: Sequence[str]) -> np.ndarray:
+    """names x seeds (the union of their seeds, sorted), NaN where a loss has no run of the seed."""
+    seeds = sorted(set().union(*(values[loss] for loss in names))) if names else []
+    column = {s: j for j, s in enumerate(seeds)}
+    x = np.full((len(names), len(seeds)), np.nan)
+    for i, loss in enumerate(names):
+        for s, v in values[loss].items():
+            x[i, column[s]] = v
+    return x
+
+
+def one_sided_p(d: Sequence[float] | np.ndarray, shift: float = 0.0,
+                alternative: Literal["greater", "less"] = "greater") -> float:
+    """p of the one-sided paired t-test on differences `d`: H0 mean <= shift against mean > shift
+    ("greater"), or H0 mean >= shift against mean < shift ("less"). With shift 0 it equals
+    scipy.stats.ttest_rel(a, b, alternative=...) for d = a - b; zero spread and n < 2 as in `_pvalues`."""
+    n, mean, sd = _summary(np.asarray(d, dtype=float))
+    return float(_pvalues(np.array(n), np.array(mean), np.array(sd), shift, alternative == "greater"))
+
+
+def hypothesis_pvalues(d: Sequence[float] | np.ndarray, margin: float) -> dict[Hypothesis, float]:
+    """Raw p-values of H_win (mean <= 0), H_loss (mean >= 0) and H_eq (|mean| >= margin, TOST: the larger
+    p of the two one-sided tests against -margin and +margin) for differences d (loss minus baseline)."""
+    _check_margin(margin)
+    n, mean, sd = _summary(np.asarray(d, dtype=float))
+    three = _three(np.array([n]), np.array([mean]), np.array([sd]), margin)
+    return {h: float(p[0]) for h, p in zip(HYPOTHESES, three, strict=True)}
+
+
+def _three(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, margin: float) -> tuple[np.ndarray, ...]:
+    """p of H_win, H_loss and H_eq (TOST: the larger of the two one-sided p's), element-wise."""
+    above = _pvalues(np.stack([n, n]), np.stack([mean, mean]), np.stack([sd, sd]),
+                     np.array([0.0, -margin])[:, None], greater=True)  # H0 mean <= 0, mean <= -margin
+    below = _pvalues(np.stack([n, n]), np.stack([mean, mean]), np.stack([sd, sd]),
+                     np.array([0.0, margin])[:, None], greater=False)  # H0 mean >= 0, mean >= +margin
+    return above[0], below[0], np.maximum(above[1], below[1])
+
+
+def holm(pvalues: Sequence[float] | np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Holm's step-down: (reject, adjusted p) in the input's order; reject iff adjusted p <= alpha.
+
+    Hand-written, and checked equal to statsmodels.stats.multitest.multipletests(p, alpha, method="holm")
+    in tests/test_verdicts.py, because that function calls gc.collect() on every Holm call: 85 ms measured
+    in a process with only scipy and statsmodels loaded, growing with the objects alive (torch, Ray), i.e.
+    minutes for the ~10^4 looks of the null simulation. The rule is short: sort, multiply the j-th smallest
+    by (m - j + 1), running maximum, cap at 1; reject while the adjusted p is <= alpha."""
+    p = np.asarray(pvalues, dtype=float)
+    if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):
+        raise ValueError(f"holm: expected a 1-d array of p-values in [0, 1], received {pvalues!r}")
+    order = np.argsort(p, kind="stable")
+    m = p.size
+    adjusted_sorted = np.minimum(1.0, np.maximum.accumulate(p[order] * np.arange(m, 0, -1)))
+    adjusted = np.empty(m)
+    adjusted[order] = adjusted_sorted
+    return adjusted <= alpha, adjusted
+
+
+def simultaneous_interval(d: Sequence[float] | np.ndarray, alpha_side: float) -> tuple[float, float] | None:
+    """Two-sided t interval for the mean of d with alpha_side on each side; None with fewer than 2 values.
+    Zero spread gives the point itself."""
+    n, mean, sd = _summary(np.asarray(d, dtype=float))
+    return _intervals(np.array([n]), np.array([mean]), np.array([sd]), alpha_side)[0]
+
+
+def _intervals(n: np.ndarray, mean: np.ndarray, sd: np.ndarray,
+               alpha_side: float) -> list[tuple[float, float] | None]:
+    half = np.full(n.shape, np.nan)
+    ok = n >= 2
+    if ok.any():
+        half[ok] = stats.t.ppf(1.0 - alpha_side, n[ok] - 1) * sd[ok] / np.sqrt(n[ok])
+    return [(float(m - h), float(m + h)) if good else None for m, h, good in zip(mean, half, ok, strict=True)]
+
+
+def paired_differences(a: SeedValues, b: SeedValues) -> np.ndarray:
+    """a - b on the seeds both have, in seed order."""
+    shared = sorted(set(a) & set(b))
+    return np.array([a[s] - b[s] for s in shared], dtype=float)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One loss against the baseline (differences loss minus baseline, fractions of the metric).
+
+    `interval` is simultaneous over the family (Bonferroni, alpha / (3m) on each side at the look's alpha):
+    Holm's later steps can decide a claim while this interval still touches 0. `p_adjusted` is the
+    Holm-adjusted p of the claim made (when it was made), or the smallest adjusted p of the loss when
+    undecided. `decided_at`: the look that made the claim (verdicts are sticky). `rejected`: its nulls
+    rejected so far."""
+
+    loss: str
+    n: int
+    mean_diff: float | None
+    interval: tuple[float, float] | None
+    p_adjusted: float
+    verdict: Verdict
+    decided_at: int | None = None
+    rejected: frozenset[Hypothesis] = frozenset()
+
+
+def _verdict(rejected: Collection[Hypothesis]) -> Verdict:
+    """A rejected H_eq wins over a rejected directional null: a difference inside the margin is, by the
+    user's own margin, practically nothing."""
+    if "equivalent" in rejected:
+        return "equivalent"
+    if "win" in rejected and "loss" not in rejected:
+        return "win"
+    if "loss" in rejected and "win" not in rejected:
+        return "loss"
+    return "undecided"
+
+
+def _check_margin(margin: float) -> None:
+    if not (math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"expected a margin >= 0 (a fraction: 0.5 points = 0.005), received {margin!r}")
+
+
+def _check_alpha(alpha: float) -> None:
+    if not (0 < alpha < 1):
+        raise ValueError(f"expected 0 < alpha < 1, received {alpha!r}")
+
+
+def _check_values(values: Mapping[str, SeedValues]) -> None:
+    for loss, by_seed in values.items():
+        bad = {s: v for s, v in by_seed.items() if not math.isfinite(v)}
+        if bad:
+            raise ValueError(f"{loss}: metric values must be finite numbers, received {bad}")
+
+
+def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margin: float, alpha: float, *,
+                          earlier: Mapping[str, Comparison] | None = None,
+                          testable: Collection[str] | None = None, look: int = 1) -> tuple[Comparison, ...]:
+    """Verdict rows of every loss of `values` but the baseline, in the order of `values`, at one look.
+
+    values: loss -> seed -> metric (the baseline included). margin: the equivalence margin as a fraction.
+    alpha: this look's family-wise alpha. earlier: the rows of the previous look (claims are kept; their
+    rejected nulls leave the family). testable: the losses whose new data is tested at this look (default:
+    all); the other open nulls keep their place in Holm's family with p = 1 (docs/verdicts.md: dropping
+    them would void the proof). A loss with fewer than 2 paired seeds stays undecided."""
+    _check_margin(margin)
+    _check_alpha(alpha)
+    _check_values(values)
+    if baseline not in values:
+        raise ValueError(f"the baseline {baseline!r} has no results (losses given: {sorted(values)})")
+    earlier = earlier or {}
+    names = [loss for loss in values if loss != baseline]
+    live_names = set(names) if testable is None else set(testable)
+    x = _matrix(values, [*names, baseline])
+    n, mean, sd = _summaries(x[:-1] - x[-1])  # loss minus baseline; NaN where either lacks the seed
+    raw = dict(zip(HYPOTHESES, _three(n, mean, sd, margin), strict=True))
+
+    family: list[tuple[int, Hypothesis]] = []
+    family_p: list[float] = []
+    for i, loss in enumerate(names):
+        before = earlier.get(loss)
+        done = before is not None and before.verdict != "undecided"
+        live = not done and loss in live_names and n[i] >= 2
+        for h in HYPOTHESES:
+            if before is None or h not in before.rejected:
+                family.append((i, h))
+                family_p.append(float(raw[h][i]) if live else 1.0)
+    reject, adjusted = holm(family_p, alpha) if family else (np.zeros(0, bool), np.zeros(0))
+    now: dict[int, dict[Hypothesis, tuple[bool, float]]] = {}
+    for (i, h), r, a in zip(family, reject, adjusted, strict=True):
+        now.setdefault(i, {})[h] = (bool(r), float(a))
+
+    intervals = _intervals(n, mean, sd, alpha / (3 * len(names))) if names else []
+    rows = []
+    for i, loss in enumerate(names):
+        count, interval = int(n[i]), intervals[i]
+        mean_diff = float(mean[i]) if count else None
+        before = earlier.get(loss)
+        if before is not None and before.verdict != "undecided":
+            rows.append(dataclasses.replace(before, n=count, mean_diff=mean_diff, interval=interval))
+            continue
+        tests = now.get(i, {})
+        rejected = frozenset(before.rejected if before else ()) | {h for h, (r, _) in tests.items() if r}
+        verdict = _verdict(rejected)
+        if verdict == "undecided":
+            p_adj = min((a for _, a in tests.values()), default=1.0)
+            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, None, rejected))
+        else:
+            claim: Hypothesis = verdict
+            p_adj = tests[claim][1] if claim in tests else (before.p_adjusted if before else 0.0)
+            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, look, rejected))
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best loss and its company on the validation metric. leader: the member with the highest mean.
+    members: the best set, by mean (descending). means: mean per loss that has results.
+    excluded_by: excluded loss -> the loss found significantly better than it."""
+
+    leader: str | None
+    members: tuple[str, ...]
+    means: Mapping[str, float] = field(default_factory=dict)
+    excluded_by: Mapping[str, str] = field(default_factory=dict)
+
+
+BestRule = Literal["hsu", "holm"]
+
+
+def best_set(values: Mapping[str, SeedValues], alpha: float, *, excluded: Mapping[str, str] | None = None,
+             testable: Collection[str] | None = None, rule: BestRule = "hsu") -> Best:
+    """Hsu's multiple comparisons with the best (Bonferroni form) on `values` (loss -> seed -> validation
+    metric; choosing by test would be using test to choose). With k losses that have results, loss i is
+    excluded iff some j is better by a one-sided paired t-test on their shared seeds at alpha / (k - 1):
+    only the k - 1 tests against the true best can wrongly exclude it, so a given best loss is in the set
+    with probability >= 1 - alpha. When several losses tie for best, that holds for each, not for all at
+    once (13 identical losses: one of them is excluded in ~20% of answers, docs/verdicts.md).
+
+    rule="holm" (opt-in) makes every exclusion a controlled claim, ties included: Holm's step-down over the
+    open losses on q_i = (k - 1) * min_j p(j better than i), i.e. the closed test of "these losses all tie
+    for best" with a Bonferroni local test. excluded: exclusions of earlier looks (kept, out of the family);
+    testable: the losses whose pairs are tested at this look (default: all; an untested open loss keeps
+    its place in Holm's family with q = 1)."""
+    _check_alpha(alpha)
+    _check_values(values)
+    names = [loss for loss, by_seed in values.items() if by_seed]
+    x = _matrix(values, names)
+    means = dict(zip(names, (float(m) for m in _summaries(x)[1]), strict=True))
+    out = dict(excluded or {})
+    k = len(names)
+    if k > 1:
+        n, mean, sd = _summaries(x[:, None, :] - x[None, :, :])  # [j, i]: j minus i on their shared seeds
+        p = _pvalues(n, mean, sd, 0.0, greater=True)  # H0: mean(j - i) <= 0, i.e. j is not better than i
+        live = np.array([testable is None or loss in testable for loss in names])
+        p[~(live[:, None] & live[None, :])] = 1.0
+        np.fill_diagonal(p, 1.0)
+        open_ = [i for i, loss in enumerate(names) if loss not in out]
+        if rule == "holm":
+            q = np.minimum(1.0, (k - 1) * p[:, open_].min(axis=0))
+            drop = holm(q, alpha)[0] if open_ else np.zeros(0, dtype=bool)
+        elif rule == "hsu":
+            drop = p[:, open_].min(axis=0) <= alpha / (k - 1)
+        else:
+            raise ValueError(f"expected rule 'hsu' or 'holm', received {rule!r}")
+        for i, dropped in zip(open_, drop, strict=True):
+            if dropped:
+                out[names[i]] = names[int(np.argmin(p[:, i]))]
+    rank = {loss: r for r, loss in enumerate(names)}
+    members = tuple(sorted((loss for loss in names if loss not in out), key=lambda s: (-means[s], rank[s])))
+    return Best(members[0] if members else None, members, means, out)
