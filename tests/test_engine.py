@@ -4,7 +4,6 @@ request validation."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import PerLossSearcher
 from tune_as.errors import UserError
-from tune_as.results import ranking
+from tune_as.results import racing, ranking
 from tune_as.results.selection import TrialRun
 from tune_as.settings import TrialSettings
 from tune_as.space.search_space import load_search_space
@@ -123,22 +122,42 @@ def run(i: int, loss: str, val: float, test: float, seed: int, stopped: bool = F
                     {"test_accuracy": test, "optimizer_steps": 10.0}, start_time=i, stopped_early=stopped)
 
 
-def test_ranking_uses_completed_trials_and_confirmed_seeds_with_intervals() -> None:
+def _answer(confirmations: list[TrialRun], losses: list[str], seeds: list[int],
+            baseline: str = "softmax") -> tuple[racing.Answer, racing.Plan]:
+    plan = racing.Plan.fixed(losses, baseline, seeds, len(seeds))
+    return racing.decide(ranking.race_results(confirmations, "accuracy"), plan), plan
+
+
+def test_ranking_uses_completed_trials_and_confirmed_seeds_with_verdicts() -> None:
     trials = [run(0, "softmax", 0.90, 0.89, 0), run(1, "as_softmax", 0.95, 0.50, 1, **{"loss.delta": "0.3"}),
               run(2, "as_softmax", 0.97, 0.99, 2, stopped=True, **{"loss.delta": "0.1"}),
               run(3, "sparsemax", 0.99, 0.99, 3, stopped=True)]
     assert ranking.confirmation_seeds(trials, 3) == [4, 5, 6]
     confirmations = [run(10 + s, "softmax", 0.9, 0.90 + s / 1000, s) for s in (4, 5, 6)] + \
                     [run(20 + s, "as_softmax", 0.93, 0.92 + s / 500, s, **{"loss.delta": "0.3"}) for s in (4, 5, 6)]
-    rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy")}
+    answer, plan = _answer(confirmations, ["softmax", "as_softmax"], [4, 5, 6])
+    losses = ["softmax", "as_softmax", "sparsemax", "bce"]
+    rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy", losses, answer, plan)}
     assert rows["as_softmax"].setting == {"loss.delta": "0.3"}, "the stopped trial must not be selected"
     assert rows["as_softmax"].confirmed and rows["as_softmax"].verdict == "win"
-    assert rows["as_softmax"].diff.startswith("+2.")
-    assert not rows["sparsemax"].val, "a loss whose trials were all stopped early has no number"
-    text = ranking.markdown(ranking.rank(trials, confirmations, "accuracy"), "t")
-    assert "every trial was stopped early" in text and "±" in text
+    assert rows["as_softmax"].diff.startswith("+2.") and rows["as_softmax"].best
+    assert rows["softmax"].verdict == "baseline" and not rows["softmax"].best
+    assert not rows["sparsemax"].val and rows["sparsemax"].failure == "every trial was stopped early"
+    assert rows["bce"].failure == "no trial ran", "every loss of the request has a row"
+    text = ranking.table(list(rows.values()), "t", "softmax", 0.5, 0.05).markdown()
+    assert "no result: every trial was stopped early" in text and "±" in text
+    assert "verdict (Holm, family-wise 5%, margin ±0.5 pts)" in text
     # the ranking follows validation, never test
     assert [r.loss for r in ranking.rank(trials, [], "accuracy")][:2] == ["as_softmax", "softmax"]
+
+
+def test_ranking_with_three_noisy_seeds_says_undecided_with_its_seeds() -> None:
+    trials = [run(0, "softmax", 0.9, 0.9, 0), run(1, "sparsemax", 0.9, 0.9, 1)]
+    confirmations = [run(10 + s, "softmax", 0.9, 0.90, s) for s in (2, 3, 4)] + \
+                    [run(20 + s, "sparsemax", 0.9, t, s) for s, t in zip((2, 3, 4), (0.91, 0.89, 0.93), strict=True)]
+    answer, plan = _answer(confirmations, ["softmax", "sparsemax"], [2, 3, 4])
+    rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy", [], answer, plan)}
+    assert rows["sparsemax"].verdict == "undecided (3 seeds)"
 
 
 @pytest.mark.parametrize(("fields", "message"), [
@@ -149,7 +168,11 @@ def test_ranking_uses_completed_trials_and_confirmed_seeds_with_intervals() -> N
     ({"name": "../escape"}, "--name: expected one path segment"),
     ({"name": "a/b"}, "--name: expected one path segment"),
     ({"name": "it's"}, "--name: expected one path segment"),
-    ({"max_eval_samples": 0}, "--max-eval-samples: expected a number > 0"),
+    ({"max_seeds": 2}, "--max-seeds: expected an integer in [3, 100]"),
+    ({"margin": float("nan")}, "--margin: expected points in [0, 100]"),
+    ({"race": True, "confirm": 3}, "--race: expected either --race"),
+    ({"confirm": 1}, "--confirm: expected 0 or at least 2 seeds"),
+    ({"budget": float("inf")}, "--budget: expected a number > 0"),
     ({"asha_scope": "global"}, "--asha-scope: expected 'loss' or 'search'"),
 ])
 def test_request_validation(fields: dict[str, Any], message: str) -> None:
@@ -170,7 +193,7 @@ def test_row_skipping_for_a_loss_that_cannot_skip_exits_2_and_writes_nothing(
 
 
 def test_ranking_compares_validation_where_the_task_has_no_test_labels() -> None:
-    """GLUE tasks hide test labels: the paired difference falls back to the confirmed validation metric."""
+    """GLUE tasks hide test labels: the verdicts fall back to the confirmed validation metric, marked (val)."""
     def val_run(i: int, loss: str, val: float, seed: int) -> TrialRun:
         return TrialRun(f"v{i}", "rte", loss, {"loss": loss, "seed": str(seed)}, "accuracy", val,
                         {"optimizer_steps": 1.0}, start_time=i)
@@ -178,9 +201,23 @@ def test_ranking_compares_validation_where_the_task_has_no_test_labels() -> None
     trials = [val_run(0, "softmax", 0.5, 0), val_run(1, "sparsemax", 0.5, 1)]
     confirmations = [val_run(10 + s, "softmax", 0.50 + s / 1000, s) for s in (2, 3, 4)] + \
                     [val_run(20 + s, "sparsemax", 0.60 + s / 500, s) for s in (2, 3, 4)]
-    rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy")}
+    answer, plan = _answer(confirmations, ["softmax", "sparsemax"], [2, 3, 4])
+    rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy", [], answer, plan)}
     assert rows["sparsemax"].diff.startswith("+10.") and rows["sparsemax"].diff.endswith("(val)")
     assert rows["sparsemax"].verdict == "win" and not rows["sparsemax"].test
+
+
+def test_multilabel_answers_compare_with_multilabel_softmax() -> None:
+    assert ranking.baseline_for("multilabel") == "multilabel_softmax"
+    assert ranking.baseline_for("multiclass") == ranking.baseline_for("token") == "softmax"
+    assert ranking.baseline_for("multilabel", "bce") == "bce"
+    trials = [run(0, "multilabel_softmax", 0.5, 0.5, 0), run(1, "bce", 0.5, 0.5, 1)]
+    confirmations = [run(10 + s, "multilabel_softmax", 0.5, 0.50 + s / 1000, s) for s in (2, 3, 4)] + \
+                    [run(20 + s, "bce", 0.5, 0.45 + s / 1000, s) for s in (2, 3, 4)]
+    answer, plan = _answer(confirmations, ["multilabel_softmax", "bce"], [2, 3, 4], "multilabel_softmax")
+    rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy", [], answer, plan)}
+    assert rows["bce"].diff.startswith("-5.00") and rows["bce"].verdict == "loss"
+    assert rows["multilabel_softmax"].verdict == "baseline"
 
 
 @pytest.mark.parametrize(("fields", "message"), [
@@ -253,23 +290,15 @@ def test_random_sampler_without_warm_start_draws_uniformly_from_the_same_space(t
     assert [again.suggest(f"t{i}") for i in range(8)] == configs, "a seeded random search is repeatable"
 
 
-def test_confirm_top_confirms_the_best_losses_on_validation_and_always_softmax() -> None:
-    from tune_as.engine.run import confirmation_configs
-    from tune_as.settings import from_params
-
+def test_confirmed_rows_rank_above_single_runs() -> None:
     trials = [run(0, "softmax", 0.80, 0.80, 0), run(1, "sparsemax", 0.95, 0.9, 1),
-              run(2, "entmax15", 0.93, 0.9, 2), run(3, "t_softmax", 0.90, 0.99, 3, **{"loss.tau": "2.0"}),
+              run(3, "t_softmax", 0.90, 0.99, 3, **{"loss.tau": "2.0"}),
               run(4, "t_softmax", 0.99, 0.5, 4, stopped=True, **{"loss.tau": "9.0"})]
-    for r in trials:
-        r.params.update({"task": "digits", "epochs": "2", "batch_size": "32", "lr": "0.001", "max_length": "8",
-                         "backbone": "cnn"})
-    trials = [dataclasses.replace(r, settings=from_params(r.params)[1]) for r in trials]  # as the engine makes them
-    configs = confirmation_configs(trials, 2, top=2)
-    assert sorted({c.loss for c in configs}) == ["entmax15", "softmax", "sparsemax"]  # t_softmax's 0.99 was stopped
-    assert {c.seed for c in configs} == {5, 6}
-    assert len(confirmation_configs(trials, 2)) == 8  # every loss without top
-    confirmations = [TrialRun(f"c{c.loss}{c.seed}", "digits", c.loss, {**t.params, "seed": str(c.seed)}, "accuracy",
-                              0.9, {"test_accuracy": 0.9}) for c in configs for t in trials[:3] if t.loss == c.loss]
-    rows = ranking.rank(trials, confirmations, "accuracy")
-    assert [r.confirmed for r in rows] == [True, True, True, False], "confirmed rows rank above single runs"
-    assert rows[-1].loss == "t_softmax" and rows[-1].val == [0.90]
+    confirmations = [TrialRun(f"c{t.loss}{s}", "digits", t.loss, {**t.params, "seed": str(s)}, "accuracy", 0.9,
+                              {"test_accuracy": 0.9}) for t in trials[:2] for s in (5, 6)]
+    answer, plan = _answer(confirmations, ["softmax", "sparsemax"], [5, 6])
+    rows = ranking.rank(trials, confirmations, "accuracy", [], answer, plan)
+    assert [r.confirmed for r in rows] == [True, True, False], "confirmed rows rank above single runs"
+    assert rows[-1].loss == "t_softmax" and rows[-1].val == [0.90], "its 0.99 was stopped early: not selected"
+    assert {r.loss: r.verdict for r in rows[:2]} == {"softmax": "baseline", "sparsemax": "equivalent"}, \
+        "identical runs are equivalent (zero variance), not an error"

@@ -59,12 +59,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "weight_decay, lr_warmup, eval_every_steps, skip_masked_rows, ... (docs/search_spaces.md)")
     p.add_argument("--seed", type=int, default=D("seed"), help="seed for Optuna, data order and model init")
     p.add_argument("--confirm", type=_count, default=D("confirm"), metavar="N",
-                   help="after the search, re-run each loss's selected setting with N new seeds (no early "
-                        "stopping) and rank the losses on them with 95%% intervals (default 0: single runs)")
+                   help="after the search, re-run each loss's selected setting with exactly N new seeds (no early "
+                        "stopping): verdicts against the baseline and the best set, family-wise error 5%% "
+                        "(default 0: single runs; --race decides the seeds instead)")
     p.add_argument("--confirm-top", type=int, default=None, metavar="K",
                    help="with --confirm: confirm only the K losses with the best validation in the search, and "
                         "softmax (the baseline of the paired differences); the others are shown as single runs "
                         "(default: every loss)")
+    p.add_argument("--race", action="store_true",
+                   help="confirm in rounds (3, 5, 7, ... new seeds) until each verdict is decided or --max-seeds; "
+                        "error controlled across rounds (docs/verdicts.md)")
+    p.add_argument("--max-seeds", type=int, default=D("max_seeds"), help="with --race: the most seeds per loss")
+    p.add_argument("--margin", type=float, default=D("margin"),
+                   help="equivalence margin in points of the metric (default %(default)s): 'equivalent' means the "
+                        "difference to the baseline is proven inside ±margin")
+    p.add_argument("--baseline", default=None,
+                   help="the loss every verdict compares with (default: softmax, multilabel_softmax for "
+                        "multi-label tasks)")
+    p.add_argument("--budget", type=float, default=None, metavar="E",
+                   help="trial-epochs for the whole answer, search and confirmation together: confirmation rounds "
+                        "stop when it is spent (default: no cap)")
     p.add_argument("--sampler", choices=list(SAMPLERS), default=D("sampler"),
                    help="each loss's Optuna sampler: tpe (default) or random (uniform draws, a baseline)")
     p.add_argument("--no-warm-start", action="store_true",
@@ -155,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad option (2, its line already printed)
         return int(exc.code or 0)
-    from tune_as.engine.run import SearchInterrupted, run_search
+    from tune_as.engine.run import NoResult, SearchInterrupted, run_search
 
     # MLflow logs its schema creation on the first use of an SQLite file at INFO ("Creating initial MLflow
     # database tables..."): the CLI prints its own lines, and an error stays one line. Warnings still show.
@@ -167,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         code = 2
+    except NoResult as exc:  # the search ran, and no loss has a result: the parent run is FAILED
+        print(f"error: {exc}", file=sys.stderr)
+        code = 3
     except SearchInterrupted as exc:
         print(f"interrupted: trials stopped, MLflow runs marked KILLED; resume with:  {exc}", file=sys.stderr)
         code = 130

@@ -68,8 +68,23 @@ class SearchPlan:
         return self.task.metrics[0]
 
     @property
+    def confirming(self) -> bool:
+        return bool(self.request.confirm or self.request.race)
+
+    @property
+    def baseline(self) -> str:
+        from tune_as.results.ranking import baseline_for
+
+        return baseline_for(self.task.kind, self.request.baseline)
+
+    def quota(self, loss: str) -> int:
+        """Search trials of `loss`. A loss with nothing to tune gets one when the answer is confirmed: more
+        would only change its seed, and confirmation brings new seeds anyway (its budget goes there)."""
+        return 1 if self.confirming and not self.space.losses[loss].params else self.space.trials_per_loss
+
+    @property
     def n_trials(self) -> int:
-        return self.space.trials_per_loss * len(self.losses)
+        return sum(self.quota(loss) for loss in self.losses)
 
     def max_epochs(self, loss: str) -> float:
         """The most epochs a trial of `loss` can train: its own `fixed`/searched epochs, else the base's.
@@ -288,6 +303,15 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         if (storage / name).exists():
             raise UserError(f"--name: expected a new search name, but {storage / name} exists; "
                             "add --resume to continue it")
+    if r.confirm or r.race:
+        from tune_as.results.ranking import baseline_for
+
+        baseline = baseline_for(task.kind, r.baseline)
+        if baseline not in space.losses:
+            raise UserError(f"--baseline: expected one of the searched losses {sorted(space.losses)} (every verdict "
+                            f"compares with it), got {baseline!r}; add it to --losses or choose --baseline")
+        if len(space.losses) < 2:
+            raise UserError(f"--losses: expected at least two losses to confirm a comparison, got {list(space.losses)}")
     data_settings, base = resolve_settings(r, task, space)
     check_capabilities(base, space)
     data = prepare(data_settings, task)

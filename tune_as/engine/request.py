@@ -20,7 +20,7 @@ from tune_as.settings import SEED_MAX
 RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "max_length", "data_dir",
                   "max_train_samples", "max_eval_samples", "task_args", "search_space", "seed", "overrides",
                   "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke", "confirm",
-                  "confirm_top", "sampler", "warm_start")
+                  "confirm_top", "sampler", "warm_start", "race", "max_seeds", "margin", "baseline", "budget")
 # Options whose CLI flag is not "--" + the name with '-' (messages name the flag a user typed).
 FLAGS = {"overrides": "--set", "task_args": "--task-arg", "asha": "--no-asha", "warm_start": "--no-warm-start",
          "checkpoint_interval_s": "--checkpoint-interval"}
@@ -46,6 +46,11 @@ class SearchRequest:
     seed: int = 0
     confirm: int = 0  # new seeds per loss for its selected setting, after the search
     confirm_top: int | None = None  # confirm only the K losses best on validation (and softmax); None: every loss
+    race: bool = False  # confirm in rounds (3, 5, 7, ... seeds) until each verdict is decided or max_seeds
+    max_seeds: int = 10  # with race: the most confirmation seeds a loss gets
+    margin: float = 0.5  # equivalence margin, in points of the metric (docs/verdicts.md)
+    baseline: str | None = None  # the loss every verdict compares with (None: by the task's kind)
+    budget: float | None = None  # trial-epochs for the whole answer (search and confirmation); None: no cap
     sampler: str = "tpe"  # each loss's Optuna sampler: "tpe", or "random" (uniform draws: a baseline)
     warm_start: bool = True  # each loss's first trial: the space's `paper` setting, else the loss's own defaults
     gpus_per_trial: float | None = None
@@ -93,6 +98,19 @@ class SearchRequest:
         if self.confirm_top is not None and not self.confirm:
             raise UserError("--confirm-top: expected --confirm N too (it says how many losses to confirm), got "
                             "--confirm 0")
+        if self.race and self.confirm:
+            raise UserError(f"--race: expected either --race (rounds up to --max-seeds) or --confirm N (exactly N "
+                            f"seeds), got both (--confirm {self.confirm})")
+        if isinstance(self.max_seeds, bool) or not isinstance(self.max_seeds, int) or not 3 <= self.max_seeds <= 100:
+            raise UserError(f"--max-seeds: expected an integer in [3, 100], got {self.max_seeds!r}")
+        if not math.isfinite(self.margin) or not 0 <= self.margin <= 100:
+            raise UserError(f"--margin: expected points in [0, 100] (e.g. 0.5), got {self.margin}")
+        _positive("--budget", self.budget)
+        if self.confirm_top is not None and self.race:
+            raise UserError("--confirm-top: expected it with --confirm N, got it with --race (a race drops "
+                            "decided losses itself)")
+        if self.confirm == 1:
+            raise UserError("--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), got 1")
         if self.sampler not in SAMPLERS:
             raise UserError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if not 0 <= self.seed <= SEED_MAX:

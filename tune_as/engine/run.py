@@ -4,16 +4,13 @@ the answer: a ranking of the losses (tune_as.results.ranking), printed and logge
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import json
 import os
-import shlex
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 # Set before Ray Tune is imported. A diverged trial ends with an error result that has no validation metric
 # (none exists): Tune's strict check would reject that result; the searcher and the callback read `error`.
@@ -33,21 +30,26 @@ from ray.tune.search import ConcurrencyLimiter, Searcher  # noqa: E402
 
 from tune_as.engine import cluster  # noqa: E402
 from tune_as.engine.callbacks import MlflowCallback, completed, trainable, trial_name  # noqa: E402
+from tune_as.engine.folder import claim, resume_hint, write_state  # noqa: E402
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of  # noqa: E402
 from tune_as.engine.request import SearchRequest  # noqa: E402
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
 from tune_as.errors import UserError  # noqa: E402
-from tune_as.results import ranking  # noqa: E402
-from tune_as.results.selection import TrialRun  # noqa: E402
+from tune_as.results import racing, ranking  # noqa: E402
+from tune_as.results.render import Table  # noqa: E402
+from tune_as.results.selection import Cell, TrialRun  # noqa: E402
 from tune_as.settings import DataSettings, TrialSettings  # noqa: E402
 from tune_as.space.search_space import config_key  # noqa: E402
 from tune_as.tracking import schema  # noqa: E402
 from tune_as.tracking import tracker as tracking  # noqa: E402
-from tune_as.tracking.client import redact_uri  # noqa: E402
 
 CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the search's folder
 SCHEDULER_STATE = "scheduler.pkl"
+
+
+class NoResult(Exception):
+    """The search ended with no result for any loss (the CLI exits 3; the parent run is FAILED)."""
 
 
 class SearchInterrupted(KeyboardInterrupt):
@@ -64,12 +66,15 @@ class Compute:
     search_trials: int
     confirm_trials: int
     wall_s: float
+    budget: float | None = None
 
     def line(self) -> str:
         minutes, seconds = divmod(round(self.wall_s), 60)
-        return (f"Compute: {self.search_epochs + self.confirm_epochs:g} trial-epochs (search {self.search_epochs:g} "
-                f"in {self.search_trials} trials, confirmation {self.confirm_epochs:g} in {self.confirm_trials} "
-                f"runs), wall {minutes} min {seconds:02d} s")
+        total = self.search_epochs + self.confirm_epochs
+        of = f" of a budget of {self.budget:g}" if self.budget is not None else ""
+        return (f"Compute: {total:g} trial-epochs{of} (search {self.search_epochs:g} in {self.search_trials} "
+                f"trials, confirmation {self.confirm_epochs:g} in {self.confirm_trials} runs), "
+                f"wall {minutes} min {seconds:02d} s")
 
 
 @dataclasses.dataclass
@@ -92,41 +97,6 @@ class Session:
     tracker: tracking.MlflowTracker
     resources: dict[str, float]
     hint: str
-
-
-# -- the search folder ------------------------------------------------------------------------------------
-def claim(search_dir: Path, resume: bool) -> IO[str]:
-    """Create (or, resuming, open) the search's folder and hold its lock for this process's lifetime: two
-    processes can never run one search. mkdir is atomic, so of two new searches of one name one gets exit 2."""
-    try:
-        search_dir.mkdir(parents=True, exist_ok=resume)
-    except FileExistsError:
-        raise UserError(f"--name: expected a new search name, but {search_dir} was just created by another "
-                        "process") from None
-    handle = open(search_dir / schema.NAME_LOCK, "a+")  # noqa: SIM115 - held until the process exits
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise UserError(f"--resume: expected a search no other process is running, but {search_dir.name} is "
-                        "running now (its folder is locked)") from None
-    return handle
-
-
-def _write_state(search_dir: Path, state: dict[str, Any]) -> None:
-    tmp = search_dir / (schema.SEARCH_STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, search_dir / schema.SEARCH_STATE_FILE)
-
-
-def resume_hint(plan: SearchPlan) -> str:
-    """The command that resumes this search, to paste in a shell as is (from any folder: the path is absolute)."""
-    storage = shlex.quote(str(plan.search_dir.parent))
-    hint = f"python -m tune_as.search --resume --name {plan.name} --storage-path {storage}"
-    uri = plan.request.mlflow_uri
-    if uri and redact_uri(uri) == uri:  # a URI with a password is not printed: pass it again
-        hint += f" --mlflow-uri {shlex.quote(uri)}"
-    return hint
 
 
 # -- Tune -------------------------------------------------------------------------------------------------
@@ -226,7 +196,7 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     res = cluster.resources(r.cpus_per_trial, r.gpus_per_trial)
     lock = lock or claim(plan.search_dir, resume=False)  # a new search writes its folder only now
     if state is not None:
-        _write_state(plan.search_dir, state)
+        write_state(plan.search_dir, state)
     tracker.start_search(params=params, tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}",
                                               schema.MODE: "max", **tags})
     MlflowCallback.register(tracker)
@@ -256,7 +226,7 @@ def run_search(r: SearchRequest) -> Outcome:
         print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  "
               f"(optuna-dashboard {schema.optuna_url(plan.search_dir)})")
         outcome = _search_and_confirm(session)
-    _write_state(plan.search_dir, {**state, "finished": True})
+    write_state(plan.search_dir, {**state, "finished": True})
     return outcome
 
 
@@ -276,60 +246,134 @@ def _search_and_confirm(session: Session) -> Outcome:
     else:
         searcher = PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
                                    metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
-                                   warm=r.warm_start)
+                                   warm=r.warm_start, quota={loss: plan.quota(loss) for loss in plan.losses})
         limited = ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, session.resources))
         tuner = _tuner(session, plan.name, schema.ROLE_TRIAL, limited, _scheduler(plan), plan.n_trials)
     grid = _fit(session, tuner, plan.n_trials)
     trials = _results(grid, plan)
-    confirmations: list[TrialRun] = []
-    confirm_epochs = 0.0
-    if r.confirm:
-        configs = confirmation_configs(trials, r.confirm, r.confirm_top)
-        losses = sorted({c.loss for c in configs})
-        print(f"\nConfirming {len(losses)} selected settings with {r.confirm} new seeds each ({len(configs)} runs, "
-              "no early stopping)" + (f": the {r.confirm_top} best on validation and {ranking.BASELINE}, "
-                                      f"{', '.join(losses)}" if r.confirm_top else ""))
-        confirmations, confirm_epochs = run_trials(session, configs)
-    rows = ranking.rank(trials, confirmations, plan.metric)
-    title = (f"{plan.task.name}: which loss wins ({plan.metric}, %; {_epochs_title(plan)}; "
-             + (f"{r.confirm} confirmation seeds" if r.confirm else "single runs, not confirmed: add --confirm N")
-             + (f" for the top {r.confirm_top} and {ranking.BASELINE}, single runs below" if r.confirm_top else "")
-             + ")")
-    text = ranking.markdown(rows, title)
-    compute = Compute(_epochs(grid), confirm_epochs, len(grid), len(confirmations), time.monotonic() - tic)
+    search_epochs = _epochs(grid)
+    confirmed = _confirm(session, trials, search_epochs) if plan.confirming else Confirmed()
+    rows = ranking.rank(trials, confirmed.runs, plan.metric, plan.losses, confirmed.answer, confirmed.plan,
+                        _failures(grid))
+    compute = Compute(search_epochs, confirmed.epochs, len(grid), len(confirmed.runs), time.monotonic() - tic,
+                      r.budget)
+    text = _answer_table(plan, rows, confirmed).markdown()
     print("\n" + text + "\n" + compute.line())
     with tempfile.TemporaryDirectory() as tmp:
         md, csv = Path(tmp) / schema.RANKING_MD, Path(tmp) / schema.RANKING_CSV
         md.write_text(text)
-        csv.write_text(ranking.csv_text(rows))
+        csv.write_text(_answer_table(plan, rows, confirmed).csv())
         session.tracker.search_artifacts([md, csv], {schema.SEARCH_EPOCHS: compute.search_epochs,
                                                      schema.CONFIRM_EPOCHS: compute.confirm_epochs})
-    return Outcome(rows, trials, confirmations, text, compute)
+    if not any(row.val for row in rows):
+        raise NoResult(f"no loss has a result: every trial failed, diverged or was stopped early "
+                       f"({'; '.join(f'{row.loss}: {row.failure}' for row in rows)[:600]})")
+    return Outcome(rows, trials, confirmed.runs, text, compute)
 
 
-def confirmation_configs(trials: list[TrialRun], n: int, top: int | None = None) -> list[TrialSettings]:
-    """Each loss's selected setting with the same N new seeds (deterministic: a resume recomputes the same).
-    `top`: only the losses whose selected setting has one of the `top` best validation metrics (ties to the
-    loss name), and softmax, the baseline every paired difference needs."""
-    seeds = ranking.confirmation_seeds(trials, n)
-    cells = ranking.selected(trials)
-    losses = sorted(cells)
-    if top is not None:
-        best = sorted(losses, key=lambda loss: (-cells[loss].val, loss))[:top]
-        losses = sorted(set(best) | ({ranking.BASELINE} & set(cells)))
-    out = []
-    for loss in losses:
-        settings = cells[loss].runs[0].settings
-        assert settings is not None, "a search's trial runs carry their typed settings"
-        out += [dataclasses.replace(settings, seed=seed) for seed in seeds]
+def _failures(grid: tune.ResultGrid) -> dict[str, str]:
+    """Per loss, why its trials gave no result, from the first that failed (its error's last line)."""
+    out: dict[str, str] = {}
+    for i in range(len(grid)):
+        result = grid[i]
+        loss = str((result.config or {}).get("loss", ""))
+        error = (result.metrics or {}).get("error") or (str(result.error).strip().splitlines() or [""])[-1] \
+            if result.error or (result.metrics or {}).get("error") else None
+        if loss and error and loss not in out:
+            out[loss] = f"failed or diverged: {str(error)[:200]} (trial folder {Path(result.path).name})"
     return out
 
 
-def run_trials(session: Session, configs: list[TrialSettings]) -> tuple[list[TrialRun], float]:
+def _answer_table(plan: SearchPlan, rows: list[ranking.Row], confirmed: Confirmed) -> Table:
+    r = plan.request
+    if confirmed.plan is None:
+        how = "single runs, not confirmed: add --race or --confirm N"
+    elif r.race:
+        how = f"confirmed in rounds of new seeds, up to {r.max_seeds} per loss"
+    else:
+        how = f"{r.confirm} confirmation seeds" + (f" for the top {r.confirm_top} and {plan.baseline}, single runs "
+                                                   "below" if r.confirm_top else "")
+    title = f"{plan.task.name}: which loss wins ({plan.metric}, %; {_epochs_title(plan)}; {how})"
+    notes = list(confirmed.notes)
+    alpha = confirmed.plan.alpha if confirmed.plan is not None else 0.05
+    a = confirmed.answer
+    if a is not None and a.leader is not None:
+        company = [m for m in a.best if m != a.leader]
+        notes.append(f"Best on validation: {a.leader}" + (f"; cannot be told apart from it: {', '.join(company)}"
+                                                           if company else "; no other loss is as good") +
+                     " (Hsu's multiple comparisons with the best).")
+        notes.append(f"Every claim above is controlled together at a family-wise error of {alpha:.0%} (Holm's "
+                     f"step-down, alpha spent over {len(a.looks)} look(s)); 'equivalent': the difference is proven "
+                     f"inside ±{r.margin:g} points; intervals are simultaneous (docs/verdicts.md).")
+    return ranking.table(rows, title, plan.baseline, r.margin, alpha, notes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Confirmed:
+    """What confirmation produced: its runs, their epochs, the race's last answer under its plan, notes."""
+
+    runs: list[TrialRun] = dataclasses.field(default_factory=list)
+    epochs: float = 0.0
+    answer: racing.Answer | None = None
+    plan: racing.Plan | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> Confirmed:
+    """Confirm each loss's selected setting with new seeds, in rounds the race decides (one round for
+    `--confirm N`), until every verdict is decided, `--max-seeds` is reached or `--budget` is spent. Each round
+    is a Tune experiment of its own (`confirm`, `confirm-2`, ...): a resume restores the round it stopped in
+    and recomputes the same next rounds from the results (the race is pure), so no seed runs twice."""
+    plan, r = session.plan, session.plan.request
+    cells = ranking.selected(trials)
+    losses = [loss for loss in plan.losses if loss in cells]
+    if plan.baseline not in cells or len(losses) < 2:
+        return Confirmed(notes=(f"Not confirmed: the baseline {plan.baseline} has no result (every trial stopped "
+                                "early or failed), so no verdict can be given." if plan.baseline not in cells else
+                                "Not confirmed: fewer than two losses have a result.",))
+    if r.confirm_top is not None:
+        best = sorted(losses, key=lambda loss: (-cells[loss].val, loss))[: r.confirm_top]
+        losses = [loss for loss in losses if loss in best or loss == plan.baseline]
+    seeds = ranking.confirmation_seeds(trials, r.confirm or r.max_seeds)
+    race = (racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=r.margin) if r.confirm
+            else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=r.max_seeds, margin_points=r.margin))
+    per_run = max(plan.max_epochs(loss) for loss in losses)
+    runs: list[TrialRun] = []
+    epochs, notes = 0.0, []
+    attempted: set[tuple[str, int]] = set()
+    for round_no in range(1, len(race.looks) + 1):
+        left = None if r.budget is None else max(0, int((r.budget - search_epochs - epochs) // per_run))
+        answer = racing.decide(ranking.race_results(runs, plan.metric), race, left)
+        if answer.done:
+            break
+        wanted = [(loss, s) for loss, ss in answer.next_seeds.items() for s in ss]
+        if attempted & set(wanted):  # a run of this round failed: racing on would ask for it forever
+            notes.append("Racing stopped early: a confirmation run failed (see the runs marked FAILED in MLflow).")
+            break
+        attempted |= set(wanted)
+        configs = [dataclasses.replace(_settings(cells[loss]), seed=s) for loss, s in wanted]
+        print(f"\nConfirmation round {round_no}: {len(configs)} runs (no early stopping) for "
+              f"{len(answer.next_seeds)} losses: {', '.join(answer.next_seeds)}")
+        new, spent = run_trials(session, configs, CONFIRM_DIR if round_no == 1 else f"{CONFIRM_DIR}-{round_no}")
+        runs += new
+        epochs += spent
+    answer = racing.decide(ranking.race_results(runs, plan.metric), race, 0)
+    if r.budget is not None and not answer.done:
+        notes.append(f"--budget {r.budget:g} trial-epochs spent before every verdict was decided.")
+    return Confirmed(runs, epochs, answer, race, tuple(notes))
+
+
+def _settings(cell: Cell) -> TrialSettings:
+    settings = cell.runs[0].settings
+    assert settings is not None, "a search's trial runs carry their typed settings"
+    return settings
+
+
+def run_trials(session: Session, configs: list[TrialSettings], name: str = CONFIRM_DIR) -> tuple[list[TrialRun], float]:
     """Run complete trial settings to the end (no early stopping) as child runs with role=confirmation, in a
-    Tune experiment of their own inside the search folder (resumable like the search)."""
+    Tune experiment of their own (`name`) inside the search folder (resumable like the search)."""
     plan = session.plan
-    path = plan.search_dir / CONFIRM_DIR
+    path = plan.search_dir / name
     if tune.Tuner.can_restore(str(path)):
         tuner = tune.Tuner.restore(str(path), _trainable_for(plan, session.resources), resume_unfinished=True,
                                    resume_errored=True)
@@ -337,7 +381,7 @@ def run_trials(session: Session, configs: list[TrialSettings]) -> tuple[list[Tri
         searcher = ConcurrencyLimiter(FixedConfigs([c.to_dict() for c in configs], f"best_val_{plan.metric}"),
                                       max_concurrent=cluster.concurrency(plan.request.max_concurrent,
                                                                          session.resources))
-        tuner = _tuner(session, CONFIRM_DIR, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(), len(configs))
+        tuner = _tuner(session, name, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(), len(configs))
     grid = _fit(session, tuner, len(configs))
     return _results(grid, plan), _epochs(grid)
 

@@ -51,11 +51,13 @@ class PerLossSearcher(Searcher):
     """Losses take turns (the one with the fewest suggestions goes next), so each gets its quota."""
 
     def __init__(self, space: SearchSpace, base: TrialSettings, storage_url: str, study_prefix: str,
-                 metric: str, seed: int, sampler: str = "tpe", warm: bool = True) -> None:
+                 metric: str, seed: int, sampler: str = "tpe", warm: bool = True,
+                 quota: dict[str, int] | None = None) -> None:
         super().__init__(metric=metric, mode="max")
         self.space, self.base, self.storage_url = space, base.to_dict(), storage_url
         self.study_prefix, self.seed, self.sampler, self.warm = study_prefix, seed, sampler, warm
         self.suggested = {loss: 0 for loss in space.losses}
+        self.quota = quota or dict.fromkeys(space.losses, space.trials_per_loss)  # search trials per loss
         self.live: dict[str, tuple[str, int]] = {}  # Ray trial id -> (loss, Optuna trial number)
         self._studies: dict[str, optuna.Study] = {}
 
@@ -76,7 +78,8 @@ class PerLossSearcher(Searcher):
         return self._studies[loss]
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
-        open_losses = [loss for loss in self.space.losses if self.suggested[loss] < self.space.trials_per_loss]
+        quota = getattr(self, "quota", None) or dict.fromkeys(self.space.losses, self.space.trials_per_loss)  # older pickles
+        open_losses = [loss for loss in self.space.losses if self.suggested[loss] < quota[loss]]
         if not open_losses:
             return Searcher.FINISHED
         loss = min(open_losses, key=lambda name: self.suggested[name])

@@ -214,7 +214,7 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     report = Report(out, cells, [table6(cells), table2(cells), table3(cells), table4(cells, histories)], notes=notes)
     report.confirmations = {key: found for key, c in cells.items() if (found := Confirmation.of(c))}
     if report.confirmations:
-        report.tables.append(confirmation_table(report.confirmations))
+        report.tables.append(confirmation_table(report.confirmations, cells))
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for task in order({t for t, _ in cells}, PAPER_TASKS):

@@ -1,25 +1,32 @@
-"""The search's answer: per loss, the selected setting and its confirmed numbers, ranked, with the paired
-difference to softmax and its 95% interval. Pure: Ray results in, a table out (no Ray, no MLflow).
+"""The search's answer: per loss, the selected setting and its confirmed numbers, the verdict against the
+task's baseline and whether it is in the best set. Pure: trial runs in, a table out (no Ray, no MLflow).
 
-The rules are the report's (tune_as.results.selection), so a search and a later report can never disagree:
-only trials that completed their epochs are results (a loss whose trials were all stopped early says so);
-the setting with the best mean validation metric is selected; test metrics never choose.
+Selection follows the report's rules (tune_as.results.selection), so a search and a later report never
+disagree: only trials that completed their epochs are results; the setting with the best mean validation
+metric is selected; test metrics never choose. The verdicts and the best set come from the race
+(tune_as.results.racing: Holm over every printed claim, alpha spent per look; docs/verdicts.md).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tune_as.results.selection import Cell, TrialRun, new_seeds, paired_diff, same_setting, select
+from tune_as.results import racing
+from tune_as.results.render import Table
+from tune_as.results.selection import Cell, TrialRun, new_seeds, same_setting, select
 from tune_as.settings import DataSettings, TrialSettings
 
-BASELINE = "softmax"
+# The baseline every verdict compares with, by task kind: plain softmax cross-entropy, and for multi-label
+# tasks its counterpart, Su's multi-label softmax (the AS-Softmax paper's Eq. 14), which AS-Softmax modifies.
+BASELINES = {"multiclass": "softmax", "token": "softmax", "multilabel": "multilabel_softmax"}
+
+
+def baseline_for(kind: str, chosen: str | None = None) -> str:
+    return chosen or BASELINES[kind]
 
 
 def trial_run(trial_id: str, data: DataSettings, settings: TrialSettings, metrics: dict[str, Any], metric: str,
@@ -46,6 +53,14 @@ def confirmation_seeds(runs: Sequence[TrialRun], n: int) -> list[int]:
     return new_seeds((r.seed for r in runs), n)
 
 
+def race_results(confirmations: Sequence[TrialRun], metric: str) -> dict[str, dict[int, tuple[float, float | None]]]:
+    """Confirmation runs as the race reads them: loss -> seed -> (validation, test or None)."""
+    out: dict[str, dict[int, tuple[float, float | None]]] = {}
+    for r in confirmations:
+        out.setdefault(r.loss, {})[int(r.seed)] = (r.best_val, r.last.get(f"test_{metric}"))
+    return out
+
+
 @dataclass(frozen=True)
 class Row:
     loss: str
@@ -55,8 +70,10 @@ class Row:
     val: list[float]  # best validation metric per confirmation seed (or of the selected run)
     test: list[float]  # test metric of the best-validation checkpoint, per seed
     confirmed: bool  # True: val/test are confirmation runs with new seeds
-    diff: str = ""  # paired difference to softmax with its 95% interval, e.g. "+0.65 [+0.25, +1.05]"
-    verdict: str = ""  # win / tie / loss against softmax
+    diff: str = ""  # difference to the baseline with its simultaneous interval, in points
+    verdict: str = ""  # win / loss / equivalent / undecided (n seeds); "baseline" on the baseline's row
+    best: bool = False  # in the set that cannot be told apart from the best (validation)
+    failure: str = ""  # why a loss has no result (every trial stopped early, failed or diverged)
 
 
 def _mean_std(values: Sequence[float], scale: float) -> str:
@@ -67,79 +84,82 @@ def _mean_std(values: Sequence[float], scale: float) -> str:
     return f"{statistics.fmean(values) * scale:.2f} ± {statistics.stdev(values) * scale:.2f}"
 
 
-def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: str) -> list[Row]:
-    """Rows for every loss that has trials, best confirmed (else selected) validation mean first; confirmed rows
-    before unconfirmed ones."""
+def _diff(row: racing.Comparison, on_val: bool) -> str:
+    if row.mean_diff is None:
+        return ""
+    text = f"{row.mean_diff * 100:+.2f}"
+    if row.interval is not None:
+        text += f" [{row.interval[0] * 100:+.2f}, {row.interval[1] * 100:+.2f}]"
+    return text + (" (val)" if on_val else "")
+
+
+def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: str, losses: Sequence[str] = (),
+         answer: racing.Answer | None = None, plan: racing.Plan | None = None,
+         failures: Mapping[str, str] | None = None) -> list[Row]:
+    """Rows for every loss of the request (`losses`, plus any that has trials): best-set members first, then by
+    confirmed (else selected) validation mean; confirmed rows before unconfirmed ones; losses without a result
+    last, saying why. `answer`: the race's verdicts and best set over `confirmations`, under `plan`."""
     cells = selected(runs)
     test_key = f"test_{metric}"
     rows: list[Row] = []
-    by_seed: dict[str, dict[str, float]] = {}
-    for loss in sorted({r.loss for r in runs}):
+    for loss in sorted(set(losses) | {r.loss for r in runs}):
         mine = [r for r in runs if r.loss == loss]
         done = sum(not r.stopped_early for r in mine)
         cell = cells.get(loss)
         if cell is None:
-            rows.append(Row(loss, {}, len(mine), done, [], [], False))
+            why = (failures or {}).get(loss) or ("every trial was stopped early" if mine else "no trial ran")
+            rows.append(Row(loss, {}, len(mine), done, [], [], False, failure=why))
             continue
-        reps = [c for c in confirmations if c.loss == loss and same_setting(c, cell.runs[0])]
-        confirmed = bool(reps)
+        if answer is not None and plan is not None:  # the seeds the loss's decisions used
+            seeds = {str(s) for s in plan.seeds[: answer.seeds_used.get(loss, 0)]}
+        else:
+            seeds = {c.seed for c in confirmations}
+        reps = sorted((c for c in confirmations if c.loss == loss and c.seed in seeds and _same(c, cell)),
+                      key=lambda c: int(c.seed))
         source = reps or list(cell.runs)
-        # the paired difference is on test; a task without test labels (GLUE) compares validation instead
-        by_seed[loss] = {r.seed: r.last.get(test_key, r.best_val) for r in source}
         setting = {k: v for k, v in cell.params.items() if k in cell.shown}
-        rows.append(Row(loss, setting, len(mine), done, [r.best_val for r in source],
-                        [r.last[test_key] for r in source if test_key in r.last], confirmed))
-    base = by_seed.get(BASELINE)
-    final = []
-    for row in rows:
-        if base is not None and row.loss != BASELINE and row.loss in by_seed and row.confirmed:
-            d = paired_diff(by_seed[row.loss], base)
-            verdict = {"better": "win", "worse": "loss"}.get(d.verdict, "tie" if not math.isnan(d.low) else "")
-            text = f"{d.mean * 100:+.2f} [{d.low * 100:+.2f}, {d.high * 100:+.2f}]" if not math.isnan(d.low) else ""
-            if text and not row.test:
-                text += " (val)"
-            row = Row(**{**row.__dict__, "diff": text, "verdict": verdict})
-        final.append(row)
-    # with some losses confirmed (--confirm-top), they rank first: a selected run's validation is biased upward by
-    # its selection, so it must not outrank a confirmed mean
-    some = any(r.confirmed for r in final)
-    return sorted(final, key=lambda r: (some and not r.confirmed, -statistics.fmean(r.val) if r.val else math.inf,
-                                        r.loss))
+        row = Row(loss, setting, len(mine), done, [r.best_val for r in source],
+                  [r.last[test_key] for r in source if test_key in r.last], bool(reps))
+        if answer is not None and plan is not None and reps:
+            row = replace(row, best=loss in answer.best)
+            if loss == plan.baseline:
+                row = replace(row, verdict="baseline")
+            elif any(c.loss == loss for c in answer.rows):
+                c = answer.row(loss)
+                word = c.verdict if c.verdict != "undecided" else f"undecided ({c.n} seeds)"
+                row = replace(row, diff=_diff(c, answer.metric == "val"), verdict=word)
+        rows.append(row)
+    some = any(r.confirmed for r in rows)
+    return sorted(rows, key=lambda r: (not r.val, some and not r.confirmed, not r.best,
+                                       -statistics.fmean(r.val) if r.val else math.inf, r.loss))
 
 
-HEADER = ("rank", "loss", "selected setting", "trials (completed)", "val mean ± std", "test mean ± std",
-          "Δ test vs softmax [95% CI] (val where no test)", "verdict")
+def _same(run: TrialRun, cell: Cell) -> bool:
+    """A confirmation of the cell's selected setting (its settings equal but for the seed)."""
+    if run.settings is not None and cell.runs[0].settings is not None:
+        return replace(run.settings, seed=0) == replace(cell.runs[0].settings, seed=0)
+    return same_setting(run, cell.runs[0])
 
 
-def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
-    out: list[tuple[str, ...]] = []
+def header(baseline: str, margin_points: float, alpha: float) -> tuple[str, ...]:
+    return ("rank", "loss", "selected setting", "trials (completed)", "val mean ± std", "test mean ± std",
+            f"Δ test vs {baseline}, points [simultaneous interval] (val where no test)",
+            f"verdict (Holm, family-wise {alpha:.0%}, margin ±{margin_points:g} pts)", "best set")
+
+
+def table_rows(rows: Sequence[Row]) -> list[list[str]]:
+    out: list[list[str]] = []
     for i, r in enumerate(rows, 1):
         if not r.val:
-            out.append(("-", r.loss, "every trial was stopped early or failed: no result", f"{r.trials} ({r.completed})",
-                        "-", "-", "-", "-"))
+            out.append(["-", r.loss, f"no result: {r.failure}", f"{r.trials} ({r.completed})", "-", "-", "-", "-", "-"])
             continue
-        setting = ", ".join(f"{k.removeprefix('loss.')}={_short(v)}" for k, v in sorted(r.setting.items())) or "-"
-        out.append((str(i), r.loss, setting, f"{r.trials} ({r.completed})", _mean_std(r.val, 100),
-                    _mean_std(r.test, 100), r.diff or ("-" if r.loss == BASELINE else "n/a"), r.verdict or "-"))
+        setting = ", ".join(f"{k.removeprefix('loss.')}={v}" for k, v in sorted(r.setting.items())) or "-"
+        out.append([str(i), r.loss, setting, f"{r.trials} ({r.completed})", _mean_std(r.val, 100),
+                    _mean_std(r.test, 100), r.diff or "-", r.verdict or ("-" if r.confirmed else "not confirmed"),
+                    ("yes" if r.best else "no") if r.confirmed else "-"])
     return out
 
 
-def _short(value: str) -> str:
-    try:
-        return f"{float(value):.4g}"
-    except ValueError:
-        return value
-
-
-def markdown(rows: Sequence[Row], title: str) -> str:
-    lines = [f"### {title}", "", "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(rows)]
-    return "\n".join(lines) + "\n"
-
-
-def csv_text(rows: Sequence[Row]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(HEADER)
-    writer.writerows(table_rows(rows))
-    return buf.getvalue()
+def table(rows: Sequence[Row], title: str, baseline: str, margin_points: float, alpha: float,
+          notes: Sequence[str] = ()) -> Table:
+    return Table("ranking", title, list(header(baseline, margin_points, alpha)), table_rows(rows), list(notes))

@@ -1,0 +1,50 @@
+"""The search's folder: claimed by one process at a time, its saved state written atomically, and the command
+that resumes it."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import IO, Any
+
+from tune_as.engine.plan import SearchPlan
+from tune_as.errors import UserError
+from tune_as.tracking import schema
+from tune_as.tracking.client import redact_uri
+
+
+def claim(search_dir: Path, resume: bool) -> IO[str]:
+    """Create (or, resuming, open) the search's folder and hold its lock for this process's lifetime: two
+    processes can never run one search. mkdir is atomic, so of two new searches of one name one gets exit 2."""
+    try:
+        search_dir.mkdir(parents=True, exist_ok=resume)
+    except FileExistsError:
+        raise UserError(f"--name: expected a new search name, but {search_dir} was just created by another "
+                        "process") from None
+    handle = open(search_dir / schema.NAME_LOCK, "a+")  # noqa: SIM115 - held until the process exits
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise UserError(f"--resume: expected a search no other process is running, but {search_dir.name} is "
+                        "running now (its folder is locked)") from None
+    return handle
+
+
+def write_state(search_dir: Path, state: dict[str, Any]) -> None:
+    tmp = search_dir / (schema.SEARCH_STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, search_dir / schema.SEARCH_STATE_FILE)
+
+
+def resume_hint(plan: SearchPlan) -> str:
+    """The command that resumes this search, to paste in a shell as is (from any folder: the path is absolute)."""
+    storage = shlex.quote(str(plan.search_dir.parent))
+    hint = f"python -m tune_as.search --resume --name {plan.name} --storage-path {storage}"
+    uri = plan.request.mlflow_uri
+    if uri and redact_uri(uri) == uri:  # a URI with a password is not printed: pass it again
+        hint += f" --mlflow-uri {shlex.quote(uri)}"
+    return hint
