@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import json
 import os
 import shlex
 import tempfile
@@ -39,12 +38,12 @@ from tune_as.engine.plan import SearchPlan, git_commit, plan_search, state_of  #
 from tune_as.engine.request import SearchRequest  # noqa: E402
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
+from tune_as.engine.state import CONFIRM_DIR, write_json  # noqa: E402
 from tune_as.errors import UserError  # noqa: E402
 from tune_as.report_select import TrialRun  # noqa: E402
 from tune_as.search_space import config_key  # noqa: E402
 
-CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the search's folder
-SCHEDULER_STATE = "scheduler.pkl"
+SCHEDULER_STATE = "scheduler.json"
 
 
 class SearchInterrupted(KeyboardInterrupt):
@@ -83,9 +82,10 @@ class Outcome:
 # -- the search folder ------------------------------------------------------------------------------------
 def claim(search_dir: Path, resume: bool) -> IO[str]:
     """Create (or, resuming, open) the search's folder and hold its lock for this process's lifetime: two
-    processes can never run one search. mkdir is atomic, so of two new searches of one name one gets exit 2."""
+    processes can never run one search. mkdir is atomic, so of two new searches of one name one gets exit 2.
+    A new folder is closed to other users (700): a resume unpickles Ray's state from it (engine.state)."""
     try:
-        search_dir.mkdir(parents=True, exist_ok=resume)
+        search_dir.mkdir(mode=0o700, parents=True, exist_ok=resume)
     except FileExistsError:
         raise UserError(f"--name: expected a new search name, but {search_dir} was just created by another "
                         "process") from None
@@ -100,9 +100,7 @@ def claim(search_dir: Path, resume: bool) -> IO[str]:
 
 
 def _write_state(search_dir: Path, state: dict[str, Any]) -> None:
-    tmp = search_dir / (schema.SEARCH_STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, search_dir / schema.SEARCH_STATE_FILE)
+    write_json(search_dir / schema.SEARCH_STATE_FILE, state)
 
 
 def resume_hint(plan: SearchPlan) -> str:
