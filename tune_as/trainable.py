@@ -30,6 +30,7 @@ and skipping is exact; benchmarks/bench_finetune.py measures the disagreement wi
 from __future__ import annotations
 
 import math
+import pickle
 import shutil
 import tempfile
 import time
@@ -337,7 +338,11 @@ class Trial:
             np.save(path / PMARGIN_FILE, self.pmargin)
 
     def _load(self, path: Path) -> None:
-        saved = torch.load(path / STATE_FILE, map_location=self.device, weights_only=False)
+        try:  # weights_only: a checkpoint holds tensors and plain values; unpickling anything else could run code
+            saved = torch.load(path / STATE_FILE, map_location=self.device, weights_only=True)
+        except pickle.UnpicklingError:
+            raise ValueError(f"{path / STATE_FILE}: expected a tune_as trial checkpoint (tensors and plain values), "
+                             "got a pickle of other objects (not loaded: unpickling them could run code)") from None
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         if self.scaler and saved["scaler"]:
