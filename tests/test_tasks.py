@@ -3,8 +3,10 @@ scoring through the batch layout, and the disk cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+import logging
 import pickle
 import time
 from pathlib import Path
@@ -491,6 +493,80 @@ def test_second_prepare_is_a_cache_hit_without_encoder_forward(tmp_path: Path,
     assert torch.equal(first.train.columns["features"], second.train.columns["features"])
     prepare(task, DataSpec(**{**spec.__dict__, "max_length": 24}))  # another spec: a miss, tokenized again
     assert forwards and len(tokenize_calls) == 3
+
+
+def assert_same(a: object, b: object, where: str = "data") -> None:
+    """`a` and `b` hold the same values of the same types, tensors of the same dtype, all the way down."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), f"{where}: keys {list(a)} != {list(b)}"
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{where}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+CACHED = {  # one of each Split layout: pixels, tokens trimmed per batch, ragged frozen word features with meta
+    "digits": lambda: ("digits", None, {}),
+    "sst5 tokens": lambda: ("sst5", shared_data("sst5"), {"max_train_samples": 64, "max_eval_samples": 32}),
+    "conll2003 frozen": lambda: ("conll2003", shared_data("conll2003"),
+                                 {"encoder": "frozen", "max_train_samples": 64, "max_eval_samples": 32}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CACHED))
+def test_cached_data_equals_a_fresh_prepare_and_loads_without_pickle(case: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    name, data_dir, kw = CACHED[case]()
+    fresh = tiny(name, data_dir, tmp_path, **kw)
+    for path in tmp_path.iterdir():
+        torch.load(path, weights_only=True)  # tensors and plain values only: nothing that could run code
+    monkeypatch.setattr(backbones_module, "load_tokenizer", lambda *a: pytest.fail("rebuilt instead of read"))
+    monkeypatch.setattr(backbones_module, "load_backbone", lambda *a: pytest.fail("rebuilt instead of read"))
+    assert_same(tiny(name, data_dir, tmp_path, **kw), fresh)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _plant(path: Path) -> None:
+    from test_engine import Payload
+
+    torch.save({"format": Payload(path.parent / "ran")}, path)
+
+
+DAMAGED = {"truncated": _truncate, "planted pickle": _plant,
+           "another format": lambda path: path.write_text('{"not": "a tune_as cache"}'),
+           "a tensor": lambda path: torch.save(torch.zeros(3), path)}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_damaged_cache_entry_is_rebuilt_with_one_note(damage: str, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    fresh = tiny("digits", None, tmp_path)
+    (entry,) = tmp_path.iterdir()
+    DAMAGED[damage](entry)
+    with caplog.at_level(logging.WARNING, logger="tune_as"):
+        again = tiny("digits", None, tmp_path)
+    assert not (tmp_path / "ran").exists(), "the planted payload ran"
+    assert_same(again, fresh)
+    notes = [r.getMessage() for r in caplog.records if "cache" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].startswith(f"{entry}: expected prepared data tune_as cached, got "), notes
+    assert "rebuilding it" in notes[0] and "\n" not in notes[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tune_as"):
+        assert_same(tiny("digits", None, tmp_path), fresh)  # the rebuilt entry is read back, quietly
+    assert not caplog.records
 
 
 def test_prepared_data_pickles_small_and_round_trips(cache: Path) -> None:
