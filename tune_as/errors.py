@@ -20,6 +20,13 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def excerpt(value: object, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters with an ellipsis: a user's value quoted in a message stays short
+    (a 1 MB label is not printed whole)."""
+    text = repr(value[: limit + 1] if isinstance(value, str | bytes) else value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def tcp_unreachable(host: str, port: int, timeout: float = 5.0) -> str | None:
     """Why nothing answers at host:port (e.g. "Connection refused"), or None if something does. Used to fail
     in seconds where a client library would retry for minutes."""
