@@ -363,6 +363,71 @@ def test_single_target_token_and_multilabel_data_is_refused(kind: str, rows: lis
         prepare(build_task("jsonl", kind=kind), spec)
 
 
+# -- data that would mislead: named, or refused -------------------------------------------------------------
+def jsonl(folder: Path, cache: Path, kind: str = "multiclass", label_field: str = "label") -> PreparedData:
+    """What `--task jsonl --data-dir folder --task-arg kind=... --task-arg label_field=...` prepares."""
+    spec = DataSpec("jsonl", data_dir=folder, backbone="tiny", encoder="finetune", max_length=16, cache_dir=cache)
+    return prepare(build_task("jsonl", kind=kind, label_field=label_field), spec)
+
+
+def test_rows_shared_with_train_and_empty_texts_are_named_once(tmp_path: Path, cache: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    train = fx.labelled(["pos", "neg"] * 10)
+    write_split(tmp_path, "train", train)
+    write_split(tmp_path, "validation", [{**train[3], "label": "neg"}, train[4], *fx.labelled(["pos", "neg"], 9)])
+    write_split(tmp_path, "test", [{"text": "", "label": "pos"}, {"text": " ", "label": "neg"}])
+    with caplog.at_level(logging.WARNING, logger="tune_as"):
+        data = jsonl(tmp_path, cache)
+    assert data.warnings == [
+        f"jsonl: 2 of 4 validation rows (50.0%) have an input that is also in train (e.g. {train[3]['text']!r}): their "
+        "scores reward memorising the training rows",
+        "jsonl: every text of the test split is empty (2 rows): its scores cannot measure reading",
+    ]
+    printed = [r.getMessage() for r in caplog.records]
+    assert [printed.count(w) for w in data.warnings] == [1, 1], printed
+    assert jsonl(tmp_path, cache).warnings == data.warnings  # kept with the cached data for the engine to tag
+
+
+def test_a_multilabel_validation_split_without_any_label_is_refused(tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "train", [{"text": f"w{i} x", "tags": [f"t{i % 3}"]} for i in range(12)])
+    write_split(tmp_path, "validation", [{"text": f"v{i} y", "tags": []} for i in range(4)])
+    with pytest.raises(ValueError, match=r"validation.jsonl.gz: expected labels in the validation split \(a "
+                                         r"non-empty list on some row\), got an empty list on all 4 rows"):
+        jsonl(tmp_path, cache, kind="multilabel", label_field="tags")
+
+
+GOOD_TRAIN = fx.jsonl_text(fx.labelled(["a", "b"] * 4))  # lines 1..8
+BAD_LINES = {  # line 9 of train.jsonl.gz: (its text, the expected error after "train.jsonl.gz:9: ")
+    "duplicate key": ('{"text": "x y", "label": "a", "label": "b"}', r"expected each field once per JSON object, "
+                                                                       r"got 'label' twice"),
+    "lone surrogate": ('{"text": "x \\ud800 y", "label": "a"}', r"expected Unicode text, got a lone surrogate "
+                                                               r"\\ud800 \(an unpaired \\uD800-\\uDFFF escape\)"),
+    "5000-digit label": ('{"text": "x", "label": ' + "7" * 5000 + "}", r"expected numbers of at most 4300 digits, "
+                                                                     r"got a longer one"),
+    "200000 nested [": ("[" * 200_000, r"expected one JSON object per line, got values nested too deeply to read"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LINES))
+def test_a_bad_line_is_one_error_naming_file_and_line(case: str, tmp_path: Path, cache: Path) -> None:
+    line, message = BAD_LINES[case]
+    with gzip.open(tmp_path / "train.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.write(GOOD_TRAIN + line + "\n")
+    write_split(tmp_path, "validation", fx.labelled(["a", "b"]))
+    with pytest.raises(ValueError, match=r"train\.jsonl\.gz:9: " + message) as info:
+        jsonl(tmp_path, cache)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+def test_a_huge_unseen_label_is_quoted_as_a_short_excerpt(tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "train", fx.labelled(["a", "b"] * 4))
+    write_split(tmp_path, "validation", fx.labelled(["a", "x" * 1_000_000]))
+    with pytest.raises(ValueError, match=r"validation.jsonl.gz:2: label 'x+… in the validation split does not "
+                                         r"occur in the training split") as info:
+        jsonl(tmp_path, cache)
+    assert len(str(info.value)) < 400
+
+
 def test_jsonl_options_as_the_cli_passes_them(tmp_path: Path, cache: Path) -> None:
     """`--task-arg KEY=VALUE` hands build_task strings: metrics is a comma-separated list."""
     task = build_task("jsonl", metrics="accuracy, mcc")

@@ -41,6 +41,8 @@ def prepare(task: Preparable, spec: DataSpec) -> PreparedData:
         try:
             data = cache.load(path, spec)
             log.info("%s: cache hit %s", spec.task, path)
+            for warning in data.warnings:  # printed whenever the data is prepared, built or read
+                log.warning(warning)
             return data
         except cache.Unreadable as exc:  # damaged or planted: never trusted, built again (and overwritten)
             log.warning("%s; rebuilding it", exc)
