@@ -256,3 +256,19 @@ def test_a_planted_pickle_as_the_trial_checkpoint_is_refused_and_never_run(digit
                                          r"plain values\), got .*"):
         Trial(config(), data, task, Recorder(tmp_path), restore_dir=planted)
     assert not (tmp_path / "ran").exists(), "the planted payload ran"
+
+
+def test_a_finished_trials_checkpoint_keeps_no_weights_and_restores_to_nothing_left(digits, tmp_path: Path) -> None:
+    from tune_as.trainable import drop_weights
+
+    task, data = digits
+    rec = Recorder(tmp_path)
+    run_trial(config(), data, task, rec)
+    final = rec.checkpoints[-1]
+    drop_weights(final)  # what the driver does once Ray says the trial ended
+    assert not (final / STATE_FILE).exists() and (final / PMARGIN_FILE).is_file()
+    assert sum(p.stat().st_size for p in final.iterdir()) < 10_000
+    # its driver killed before Ray noted the end, a resumed search restores the trial: nothing is left to train
+    again = Recorder(tmp_path / "again")
+    run_trial(config(), data, task, again, restore_dir=final)
+    assert again.reports == []

@@ -33,7 +33,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher  # noqa: E402
 from tune_as import schema, tracking  # noqa: E402
 from tune_as.config import TrialConfig  # noqa: E402
 from tune_as.engine import cluster, ranking  # noqa: E402
-from tune_as.engine.callbacks import MlflowCallback, completed, trainable, trial_name  # noqa: E402
+from tune_as.engine.callbacks import DropFinishedWeights, MlflowCallback, completed, trainable, trial_name  # noqa: E402
 from tune_as.engine.plan import SearchPlan, git_commit, plan_search, state_of  # noqa: E402
 from tune_as.engine.request import SearchRequest  # noqa: E402
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
@@ -133,7 +133,7 @@ def _tuner(plan: SearchPlan, tracker: tracking.MlflowTracker, res: dict[str, flo
     r = plan.request
     run_config = tune.RunConfig(
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
-        callbacks=[MlflowCallback(tracker, plan.metric, epochs, role)], verbose=r.verbose,
+        callbacks=[MlflowCallback(tracker, plan.metric, epochs, role), DropFinishedWeights()], verbose=r.verbose,
         progress_reporter=_reporter(plan), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
         # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).
