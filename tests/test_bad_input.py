@@ -4,10 +4,15 @@ MLflow run (the SQLite tracking file is absent or holds no run)."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlflow.tracking import MlflowClient
@@ -208,6 +213,61 @@ def test_password_in_tracking_uri_is_never_printed_or_stored(tmp_path: Path, cap
     assert main(["--task", "digits", "--mlflow-uri", uri, "--storage-path", str(tmp_path / "r"), "--smoke"]) == 2
     err = capsys.readouterr().err
     assert "s3cr3t-pw" not in err and "tune:***@" in err
+
+
+@pytest.mark.parametrize("scheme", ["ray://", ""])
+def test_a_password_in_the_ray_address_is_never_printed(scheme: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    address = f"{scheme}admin:S3cretPW@127.0.0.1:{free_port()}"
+    assert main(["--task", "digits", "--address", address, "--storage-path", str(tmp_path / "r"), "--smoke",
+                 "--mlflow-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 2
+    out, err = capsys.readouterr()
+    assert "S3cretPW" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0] == (
+        "error: --address: expected 'auto', HOST:PORT or ray://HOST:PORT, without a user or password (a Ray "
+        f"cluster checks its token, RAY_AUTH_TOKEN), got {scheme}admin:***@127.0.0.1:{address.rsplit(':', 1)[1]}")
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """No access log on stderr: the test reads the CLI's stderr."""
+
+
+@contextmanager
+def http_server() -> Iterator[int]:
+    """A real HTTP/1 server on 127.0.0.1 (what a wrong --address port often finds); yields its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_address_where_an_http_server_answers_is_refused_at_once(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from tune_as.engine.cluster import check_address
+
+    with http_server() as port:
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+            with pytest.raises(UserError, match=rf"--address: expected a Ray cluster at {address} \(its GCS, or "
+                                                r"Ray Client for ray://, speaking gRPC over HTTP/2\), got an "
+                                                r"HTTP/1 server \(it answered '"):
+                check_address(address)  # ray.init would retry "Failed to connect to GCS" for minutes
+        assert_refused_and_nothing_written(["--task", "digits", "--address", f"127.0.0.1:{port}"],
+                                           f"--address: expected a Ray cluster at 127.0.0.1:{port}", tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_the_address_probe_accepts_a_real_ray_gcs(ray_local) -> None:
+    import ray
+
+    from tune_as.engine.cluster import check_address
+
+    check_address(ray.get_runtime_context().gcs_address)
 
 
 def test_state_file_redacts_the_tracking_uri(tmp_path: Path, mlflow_server, ray_local) -> None:

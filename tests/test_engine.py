@@ -28,7 +28,7 @@ def trial(loss: str, **config: Any) -> Trial:
 
 
 def scheduler(tmp: Path | None = None, trials_per_loss: int = 6, rf: float = 2.0) -> PerLossASHA:
-    s = PerLossASHA("epoch", 4.0, 1.0, rf, trials_per_loss, tmp / "scheduler.pkl" if tmp else None)
+    s = PerLossASHA("epoch", 4.0, 1.0, rf, trials_per_loss, tmp / "scheduler.json" if tmp else None)
     s.set_search_properties(METRIC, "max")
     return s
 
@@ -302,3 +302,59 @@ def test_confirmed_rows_rank_above_single_runs() -> None:
     assert rows[-1].loss == "t_softmax" and rows[-1].val == [0.90], "its 0.99 was stopped early: not selected"
     assert {r.loss: r.verdict for r in rows[:2]} == {"softmax": "baseline", "sparsemax": "equivalent"}, \
         "identical runs are equivalent (zero variance), not an error"
+
+
+# -- state files read back on --resume: JSON, never pickle ---------------------------------------------------
+class Payload:
+    """A pickle that creates `marker` when it is unpickled: what a planted state file would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return open, (str(self.marker), "w")
+
+
+def plant(path: Path, marker: Path) -> Path:
+    import pickle
+
+    path.write_bytes(pickle.dumps({"suggested": Payload(marker), "live": {}, "next": Payload(marker)}))
+    return path
+
+
+def test_a_planted_pickle_as_the_scheduler_state_is_refused_and_never_run(tmp_path: Path) -> None:
+    s = scheduler(tmp_path)
+    assert s.state_path is not None
+    plant(s.state_path, tmp_path / "ran")
+    with pytest.raises(UserError, match=r"scheduler\.\w+: expected the early-stopping state tune_as writes \(JSON\)"):
+        s.on_trial_add(None, trial("softmax"))
+    assert not (tmp_path / "ran").exists(), "the planted payload ran"
+
+
+def test_a_planted_pickle_as_the_searcher_state_is_refused_and_never_run(tmp_path: Path) -> None:
+    from tune_as.engine.searcher import FixedConfigs
+
+    planted = plant(tmp_path / "searcher-state.pkl", tmp_path / "ran")
+    for searcher in (_searcher(tmp_path, SPACE), FixedConfigs([], "best_val_accuracy")):
+        with pytest.raises(UserError, match=r"searcher-state\.pkl: expected the searcher state tune_as writes "
+                                            r"\(JSON\)"):
+            searcher.restore(str(planted))
+        assert not (tmp_path / "ran").exists(), f"the planted payload ran in {type(searcher).__name__}.restore"
+
+
+def test_searcher_state_round_trips_through_save_and_restore(tmp_path: Path) -> None:
+    from tune_as.engine.searcher import FixedConfigs
+
+    first = _searcher(tmp_path, SPACE)
+    for i in range(3):
+        first.suggest(f"t{i}")
+    first.save(str(tmp_path / "state"))
+    again = _searcher(tmp_path, SPACE)
+    again.restore(str(tmp_path / "state"))
+    assert (again.suggested, again.live) == (first.suggested, first.live)
+    fixed = FixedConfigs([{"a": 1}, {"a": 2}], "best_val_accuracy")
+    fixed.suggest("t0")
+    fixed.save(str(tmp_path / "fixed"))
+    restored = FixedConfigs([{"a": 1}, {"a": 2}], "best_val_accuracy")
+    restored.restore(str(tmp_path / "fixed"))
+    assert restored.suggest("t1") == {"a": 2}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import pickle
 import shlex
 import signal
 import subprocess
@@ -16,10 +17,11 @@ from pathlib import Path
 import optuna
 import pytest
 import ray  # noqa: F401 - puts Ray's vendored psutil on sys.path (imported where used)
+from test_engine import Payload
 from test_reliability import finish, runs, start_cli, wait_for, write_space
 
 from tune_as.engine import SearchRequest
-from tune_as.engine.plan import plan_search
+from tune_as.engine.plan import plan_search, state_of
 from tune_as.engine.run import claim, resume_hint
 from tune_as.errors import UserError
 from tune_as.search import build_parser, main
@@ -47,6 +49,65 @@ def test_resume_hint_is_one_shell_command_that_works_from_any_folder(tmp_path: P
     args = build_parser().parse_args(shlex.split(hint)[3:])
     assert (args.resume, args.name, args.mlflow_uri) == (True, "n1", uri)
     assert args.storage_path == tmp_path / "my results"  # absolute: the hint also works from another folder
+
+
+def saved_search(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A search folder as a started search leaves it (its saved state, Ray's pickled `tuner.pkl`), with modes
+    that umask 022 gives, and the command line that resumes it."""
+    storage, uri = tmp_path / "results", f"sqlite:///{tmp_path / 'm.db'}"
+    plan = plan_search(SearchRequest(task="digits", storage_path=storage, name="s1", mlflow_uri=uri, smoke=True,
+                                     cache_dir=tmp_path / "cache"))
+    plan.search_dir.mkdir(parents=True)
+    plan.search_dir.chmod(0o755)
+    (plan.search_dir / "tune_as_search.json").write_text(json.dumps(state_of(plan)))
+    (plan.search_dir / "tuner.pkl").write_bytes(pickle.dumps(Payload(tmp_path / "ran")))
+    for path in plan.search_dir.iterdir():
+        path.chmod(0o644)
+    return plan.search_dir, ["--resume", "--name", "s1", "--storage-path", str(storage), "--mlflow-uri", uri]
+
+
+def _other_user(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    os.chown(path, 4242, 4242)
+
+
+TAMPERED = {  # how another user could have planted Ray's pickled state, and what the refusal names
+    "folder writable by others": (lambda d: d.chmod(0o757), "s1 (mode 0o757: writable by others)"),
+    "folder writable by the group": (lambda d: d.chmod(0o775), "s1 (mode 0o775: writable by the group)"),
+    "state file writable by the group": (lambda d: (d / "tuner.pkl").chmod(0o664),
+                                         "tuner.pkl (mode 0o664: writable by the group)"),
+    "state file of another user": (lambda d: _other_user(d / "tuner.pkl"), "tuner.pkl (owned by uid 4242,"),
+    "folder of another user": (lambda d: _other_user(d), "s1 (owned by uid 4242,"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_resume_refuses_a_search_folder_that_others_can_write_to(case: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    folder, argv = saved_search(tmp_path)
+    tamper, where = TAMPERED[case]
+    tamper(folder)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --resume: expected a search folder only you can write to "
+                                               "(Ray unpickles the experiment state in it), got "), err
+    assert where in err[0], err
+    assert not (tmp_path / "ran").exists()
+
+
+def test_resume_accepts_group_writable_files_in_a_folder_closed_to_others(tmp_path: Path) -> None:
+    from tune_as.engine.state import check_private
+
+    folder, _ = saved_search(tmp_path)
+    (folder / "tuner.pkl").chmod(0o664)  # umask 002 makes files like this
+    folder.chmod(0o700)  # nobody else can reach them: how a new search creates its folder
+    check_private(folder)
+    folder.chmod(0o755)
+    (folder / "tuner.pkl").chmod(0o644)
+    check_private(folder)
+    claim(tmp_path / "new", resume=False).close()
+    assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
 
 
 def listening(root_pid: int) -> dict[int, list[str]]:

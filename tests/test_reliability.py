@@ -156,6 +156,14 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
     db = f"sqlite:///{tmp_path / 'results' / 'digits-kill' / 'optuna.db'}"
     study = optuna.load_study(study_name="digits-as_softmax", storage=db)
     assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3
+    assert_no_weights_left(tmp_path / "results" / "digits-kill")
+
+
+def assert_no_weights_left(search_dir: Path) -> None:
+    """Every trial of the search ended: none keeps its model and optimizer (only pmargin.npy and a marker)."""
+    left = {p.relative_to(search_dir).as_posix(): p.stat().st_size for p in search_dir.glob("*/checkpoint_*/*")
+            if p.name != "pmargin.npy" and p.stat().st_size > 0}
+    assert not left, f"finished trials kept their weights: {left}"
 
 
 def test_ctrl_c_stops_trials_marks_runs_killed_and_prints_resume_hint(tmp_path: Path, mlflow_server) -> None:
@@ -238,4 +246,5 @@ def test_trials_that_checkpoint_often_keep_one_checkpoint_each(tmp_path: Path, m
     counts = {d.name: len(list(d.glob("checkpoint_*"))) for d in trial_dirs}
     assert max(counts.values()) == 1, counts  # each trial checkpointed ~7 times (every 5 steps): 1 is kept
     assert len(runs(mlflow_server.uri, "rel-disk")[1]) == 2
+    assert_no_weights_left(tmp_path / "results" / "digits-disk")
 

@@ -3,8 +3,10 @@ scoring through the batch layout, and the disk cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+import logging
 import pickle
 import time
 from pathlib import Path
@@ -361,6 +363,71 @@ def test_single_target_token_and_multilabel_data_is_refused(kind: str, rows: lis
         prepare(build_task("jsonl", kind=kind), spec)
 
 
+# -- data that would mislead: named, or refused -------------------------------------------------------------
+def jsonl(folder: Path, cache: Path, kind: str = "multiclass", label_field: str = "label") -> PreparedData:
+    """What `--task jsonl --data-dir folder --task-arg kind=... --task-arg label_field=...` prepares."""
+    spec = DataSettings("jsonl", data_dir=folder, backbone="tiny", encoder="finetune", max_length=16, cache_dir=cache)
+    return prepare(build_task("jsonl", kind=kind, label_field=label_field), spec)
+
+
+def test_rows_shared_with_train_and_empty_texts_are_named_once(tmp_path: Path, cache: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    train = fx.labelled(["pos", "neg"] * 10)
+    write_split(tmp_path, "train", train)
+    write_split(tmp_path, "validation", [{**train[3], "label": "neg"}, train[4], *fx.labelled(["pos", "neg"], 9)])
+    write_split(tmp_path, "test", [{"text": "", "label": "pos"}, {"text": " ", "label": "neg"}])
+    with caplog.at_level(logging.WARNING, logger="tune_as"):
+        data = jsonl(tmp_path, cache)
+    assert data.warnings == [
+        f"jsonl: 2 of 4 validation rows (50.0%) have an input that is also in train (e.g. {train[3]['text']!r}): their "
+        "scores reward memorising the training rows",
+        "jsonl: every text of the test split is empty (2 rows): its scores cannot measure reading",
+    ]
+    printed = [r.getMessage() for r in caplog.records]
+    assert [printed.count(w) for w in data.warnings] == [1, 1], printed
+    assert jsonl(tmp_path, cache).warnings == data.warnings  # kept with the cached data for the engine to tag
+
+
+def test_a_multilabel_validation_split_without_any_label_is_refused(tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "train", [{"text": f"w{i} x", "tags": [f"t{i % 3}"]} for i in range(12)])
+    write_split(tmp_path, "validation", [{"text": f"v{i} y", "tags": []} for i in range(4)])
+    with pytest.raises(ValueError, match=r"validation.jsonl.gz: expected labels in the validation split \(a "
+                                         r"non-empty list on some row\), got an empty list on all 4 rows"):
+        jsonl(tmp_path, cache, kind="multilabel", label_field="tags")
+
+
+GOOD_TRAIN = fx.jsonl_text(fx.labelled(["a", "b"] * 4))  # lines 1..8
+BAD_LINES = {  # line 9 of train.jsonl.gz: (its text, the expected error after "train.jsonl.gz:9: ")
+    "duplicate key": ('{"text": "x y", "label": "a", "label": "b"}', r"expected each field once per JSON object, "
+                                                                       r"got 'label' twice"),
+    "lone surrogate": ('{"text": "x \\ud800 y", "label": "a"}', r"expected Unicode text, got a lone surrogate "
+                                                               r"\\ud800 \(an unpaired \\uD800-\\uDFFF escape\)"),
+    "5000-digit label": ('{"text": "x", "label": ' + "7" * 5000 + "}", r"expected numbers of at most 4300 digits, "
+                                                                     r"got a longer one"),
+    "200000 nested [": ("[" * 200_000, r"expected one JSON object per line, got values nested too deeply to read"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LINES))
+def test_a_bad_line_is_one_error_naming_file_and_line(case: str, tmp_path: Path, cache: Path) -> None:
+    line, message = BAD_LINES[case]
+    with gzip.open(tmp_path / "train.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.write(GOOD_TRAIN + line + "\n")
+    write_split(tmp_path, "validation", fx.labelled(["a", "b"]))
+    with pytest.raises(ValueError, match=r"train\.jsonl\.gz:9: " + message) as info:
+        jsonl(tmp_path, cache)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+def test_a_huge_unseen_label_is_quoted_as_a_short_excerpt(tmp_path: Path, cache: Path) -> None:
+    write_split(tmp_path, "train", fx.labelled(["a", "b"] * 4))
+    write_split(tmp_path, "validation", fx.labelled(["a", "x" * 1_000_000]))
+    with pytest.raises(ValueError, match=r"validation.jsonl.gz:2: label 'x+… in the validation split does not "
+                                         r"occur in the training split") as info:
+        jsonl(tmp_path, cache)
+    assert len(str(info.value)) < 400
+
+
 def test_jsonl_options_as_the_cli_passes_them(tmp_path: Path, cache: Path) -> None:
     """`--task-arg KEY=VALUE` hands build_task strings: metrics is a comma-separated list."""
     task = build_task("jsonl", metrics="accuracy, mcc")
@@ -491,6 +558,80 @@ def test_second_prepare_is_a_cache_hit_without_encoder_forward(tmp_path: Path,
     assert torch.equal(first.train.columns["features"], second.train.columns["features"])
     prepare(task, DataSettings(**{**spec.__dict__, "max_length": 24}))  # another spec: a miss, tokenized again
     assert forwards and len(tokenize_calls) == 3
+
+
+def assert_same(a: object, b: object, where: str = "data") -> None:
+    """`a` and `b` hold the same values of the same types, tensors of the same dtype, all the way down."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), f"{where}: keys {list(a)} != {list(b)}"
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{where}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+CACHED = {  # one of each Split layout: pixels, tokens trimmed per batch, ragged frozen word features with meta
+    "digits": lambda: ("digits", None, {}),
+    "sst5 tokens": lambda: ("sst5", shared_data("sst5"), {"max_train_samples": 64, "max_eval_samples": 32}),
+    "conll2003 frozen": lambda: ("conll2003", shared_data("conll2003"),
+                                 {"encoder": "frozen", "max_train_samples": 64, "max_eval_samples": 32}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CACHED))
+def test_cached_data_equals_a_fresh_prepare_and_loads_without_pickle(case: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    name, data_dir, kw = CACHED[case]()
+    fresh = tiny(name, data_dir, tmp_path, **kw)
+    for path in tmp_path.iterdir():
+        torch.load(path, weights_only=True)  # tensors and plain values only: nothing that could run code
+    monkeypatch.setattr(backbones_module, "load_tokenizer", lambda *a: pytest.fail("rebuilt instead of read"))
+    monkeypatch.setattr(backbones_module, "load_backbone", lambda *a: pytest.fail("rebuilt instead of read"))
+    assert_same(tiny(name, data_dir, tmp_path, **kw), fresh)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _plant(path: Path) -> None:
+    from test_engine import Payload
+
+    torch.save({"format": Payload(path.parent / "ran")}, path)
+
+
+DAMAGED = {"truncated": _truncate, "planted pickle": _plant,
+           "another format": lambda path: path.write_text('{"not": "a tune_as cache"}'),
+           "a tensor": lambda path: torch.save(torch.zeros(3), path)}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_damaged_cache_entry_is_rebuilt_with_one_note(damage: str, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    fresh = tiny("digits", None, tmp_path)
+    (entry,) = tmp_path.iterdir()
+    DAMAGED[damage](entry)
+    with caplog.at_level(logging.WARNING, logger="tune_as"):
+        again = tiny("digits", None, tmp_path)
+    assert not (tmp_path / "ran").exists(), "the planted payload ran"
+    assert_same(again, fresh)
+    notes = [r.getMessage() for r in caplog.records if "cache" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].startswith(f"{entry}: expected prepared data tune_as cached, got "), notes
+    assert "rebuilding it" in notes[0] and "\n" not in notes[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tune_as"):
+        assert_same(tiny("digits", None, tmp_path), fresh)  # the rebuilt entry is read back, quietly
+    assert not caplog.records
 
 
 def test_prepared_data_pickles_small_and_round_trips(cache: Path) -> None:

@@ -233,3 +233,41 @@ def test_row_skipping_with_a_loss_that_cannot_skip_is_a_clear_error(digits, tmp_
     task, data = digits
     with pytest.raises(ValueError, match=rf"skip_masked_rows: expected one of the losses .*as_softmax.*got loss '{loss}'"):
         Trial(config(loss=loss, skip_masked_rows=True), data, task, Recorder(tmp_path))
+
+
+def test_checkpoints_hold_only_tensors_and_plain_values(digits, tmp_path: Path) -> None:
+    task, data = digits
+    rec = Recorder(tmp_path)
+    run_trial(config(loss="as_speed", epochs=1.0, **{"loss.delta": 0.3, "loss.lam": 1.0, "loss.max_steps": 3}),
+              data, task, rec)
+    saved = torch.load(rec.checkpoints[-1] / STATE_FILE, weights_only=True)  # no pickle of arbitrary objects
+    assert saved["loop"]["samples_seen"] == rec.reports[-1]["samples_seen"]
+
+
+def test_a_planted_pickle_as_the_trial_checkpoint_is_refused_and_never_run(digits, tmp_path: Path) -> None:
+    from test_engine import Payload
+
+    task, data = digits
+    planted = tmp_path / "ckpt"
+    planted.mkdir()
+    torch.save({"model": Payload(tmp_path / "ran")}, planted / STATE_FILE)
+    with pytest.raises(ValueError, match=rf"ckpt/{STATE_FILE}: expected a tune_as trial checkpoint \(tensors and "
+                                         r"plain values\), got .*"):
+        Trial(config(), data, task, Recorder(tmp_path), restore_dir=planted)
+    assert not (tmp_path / "ran").exists(), "the planted payload ran"
+
+
+def test_a_finished_trials_checkpoint_keeps_no_weights_and_restores_to_nothing_left(digits, tmp_path: Path) -> None:
+    from tune_as.training.trial import drop_weights
+
+    task, data = digits
+    rec = Recorder(tmp_path)
+    run_trial(config(), data, task, rec)
+    final = rec.checkpoints[-1]
+    drop_weights(final)  # what the driver does once Ray says the trial ended
+    assert not (final / STATE_FILE).exists() and (final / PMARGIN_FILE).is_file()
+    assert sum(p.stat().st_size for p in final.iterdir()) < 10_000
+    # its driver killed before Ray noted the end, a resumed search restores the trial: nothing is left to train
+    again = Recorder(tmp_path / "again")
+    run_trial(config(), data, task, again, restore_dir=final)
+    assert again.reports == []

@@ -20,6 +20,16 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def clip(text: str, limit: int = 80) -> str:
+    """`text` cut to `limit` characters, the last one an ellipsis when something was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def excerpt(value: object, limit: int = 80) -> str:
+    """`repr(value)`, clipped: a user's value quoted in a message stays short (a 1 MB label is not printed whole)."""
+    return clip(repr(value[: limit + 1] if isinstance(value, str | bytes) else value), limit)
+
+
 def tcp_unreachable(host: str, port: int, timeout: float = 5.0) -> str | None:
     """Why nothing answers at host:port (e.g. "Connection refused"), or None if something does. Used to fail
     in seconds where a client library would retry for minutes."""

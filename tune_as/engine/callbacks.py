@@ -17,7 +17,7 @@ from ray import tune
 from tune_as.engine.plan import git_commit
 from tune_as.tracking import schema
 from tune_as.tracking import tracker as tracking
-from tune_as.training.trial import run_trial
+from tune_as.training.trial import drop_weights, run_trial
 
 # Names a test (or a user's instrumentation) may hook into every report of a trial: "module:function", called
 # as function(metrics, loss) in the worker after each report. Unset in normal use.
@@ -117,6 +117,19 @@ class MlflowCallback(tune.Callback):
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         if self.tracker.pending:
             self.tracker.flush()
+
+
+class DropFinishedWeights(tune.Callback):
+    """Once a trial has ended (completed, stopped early, diverged), nothing trains it again: its checkpoint keeps a
+    marker and pmargin.npy, not its weights (`trainable.drop_weights`). Until Ray's next experiment snapshot a
+    killed driver may still restore the trial; restored from the marker, it ends at once with its last result. An
+    errored trial keeps its weights: a resume retries it from them. Checkpoints on a remote file system (not a
+    local or mounted folder) are left alone."""
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        checkpoint = trial.checkpoint
+        if checkpoint is not None and Path(checkpoint.path).is_dir():
+            drop_weights(Path(checkpoint.path))
 
 
 def completed(result: dict[str, Any], epochs: float) -> bool:

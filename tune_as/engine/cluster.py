@@ -1,30 +1,74 @@
 """Start or join Ray, and size trials to it. A local Ray binds loopback only; joining a cluster fails in
-seconds when its address does not answer (ray.init would retry for minutes)."""
+seconds when its address does not answer, or answers but is no Ray (ray.init would retry for minutes)."""
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import sys
 import threading
+import urllib.parse
 from typing import Any
 
 import ray
 
-from tune_as.errors import UserError, first_line, tcp_unreachable
+from tune_as.errors import UserError, excerpt, first_line
+from tune_as.tracking.client import redact_uri
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# An HTTP/2 client's greeting (the connection preface and an empty SETTINGS frame). The GCS that `HOST:PORT` names
+# and the Ray Client server behind `ray://` are gRPC servers: they answer with a SETTINGS frame at once.
+H2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+PROBE_TIMEOUT_S = 5.0
 
 
 def check_address(address: str) -> None:
+    """A UserError within seconds unless a gRPC server (a Ray GCS, or Ray Client for ray://) answers at `address`.
+    With TLS (RAY_USE_TLS) the plain-text probe cannot speak to it: only reachability is checked."""
     if address in ("auto", "local"):
         return
-    hostport = address.split("://", 1)[-1]
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise UserError(f"--address: expected 'auto', HOST:PORT or ray://HOST:PORT, got {address!r}")
-    reason = tcp_unreachable(host, int(port))
-    if reason:
-        raise UserError(f"--address: expected a reachable Ray cluster at {address}, got {reason}")
+    expected = "expected 'auto', HOST:PORT or ray://HOST:PORT"
+    uri = address if "://" in address else f"//{address}"
+    parts = urllib.parse.urlsplit(uri)
+    if "@" in parts.netloc:  # Ray takes no credentials in its address: never echo or pass on a password
+        raise UserError(f"--address: {expected}, without a user or password (a Ray cluster checks its token, "
+                        f"RAY_AUTH_TOKEN), got {redact_uri(uri).removeprefix('//')}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number
+        host, port = None, None
+    if not host or port is None:
+        raise UserError(f"--address: {expected}, got {address!r}")
+    answer: bytes | None = None  # None: nothing within the timeout
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as sock:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return
+            sock.sendall(H2_GREETING)
+            answer = sock.recv(256)
+    except TimeoutError:
+        pass
+    except OSError as exc:
+        raise UserError(f"--address: expected a reachable Ray cluster at {address}, got "
+                        f"{exc.strerror or exc}") from None
+    if answer is not None and len(answer) >= 9 and answer[3] == 0x04:  # the server's first frame: SETTINGS
+        return
+    raise UserError(f"--address: expected a Ray cluster at {address} (its GCS, or Ray Client for ray://, speaking "
+                    f"gRPC over HTTP/2), got {_described(answer)}")
+
+
+def _described(answer: bytes | None) -> str:
+    if answer is None:
+        return f"nothing that answered within {PROBE_TIMEOUT_S:g} s"
+    if not answer:
+        return "a server that closed the connection without answering"
+    text = answer.decode("latin-1")
+    first = text.strip().splitlines()[0] if text.strip() else text
+    # an HTTP/1 server answers a status line, or (taking the greeting for HTTP/0.9) a bare HTML error page
+    if text.startswith("HTTP/") or text.lstrip().lower().startswith(("<!doctype html", "<html")):
+        return f"an HTTP/1 server (it answered {excerpt(first)})"
+    return f"a server that answered {excerpt(answer, 40)}"
 
 
 def init_ray(address: str | None, dashboard_host: str) -> None:

@@ -4,13 +4,12 @@ that resumes it."""
 from __future__ import annotations
 
 import fcntl
-import json
-import os
 import shlex
 from pathlib import Path
 from typing import IO, Any
 
 from tune_as.engine.plan import SearchPlan
+from tune_as.engine.state import write_json
 from tune_as.errors import UserError
 from tune_as.tracking import schema
 from tune_as.tracking.client import redact_uri
@@ -18,9 +17,10 @@ from tune_as.tracking.client import redact_uri
 
 def claim(search_dir: Path, resume: bool) -> IO[str]:
     """Create (or, resuming, open) the search's folder and hold its lock for this process's lifetime: two
-    processes can never run one search. mkdir is atomic, so of two new searches of one name one gets exit 2."""
+    processes can never run one search. mkdir is atomic, so of two new searches of one name one gets exit 2.
+    A new folder is closed to other users (700): a resume unpickles Ray's state from it (engine.state)."""
     try:
-        search_dir.mkdir(parents=True, exist_ok=resume)
+        search_dir.mkdir(mode=0o700, parents=True, exist_ok=resume)
     except FileExistsError:
         raise UserError(f"--name: expected a new search name, but {search_dir} was just created by another "
                         "process") from None
@@ -35,9 +35,7 @@ def claim(search_dir: Path, resume: bool) -> IO[str]:
 
 
 def write_state(search_dir: Path, state: dict[str, Any]) -> None:
-    tmp = search_dir / (schema.SEARCH_STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, search_dir / schema.SEARCH_STATE_FILE)
+    write_json(search_dir / schema.SEARCH_STATE_FILE, state)
 
 
 def resume_hint(plan: SearchPlan) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
+from tune_as.engine.state import check_private
 from tune_as.errors import UserError, first_line
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
 from tune_as.space.overrides import check_overrides
@@ -272,6 +273,8 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         name = r.name or _latest_search(storage, r.task or None)
         if name is None:
             raise UserError(f"--resume: expected a previous {r.task or ''} search under {storage}, found none")
+        if (storage / name).is_dir():  # before anything in it is read: Ray's resume unpickles its state
+            check_private(storage / name)
         state = read_state(storage / name)
         if state is None:
             raise UserError(f"--resume: expected a search to resume at {storage / name}, found nothing there")

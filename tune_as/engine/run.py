@@ -29,12 +29,15 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # 
 from ray.tune.search import ConcurrencyLimiter, Searcher  # noqa: E402
 
 from tune_as.engine import cluster  # noqa: E402
-from tune_as.engine.callbacks import MlflowCallback, completed, trainable, trial_name  # noqa: E402
+from tune_as.engine.callbacks import DropFinishedWeights, MlflowCallback, completed, trainable, trial_name  # noqa: E402
 from tune_as.engine.folder import claim, resume_hint, write_state  # noqa: E402
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of  # noqa: E402
 from tune_as.engine.request import SearchRequest  # noqa: E402
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
+from tune_as.engine.state import (
+    CONFIRM_DIR,  # noqa: E402
+    )
 from tune_as.errors import UserError  # noqa: E402
 from tune_as.results import racing, ranking  # noqa: E402
 from tune_as.results.render import Table  # noqa: E402
@@ -44,8 +47,7 @@ from tune_as.space.search_space import config_key  # noqa: E402
 from tune_as.tracking import schema  # noqa: E402
 from tune_as.tracking import tracker as tracking  # noqa: E402
 
-CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the search's folder
-SCHEDULER_STATE = "scheduler.pkl"
+SCHEDULER_STATE = "scheduler.json"
 
 
 class NoResult(Exception):
@@ -120,7 +122,7 @@ def _tuner(session: Session, name: str, role: str, search_alg: Searcher, schedul
     callback = MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
-        callbacks=[callback], verbose=r.verbose,
+        callbacks=[callback, DropFinishedWeights()], verbose=r.verbose,
         progress_reporter=_reporter(plan), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
         # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).

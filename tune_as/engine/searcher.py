@@ -14,19 +14,23 @@ is a lottery: on digits one draw of taylor_softmax backward=inf trained to 18% w
 from __future__ import annotations
 
 import dataclasses
-import pickle
 import zlib
+from pathlib import Path
 from typing import Any
 
 import optuna
 from ray.tune.search import Searcher
 
+from tune_as.engine.state import read_json, write_json
+from tune_as.errors import UserError
 from tune_as.settings import TrialSettings
 from tune_as.space.search_space import TRIAL_KEYS, LossSpace, SearchSpace, config_key
 from tune_as.tracking import schema
 
 # One "A new study created" line per loss, and one per trial, would bury Ray's progress table.
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Ray calls save/restore with a path in the experiment's folder; the file is JSON, never a pickle (engine.state)
+STATE_WHAT = "the searcher state"
 
 
 def warm_start(space: LossSpace) -> dict[str, Any]:
@@ -104,13 +108,17 @@ class PerLossSearcher(Searcher):
         study.tell(number, value, state=state)
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump({"suggested": self.suggested, "live": self.live}, f)
+        write_json(Path(checkpoint_path), {"suggested": self.suggested, "live": self.live})
 
     def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            saved = pickle.load(f)
-        self.suggested, self.live = saved["suggested"], saved["live"]
+        saved = read_json(Path(checkpoint_path), STATE_WHAT)
+        try:
+            suggested = {str(loss): int(n) for loss, n in dict(saved["suggested"]).items()}
+            live = {str(t): (str(loss), int(number)) for t, (loss, number) in dict(saved["live"]).items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"{checkpoint_path}: expected {STATE_WHAT} tune_as writes (JSON: suggestions per loss, "
+                            f"live trials), got {type(exc).__name__}: {str(exc)[:120]}") from None
+        self.suggested, self.live = suggested, live
         # Optuna trials asked after the last searcher checkpoint belong to no Ray trial: close them.
         known = {(loss, number) for loss, number in self.live.values()}
         for loss in self.space.losses:
@@ -141,9 +149,11 @@ class FixedConfigs(Searcher):
         return None
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump({"next": self.next}, f)
+        write_json(Path(checkpoint_path), {"next": self.next})
 
     def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            self.next = pickle.load(f)["next"]
+        saved = read_json(Path(checkpoint_path), STATE_WHAT).get("next")
+        if not isinstance(saved, int):
+            raise UserError(f"{checkpoint_path}: expected {STATE_WHAT} tune_as writes (JSON: the next config), got "
+                            f"next={str(saved)[:40]}")
+        self.next = saved

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from ..errors import clip, excerpt
 from . import metrics, preparation
 from .data import DataSettings, PreparedData, Split
 from .labels import LabelMap
@@ -98,10 +99,12 @@ class Task:
         raw, notes = self.raw_splits(spec.data_dir)
         train = raw["train"]
         labels = self.fit_labels(train)
+        used: dict[str, RawSplit] = {}  # the rows each split keeps (after subsampling)
 
         def examples_of(split: str) -> dict[str, Any]:
             limit = spec.max_train_samples if split == "train" else spec.max_eval_samples
-            return self.examples(raw[split].take(subsample(len(raw[split]), limit, spec.seed)), labels, split)
+            used[split] = raw[split].take(subsample(len(raw[split]), limit, spec.seed))
+            return self.examples(used[split], labels, split)
 
         examples = {"train": examples_of("train")}
         self.check_labels(train, labels)  # after the rows: a wrong field is the first thing to report
@@ -115,7 +118,34 @@ class Task:
                              f"ones (null or -1)")
         if "test" in raw and "test" not in examples:
             notes.append(f"{self.name}: the test split has no labels (hidden, as in GLUE); test = None")
-        return self.featurize(examples, labels, spec, tuple(notes))
+        warnings = self.input_warnings({split: used[split] for split in examples})
+        for warning in warnings:
+            log.warning(warning)
+        return dataclasses.replace(self.featurize(examples, labels, spec, tuple(notes)), warnings=warnings)
+
+    def inputs(self, raw: RawSplit) -> list[tuple[str, ...]] | None:
+        """Each row's input text(s), for the checks of `input_warnings`; None where inputs are not text."""
+        return None
+
+    def input_warnings(self, splits: dict[str, RawSplit]) -> list[str]:
+        """One line per split whose rows would mislead a comparison: inputs also in train (leakage: identical
+        input text is enough), or a split whose every text is empty."""
+        rows = {split: self.inputs(raw) for split, raw in splits.items()}
+        warnings = []
+        seen = set(rows["train"] or ())
+        for split in ("validation", "test"):
+            shared = [row for row in rows.get(split) or () if row in seen]
+            if shared:
+                example = excerpt(shared[0][0] if len(shared[0]) == 1 else shared[0])
+                n = len(splits[split])
+                warnings.append(f"{self.name}: {len(shared)} of {n} {split} rows ({len(shared) / n:.1%}) have an "
+                                f"input that is also in train (e.g. {example}): their scores reward memorising the "
+                                "training rows")
+        for split, texts in rows.items():
+            if texts and not any("".join(row).strip() for row in texts):
+                warnings.append(f"{self.name}: every text of the {split} split is empty ({len(texts)} rows): its "
+                                "scores cannot measure reading")
+        return warnings
 
     def fit_labels(self, train: RawSplit) -> LabelMap:
         name = train.field_name(self.fields["label"])
@@ -126,10 +156,10 @@ class Task:
         classes = {v for v in self.label_values(train) if v is not None}
         if len(classes) < 2:
             raise ValueError(f"{train.origin}: expected at least 2 classes in the train split, found only "
-                             f"{', '.join(map(repr, classes))} (all {len(train)} rows): nothing to learn, and "
+                             f"{', '.join(map(excerpt, classes))} (all {len(train)} rows): nothing to learn, and "
                              f"a validation split of that class would score 1.0")
         if self.kind == "multiclass" and "f1" in self.metrics and len(labels) != 2:
-            shown = ", ".join(labels.names[:5]) + (", ..." if len(labels) > 5 else "")
+            shown = ", ".join(clip(n, 40) for n in labels.names[:5]) + (", ..." if len(labels) > 5 else "")
             raise ValueError(f"{self.name}: metric 'f1' is the F1 of label id 1 of a 2-class task: expected 2 "
                              f"classes, got {len(labels)} ({shown}); use macro_f1 or micro_f1")
 

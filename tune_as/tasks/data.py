@@ -112,6 +112,9 @@ class PreparedData:
     model_info: dict[str, Any]  # what build_model needs: backbone path / tiny config / feature size / CNN name
     notes: tuple[str, ...] = ()  # what was done to the data that a user should know (carved splits, ...)
     task_options: dict[str, Any] = field(default_factory=dict)  # build_task(task, **task_options) rebuilds it
+    # what in the data would mislead a comparison (rows shared with train, empty texts): one line each, printed
+    # when the data is prepared, kept so the engine can tag the search with it
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def num_labels(self) -> int:

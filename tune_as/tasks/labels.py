@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..errors import clip, excerpt
+
 
 class LabelMap:
     """Ids follow the dataset's own ClassLabel order when it has one, else the sorted training labels
@@ -39,7 +41,7 @@ class LabelMap:
             raise ValueError(f"{where}: expected a label in the {split} split, got null")
         key = str(value)
         if key not in self.ids:
-            shown = ", ".join(self.names[:10]) + (", ..." if len(self.names) > 10 else "")
-            raise ValueError(f"{where}: label {value!r} in the {split} split does not occur in the training split; "
-                             f"expected one of the {len(self.names)} training labels ({shown})")
+            shown = ", ".join(clip(n, 40) for n in self.names[:10]) + (", ..." if len(self.names) > 10 else "")
+            raise ValueError(f"{where}: label {excerpt(value)} in the {split} split does not occur in the training "
+                             f"split; expected one of the {len(self.names)} training labels ({shown})")
         return self.ids[key]

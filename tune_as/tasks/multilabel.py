@@ -8,12 +8,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import excerpt
 from . import metrics
 from .base import Task, TaskDefaults, stack_preds
 from .data import DataSettings, PreparedData, Split
 from .labels import LabelMap
 from .sources import HubSource, RawSplit
-from .text import featurize_text, text_inputs
+from .text import featurize_text, text_inputs, text_rows
 
 
 def multi_hot(rows: list[list[int]], n: int) -> Tensor:
@@ -35,7 +36,7 @@ class MultiLabelText(Task):
         for i, row in enumerate(rows):
             if not isinstance(row, list):
                 raise ValueError(f"{raw.where(i)}: expected field {raw.field_name(self.fields['label'])!r} to be a "
-                                 f"list of labels (multi-label task), got {row!r:.60}")
+                                 f"list of labels (multi-label task), got {excerpt(row, 60)}")
         return rows
 
     def label_values(self, raw: RawSplit) -> list[Any]:
@@ -48,12 +49,19 @@ class MultiLabelText(Task):
         label_sets = {tuple(sorted(map(str, row))) for row in self.label_lists(train)}
         if len(label_sets) < 2:
             raise ValueError(f"{train.origin}: expected rows with different labels in the train split, found "
-                             f"{list(label_sets.pop())} on all {len(train)} rows: nothing to learn, and a "
+                             f"{excerpt(list(label_sets.pop()))} on all {len(train)} rows: nothing to learn, and a "
                              f"validation split like it would score 1.0")
 
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
-        ids = [[labels.id_of(v, split, raw.where(i)) for v in row] for i, row in enumerate(self.label_lists(raw))]
+        rows = self.label_lists(raw)
+        if split == "validation" and not any(rows):  # it selects the trials: an F1 of nothing selects nothing
+            raise ValueError(f"{raw.origin}: expected labels in the validation split (a non-empty list on some "
+                             f"row), got an empty list on all {len(raw)} rows")
+        ids = [[labels.id_of(v, split, raw.where(i)) for v in row] for i, row in enumerate(rows)]
         return dict(text_inputs(self, raw), labels=multi_hot(ids, len(labels)))
+
+    def inputs(self, raw: RawSplit) -> list[tuple[str, ...]]:
+        return text_rows(self, raw)
 
     def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
                   notes: tuple[str, ...]) -> PreparedData:

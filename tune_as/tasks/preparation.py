@@ -38,8 +38,14 @@ def prepare(task: Preparable, spec: DataSettings) -> PreparedData:
         raise ValueError(f"DataSettings.task: expected {task.name!r} for this task, got {spec.task!r}")
     path = cache.cache_path(task.fingerprint(), spec)
     if path.exists():
-        log.info("%s: cache hit %s", spec.task, path)
-        return dataclasses.replace(cache.load(path), spec=spec)
+        try:
+            data = cache.load(path, spec)
+            log.info("%s: cache hit %s", spec.task, path)
+            for warning in data.warnings:  # printed whenever the data is prepared, built or read
+                log.warning(warning)
+            return data
+        except cache.Unreadable as exc:  # damaged or planted: never trusted, built again (and overwritten)
+            log.warning("%s; rebuilding it", exc)
     if spec.encoder == "frozen" and task.uses_backbone:
         data = freeze(prepare(task, dataclasses.replace(spec, encoder="finetune")), spec)
     else:

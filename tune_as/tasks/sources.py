@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import sys
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import first_line
+from ..errors import excerpt, first_line
 
 SUFFIXES = (".jsonl.gz", ".jsonl", ".json.gz", ".json")
 # A fixed seed, independent of DataSettings.seed: every trial of every seed sees the same carved validation set.
@@ -68,7 +70,7 @@ class RawSplit:
                 return name
         raise ValueError(
             f"{self.origin}: expected a field named {' or '.join(map(repr, candidates))}; "
-            f"found fields {sorted(self.columns)}"
+            f"found fields {excerpt(sorted(self.columns))}"
         )
 
     def field(self, candidates: Sequence[str]) -> list[Any]:
@@ -82,18 +84,53 @@ class RawSplit:
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+# A \uD800-\uDFFF escape: JSON can spell a lone surrogate, which no UTF-8 text (or tokenizer) can hold.
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class _DuplicateField(ValueError):
+    """A JSON object that names a field twice (json.loads would keep the last value silently)."""
+
+
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in row:
+            raise _DuplicateField(key)
+        row[key] = value
+    return row
+
+
 def _json_line(path: Path, line_no: int, line: bytes) -> Any:
+    where = f"{path}:{line_no}"
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as err:
         hint = " (gzip data: name the file *.jsonl.gz)" if line_no == 1 and line.startswith(GZIP_MAGIC) else ""
-        raise ValueError(f"{path}:{line_no}: expected UTF-8 text, got byte {line[err.start]:#04x} at column "
+        raise ValueError(f"{where}: expected UTF-8 text, got byte {line[err.start]:#04x} at column "
                          f"{err.start + 1}{hint}") from None
     try:
-        return json.loads(text)
+        value = json.loads(text, object_pairs_hook=_unique_fields)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{line_no}: expected one JSON object per line, got invalid JSON "
+        raise ValueError(f"{where}: expected one JSON object per line, got invalid JSON "
                          f"({err.msg} at column {err.colno})") from None
+    except _DuplicateField as err:
+        raise ValueError(f"{where}: expected each field once per JSON object, got {excerpt(err.args[0])} "
+                         "twice") from None
+    except ValueError:  # the one other ValueError json raises: int() of a number over Python's digit limit
+        raise ValueError(f"{where}: expected numbers of at most {sys.get_int_max_str_digits()} digits, got a "
+                         "longer one") from None
+    except RecursionError:
+        raise ValueError(f"{where}: expected one JSON object per line, got values nested too deeply to "
+                         "read") from None
+    if SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as err:
+            code = ord(err.object[err.start])
+            raise ValueError(f"{where}: expected Unicode text, got a lone surrogate \\u{code:04x} (an unpaired "
+                             "\\uD800-\\uDFFF escape)") from None
+    return value
 
 
 def _read_lines(path: Path) -> list[tuple[int, Any]]:
@@ -135,8 +172,8 @@ def read_jsonl(path: Path) -> RawSplit:
             hint = " (a JSON array: expected JSON Lines, one object per line)" if isinstance(row, list) else ""
             raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}{hint}")
         if rows and set(row) != set(rows[0]):
-            raise ValueError(f"{path}:{line_no}: expected the fields of line {lines[0]} {sorted(rows[0])}, "
-                             f"got {sorted(row)}")
+            raise ValueError(f"{path}:{line_no}: expected the fields of line {lines[0]} "
+                             f"{excerpt(sorted(rows[0]))}, got {excerpt(sorted(row))}")
         rows.append(row)
         lines.append(line_no)
     if not rows:

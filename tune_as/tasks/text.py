@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ..errors import excerpt
 from .backbones import load_tokenizer
 from .base import DEFAULT_STEMS, Task, TaskDefaults
 from .data import DataSettings, PreparedData
@@ -22,13 +23,19 @@ def strings(raw: RawSplit, candidates: tuple[str, ...]) -> list[str]:
     for i, value in enumerate(values):
         if not isinstance(value, str):
             raise ValueError(f"{raw.where(i)}: expected field {raw.field_name(candidates)!r} to be a string, "
-                             f"got {type(value).__name__} ({value!r:.60})")
+                             f"got {type(value).__name__} ({excerpt(value, 60)})")
     return values
 
 
 def text_inputs(task: Task, raw: RawSplit) -> dict[str, Any]:
     pair = task.fields.get("text_pair")
     return {"texts": strings(raw, task.fields["text"]), "pairs": strings(raw, pair) if pair else None}
+
+
+def text_rows(task: Task, raw: RawSplit) -> list[tuple[str, ...]]:
+    """Each row's text, or (text, pair): `Task.inputs` of the families that classify texts."""
+    found = text_inputs(task, raw)
+    return list(zip(found["texts"], found["pairs"], strict=True)) if found["pairs"] else [(t,) for t in found["texts"]]
 
 
 def featurize_text(task: Task, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
@@ -54,6 +61,9 @@ class TextClassification(Task):
 
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
         return dict(text_inputs(self, raw), labels=torch.tensor(self.label_ids(raw, labels, split), dtype=torch.long))
+
+    def inputs(self, raw: RawSplit) -> list[tuple[str, ...]]:
+        return text_rows(self, raw)
 
     def featurize(self, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
                   notes: tuple[str, ...]) -> PreparedData:

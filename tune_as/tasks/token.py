@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import excerpt
 from . import metrics
 from .backbones import load_tokenizer
 from .base import Task, TaskDefaults
@@ -26,7 +27,7 @@ def word_lists(raw: RawSplit, candidates: tuple[str, ...]) -> list[list[str]]:
     for i, row in enumerate(rows):
         if not isinstance(row, list) or not all(isinstance(w, str) for w in row):
             raise ValueError(f"{raw.where(i)}: expected field {raw.field_name(candidates)!r} to be a list of "
-                             f"strings, got {row!r:.80}")
+                             f"strings, got {excerpt(row)}")
     return rows
 
 
@@ -62,6 +63,9 @@ class TokenTagging(Task):
 
     def label_values(self, raw: RawSplit) -> list[Any]:
         return [tag for row in raw.field(self.fields["label"]) for tag in row]
+
+    def inputs(self, raw: RawSplit) -> list[tuple[str, ...]]:
+        return [(" ".join(words),) for words in word_lists(raw, self.fields["words"])]
 
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
         words, tags = word_lists(raw, self.fields["words"]), word_lists(raw, self.fields["label"])
@@ -105,12 +109,15 @@ class SpellingCorrection(TokenTagging):
                  for c in text}
         return LabelMap([UNK, *sorted(chars)])
 
+    def inputs(self, raw: RawSplit) -> list[tuple[str, ...]]:
+        return [(source,) for source in raw.field(self.fields["source"])]
+
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
         sources, targets = raw.field(self.fields["source"]), raw.field(self.fields["label"])
         for i, (s, t) in enumerate(zip(sources, targets, strict=True)):
             if not (isinstance(s, str) and isinstance(t, str)) or len(s) != len(t):
                 raise ValueError(f"{raw.where(i)}: expected source and target strings of equal length, got "
-                                 f"{s!r:.60} / {t!r:.60}")
+                                 f"{excerpt(s, 60)} / {excerpt(t, 60)}")
         ids = [[labels.ids.get(c, 0) for c in t] for t in targets]
         return {"words": [list(s) for s in sources], "labels": ids,
                 "meta": {"source": sources, "target": targets}}

@@ -30,6 +30,7 @@ and skipping is exact; benchmarks/bench_finetune.py measures the disagreement wi
 from __future__ import annotations
 
 import math
+import pickle
 import shutil
 import tempfile
 import time
@@ -47,10 +48,11 @@ from tune_as.settings import TrialSettings
 from tune_as.tracking.schema import PMARGIN_FILE
 from tune_as.training.tools import PhaseTimer, autocast_for, lr_factor, p_margin, seed_everything
 
-__all__ = ["PMARGIN_FILE", "STATE_FILE", "LoopState", "PhaseTimer", "Reporter", "Trial", "lr_factor", "p_margin",
-           "run_trial"]
+__all__ = ["FINISHED_FILE", "PMARGIN_FILE", "STATE_FILE", "LoopState", "PhaseTimer", "Reporter", "Trial",
+           "drop_weights", "lr_factor", "p_margin", "run_trial"]
 
 STATE_FILE = "trial_state.pt"
+FINISHED_FILE = "trial_finished"  # in a checkpoint whose weights `drop_weights` removed: the trial has ended
 
 
 class Reporter(Protocol):
@@ -337,7 +339,14 @@ class Trial:
             np.save(path / PMARGIN_FILE, self.pmargin)
 
     def _load(self, path: Path) -> None:
-        saved = torch.load(path / STATE_FILE, map_location=self.device, weights_only=False)
+        if (path / FINISHED_FILE).exists():  # an ended trial restored (its driver died before Ray noted the end)
+            self.state.samples_seen = self.total_samples  # nothing left to train: run() reports nothing
+            return
+        try:  # weights_only: a checkpoint holds tensors and plain values; unpickling anything else could run code
+            saved = torch.load(path / STATE_FILE, map_location=self.device, weights_only=True)
+        except pickle.UnpicklingError:
+            raise ValueError(f"{path / STATE_FILE}: expected a tune_as trial checkpoint (tensors and plain values), "
+                             "got a pickle of other objects (not loaded: unpickling them could run code)") from None
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         if self.scaler and saved["scaler"]:
@@ -348,6 +357,14 @@ class Trial:
         torch.set_rng_state(saved["rng"])
         if (path / PMARGIN_FILE).exists():
             self.pmargin = np.load(path / PMARGIN_FILE)
+
+
+def drop_weights(checkpoint_dir: Path) -> None:
+    """Turn an ended trial's checkpoint into a marker (keeping its small pmargin.npy): nothing trains the trial
+    again, so its model and optimizer state (1.9 MB for digits' CNN, gigabytes for a fine-tuned BERT) would only
+    fill the disk. A trial restored from the marker has nothing left to train."""
+    (checkpoint_dir / FINISHED_FILE).touch()  # first: a kill between the two steps leaves a whole checkpoint
+    (checkpoint_dir / STATE_FILE).unlink(missing_ok=True)
 
 
 def run_trial(config: dict[str, Any], data: Any, task: Any, reporter: Reporter, restore_dir: Path | None = None) -> None:
