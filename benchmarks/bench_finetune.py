@@ -83,8 +83,8 @@ class Collector:
 
 def arm_configs(args: argparse.Namespace, kind: str) -> dict[str, dict[str, Any]]:
     space = load_search_space(default_space_path("clinc_oos"), kind)
-    base = {"task": "clinc_oos", "epochs": float(args.epochs), "batch_size": args.batch_size, "lr": args.lr,
-            "max_length": args.max_length, "backbone": "minilm", "encoder": "finetune"}
+    # trial settings only: the data (clinc_oos, minilm, fine-tuned, args.max_length) is prepared once, by main
+    base = {"epochs": float(args.epochs), "batch_size": args.batch_size, "lr": args.lr}
     configs = {}
     for arm in args.arms:
         loss, skip = ARMS[arm]

@@ -270,6 +270,7 @@ def test_the_address_probe_accepts_a_real_ray_gcs(ray_local) -> None:
     check_address(ray.get_runtime_context().gcs_address)
 
 
+@pytest.mark.slow
 def test_state_file_redacts_the_tracking_uri(tmp_path: Path, mlflow_server, ray_local) -> None:
     user_uri = mlflow_server.uri.replace("http://", "http://someone:hunter2@")
     assert main(["--task", "digits", "--trials-per-loss", "1", "--losses", "softmax", "--max-epochs", "1",
@@ -303,6 +304,7 @@ def test_jsonl_loader_fuzz_fails_only_with_clear_errors(tmp_path: Path, rows: li
         assert not isinstance(exc, UserError) or "\n" not in str(exc)
 
 
+@pytest.mark.slow
 def test_wider_dashboard_binding_warns(ray_local, capsys: pytest.CaptureFixture[str]) -> None:
     from tune_as.engine.cluster import init_ray
 

@@ -197,6 +197,7 @@ def _check_command(argv: list[str]) -> list[str]:
     return []
 
 
+@pytest.mark.slow
 def test_every_command_parses_with_the_real_cli() -> None:
     checked: dict[str, set[str]] = {}
     for where, commands in _file_commands().items():

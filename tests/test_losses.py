@@ -134,6 +134,7 @@ def test_delta_is_settable_and_validated() -> None:
             loss_fn.delta = -0.1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(AS_FAMILY))
 def test_warmup_is_cross_entropy_and_keeps_the_searched_delta(name: str) -> None:
     x, t = inputs(name, 40, 9, seed=3)
@@ -161,6 +162,7 @@ def test_as_variant_margin_is_not_warmed_up() -> None:
     assert loss_fn.delta == 2.5
 
 
+@pytest.mark.slow
 def test_the_trainer_warms_up_only_losses_that_support_it(tmp_path: Path) -> None:
     """A trial with warmup_r > 0 sets delta = 1 on as_softmax and leaves as_variant's delta' alone."""
     from tune_as.tasks import DataSettings, build_task
@@ -173,7 +175,7 @@ def test_the_trainer_warms_up_only_losses_that_support_it(tmp_path: Path) -> Non
     data = task.prepare(DataSettings(task="digits", cache_dir=tmp_path))
     seen = {}
     for loss, delta in (("as_variant", 2.5), ("as_softmax", 0.2)):
-        config = {"task": "digits", "loss": loss, "epochs": 1.0, "batch_size": 64, "lr": 1e-3, "max_length": 8, "backbone": "cnn",
+        config = {"loss": loss, "epochs": 1.0, "batch_size": 64, "lr": 1e-3,
                   "warmup_r": 0.5, "loss.delta": delta}
         trial = Trial(config, data, task, Silent())
         trial._apply_schedules()  # progress 0: inside the warm-up
@@ -488,6 +490,7 @@ def test_predicted_class_is_the_most_probable_under_the_loss_own_probabilities(n
         assert predicted[:10] == [0] * 10  # the logits' argmax would never be class 0 there
 
 
+@pytest.mark.slow
 def test_the_trainer_predicts_taylor_classes_by_taylor_probabilities(tmp_path: Path) -> None:
     """Evaluation scores a Taylor-trained model by f^n(z): a head whose logit for the true class is far below
     the others (f^2 large) is right, not wrong."""
@@ -499,8 +502,7 @@ def test_the_trainer_predicts_taylor_classes_by_taylor_probabilities(tmp_path: P
 
     task = build_task("digits")
     data = task.prepare(DataSettings(task="digits", cache_dir=tmp_path))
-    config = {"task": "digits", "loss": "sm_taylor_softmax", "epochs": 1.0, "batch_size": 64, "lr": 1e-3,
-              "max_length": 8, "backbone": "cnn", "loss.m": 0.6, "loss.n": 2}
+    config = {"loss": "sm_taylor_softmax", "epochs": 1.0, "batch_size": 64, "lr": 1e-3, "loss.m": 0.6, "loss.n": 2}
     trial = Trial(config, data, task, Silent())
     labels = data.validation.columns["labels"].long()
 

@@ -230,6 +230,7 @@ def null_answers(answers: int, k: int, seed: int, best_rule: str = "hsu") -> lis
     return out
 
 
+@pytest.mark.slow
 def test_null_simulation_controls_the_family_wise_error() -> None:
     """300 races of 13 identical losses: a win or loss verdict is a wrong claim (the best set cannot miss a
     best loss here: every loss is one). The test fails if the control breaks: with unadjusted tests (each
@@ -245,6 +246,7 @@ def test_null_simulation_controls_the_family_wise_error() -> None:
     assert all(a.done and a.alpha_spent <= 0.05 for a in answers)
 
 
+@pytest.mark.slow
 def test_null_simulation_holm_best_rule_controls_every_exclusion() -> None:
     """best_rule="holm": excluding any of 13 identical losses is a wrong claim, controlled at alpha / 2
     (Hsu's default rule excluded one in ~20% of these answers; docs/verdicts.md)."""

@@ -484,6 +484,7 @@ def legend_outside(drawing: figs.Drawing) -> bool:
     return bool(legends) and all(leg.get_window_extent().x0 >= ax.get_window_extent().x1 for ax, leg in legends)
 
 
+@pytest.mark.slow
 def test_fig2_draws_stopped_trials_hollow_and_grey(tmp_path: Path) -> None:
     trials = [run(0, "1e-3", 0.80, loss="as_softmax", params={"loss.delta": "0.1"}),
               run(1, "1e-3", 0.30, True, loss="as_softmax", params={"loss.delta": "0.2"}),
@@ -507,6 +508,7 @@ def test_fig2_draws_stopped_trials_hollow_and_grey(tmp_path: Path) -> None:
     assert legend_outside(drawing)
 
 
+@pytest.mark.slow
 def test_curve_figures_keep_one_style_per_loss_and_mark_stopped_cells(tmp_path: Path) -> None:
     cells = select([run(0, "1e-3", 0.8), run(1, "1e-3", 0.9, loss="as_softmax", params={"loss.delta": "0.2"}),
                     run(2, "1e-3", 0.7, True, loss="as_speed", params={"loss.delta": "0.2"}),

@@ -124,6 +124,7 @@ def test_unreachable_credentialed_uri_is_one_line_without_the_password(
     assert_secret_absent(message + out + err + caplog.text, user, "S3cretPW")
 
 
+@pytest.mark.slow
 def test_report_reaches_a_credentialed_server(secured_server: AuthServer) -> None:
     """The report's connect used to check /health with urllib, which took `user:password@` for part of the
     host name ("Name or service not known")."""

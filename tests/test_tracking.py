@@ -33,6 +33,7 @@ def _tracker(uri: str, experiment: str, search_id: str = "s1") -> MlflowTracker:
     return t
 
 
+@pytest.mark.slow
 def test_replayed_results_are_logged_once_across_a_driver_restart(mlflow_server) -> None:
     first = _tracker(mlflow_server.uri, "trk-replay")
     first.trial_started("t1", {"loss": "softmax", "lr": 0.1}, TAGS)
@@ -52,6 +53,7 @@ def test_replayed_results_are_logged_once_across_a_driver_restart(mlflow_server)
     assert run.info.status == "FINISHED" and run.data.params["lr"] == "0.1"
 
 
+@pytest.mark.slow
 def test_orphaned_run_of_a_killed_driver_is_closed_and_hidden(mlflow_server) -> None:
     killed = _tracker(mlflow_server.uri, "trk-orphan")
     killed.trial_started("lost", {"loss": "softmax"}, TAGS)  # Ray never saved this trial before the kill
@@ -68,6 +70,7 @@ def test_orphaned_run_of_a_killed_driver_is_closed_and_hidden(mlflow_server) -> 
     assert "killed driver" in lost.data.tags["tune_as.orphaned"]
 
 
+@pytest.mark.slow
 def test_writes_during_an_outage_are_buffered_in_order(mlflow_server, tmp_path: Path) -> None:
     tracker = _tracker(mlflow_server.uri, "trk-outage")
     tracker.trial_started("t1", {"loss": "softmax"}, TAGS)
@@ -132,6 +135,7 @@ def test_a_stopped_server_and_a_503_are_outages(tmp_path: Path) -> None:
     assert tracking.failure_reason(refused, "") == "Connection refused"
 
 
+@pytest.mark.slow
 def test_answers_are_not_outages_even_when_their_text_says_timeout(mlflow_server) -> None:
     client = MlflowClient(mlflow_server.uri)
     run_id = client.create_run(client.create_experiment("trk-answers")).info.run_id
@@ -152,6 +156,7 @@ def test_a_locked_sqlite_store_is_an_outage(tmp_path: Path) -> None:
 
 
 # -- a deleted experiment -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_deleted_experiment_is_one_line_that_says_how_to_restore_it(mlflow_server) -> None:
     client = MlflowClient(mlflow_server.uri)
     exp_id = client.create_experiment("trk-deleted")

@@ -36,6 +36,10 @@ class Recorder:
         self.checkpoints.append(target)
 
 
+# Every test here trains a model (a CNN on digits, a few epochs): the slow tier.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
     task = build_task("digits")

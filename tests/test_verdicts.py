@@ -39,6 +39,7 @@ def test_one_sided_p_is_scipys_paired_t_test() -> None:
             stats.ttest_1samp(b - a, 0.003, alternative=alternative).pvalue, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_holm_hand_computed_and_equal_to_statsmodels() -> None:
     # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 -> running max 0.06;
     # steps: 0.005 <= 0.05/4 reject, 0.01 <= 0.05/3 reject, 0.03 > 0.05/2 stop
@@ -194,6 +195,7 @@ def test_best_set_level_is_alpha_over_k_minus_one() -> None:
     assert "b" in best_set(values, 0.9, testable={"a", "c"}).members
 
 
+@pytest.mark.slow
 def test_best_set_holm_rule_steps_down_over_the_losses() -> None:
     """rule="holm": q_i = (k - 1) * min_j p(j better than i), Holm over the open losses. c is exactly 50
     points below a (q = 0, out at the first step, alpha / 3); then b needs q_b = 2p <= alpha / 2."""
@@ -209,6 +211,7 @@ def test_best_set_holm_rule_steps_down_over_the_losses() -> None:
         best_set(values, 0.05, rule="nope")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_bad_input_is_an_error() -> None:
     with pytest.raises(ValueError, match="finite"):
         compare_with_baseline({"softmax": {1: 0.8, 2: math.nan}, "x": {1: 0.8, 2: 0.8}}, "softmax", M, 0.05)
