@@ -173,6 +173,10 @@ def test_ranking_with_three_noisy_seeds_says_undecided_with_its_seeds() -> None:
     ({"race": True, "confirm": 3}, "--race: expected either --race"),
     ({"confirm": 1}, "--confirm: expected 0 or at least 2 seeds"),
     ({"budget": float("inf")}, "--budget: expected a number > 0"),
+    ({"confirm": 3, "confirm_top": 0}, "--confirm-top: expected a positive integer"),
+    ({"confirm": 3, "confirm_top": True}, "--confirm-top: expected a positive integer"),
+    ({"confirm_top": 2}, "--confirm-top: expected --confirm N too"),
+    ({"sampler": "grid"}, "--sampler: expected one of tpe, random, got 'grid'"),
     ({"asha_scope": "global"}, "--asha-scope: expected 'loss' or 'search'"),
 ])
 def test_request_validation(fields: dict[str, Any], message: str) -> None:
@@ -219,16 +223,6 @@ def test_multilabel_answers_compare_with_multilabel_softmax() -> None:
     assert rows["bce"].diff.startswith("-5.00") and rows["bce"].verdict == "loss"
     assert rows["multilabel_softmax"].verdict == "baseline"
 
-
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"confirm": 3, "confirm_top": 0}, "--confirm-top: expected a positive integer"),
-    ({"confirm": 3, "confirm_top": True}, "--confirm-top: expected a positive integer"),
-    ({"confirm_top": 2}, "--confirm-top: expected --confirm N too"),
-    ({"sampler": "grid"}, "--sampler: expected one of tpe, random, got 'grid'"),
-])
-def test_request_validation_of_confirm_top_and_sampler(fields: dict[str, Any], message: str) -> None:
-    with pytest.raises(UserError, match=message):
-        SearchRequest(task="digits", **fields).check()
 
 
 DEFAULTS_SPACE = """task: digits

@@ -162,14 +162,20 @@ def test_as_variant_margin_is_not_warmed_up() -> None:
     assert loss_fn.delta == 2.5
 
 
+class _Silent:
+    """A trial reporter that keeps nothing (these tests read the trial's own state)."""
+
+    def wants_checkpoint(self, final: bool) -> bool:
+        return False
+
+    def report(self, metrics: dict, checkpoint_dir: Path | None) -> None: ...
+
+
 @pytest.mark.slow
 def test_the_trainer_warms_up_only_losses_that_support_it(tmp_path: Path) -> None:
     """A trial with warmup_r > 0 sets delta = 1 on as_softmax and leaves as_variant's delta' alone."""
     from tune_as.tasks import DataSettings, build_task
     from tune_as.training.trial import Trial
-
-    class Silent:
-        def report(self, metrics: dict, checkpoint_dir: Path) -> None: ...
 
     task = build_task("digits")
     data = task.prepare(DataSettings(task="digits", cache_dir=tmp_path))
@@ -177,7 +183,7 @@ def test_the_trainer_warms_up_only_losses_that_support_it(tmp_path: Path) -> Non
     for loss, delta in (("as_variant", 2.5), ("as_softmax", 0.2)):
         config = {"loss": loss, "epochs": 1.0, "batch_size": 64, "lr": 1e-3,
                   "warmup_r": 0.5, "loss.delta": delta}
-        trial = Trial(config, data, task, Silent())
+        trial = Trial(config, data, task, _Silent())
         trial._apply_schedules()  # progress 0: inside the warm-up
         seen[loss] = trial.loss_fn.delta
         trial.evaluate(data.validation)  # evaluation uses the searched delta
@@ -497,13 +503,10 @@ def test_the_trainer_predicts_taylor_classes_by_taylor_probabilities(tmp_path: P
     from tune_as.tasks import DataSettings, build_task
     from tune_as.training.trial import Trial
 
-    class Silent:
-        def report(self, metrics: dict, checkpoint_dir: Path) -> None: ...
-
     task = build_task("digits")
     data = task.prepare(DataSettings(task="digits", cache_dir=tmp_path))
     config = {"loss": "sm_taylor_softmax", "epochs": 1.0, "batch_size": 64, "lr": 1e-3, "loss.m": 0.6, "loss.n": 2}
-    trial = Trial(config, data, task, Silent())
+    trial = Trial(config, data, task, _Silent())
     labels = data.validation.columns["labels"].long()
 
     def negated_one_hot(batch: dict) -> torch.Tensor:  # logit -20 for the true class, 0 elsewhere

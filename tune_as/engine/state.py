@@ -52,11 +52,12 @@ def _refusal(path: Path, st: os.stat_result, uid: int, check_mode: bool) -> str 
 
 def check_private(search_dir: Path) -> None:
     """Refuse to resume a search whose folder another user could have written to: with `os.stat`, the search
-    folder (and its `confirm` folder) must be owned by this process's user and not writable by group or others,
+    folder (and its `confirm*` round folders) must be owned by this process's user and not writable by group or others,
     and every file directly in them owned by this user and, unless its folder is closed to group and others
     (no x bit: nobody else can reach it), not writable by group or others."""
     uid = os.getuid()
-    folders = [search_dir] + ([search_dir / CONFIRM_DIR] if (search_dir / CONFIRM_DIR).is_dir() else [])
+    # the confirmation rounds' experiments: confirm, confirm-2, ... (engine.run._confirm)
+    folders = [search_dir, *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]
     for folder in folders:
         st = os.stat(folder)
         reason = _refusal(folder, st, uid, check_mode=True)
