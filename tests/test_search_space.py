@@ -20,6 +20,7 @@ from tune_as.space.search_space import (
     SPACES_DIR,
     SearchSpace,
     config_key,
+    default_space_path,
     load_search_space,
 )
 from tune_as.tasks import TASKS, build_task
@@ -480,3 +481,12 @@ def test_config_round_trips_through_mlflow_params() -> None:
     got_data, got_trial = from_params(params)
     assert got_trial == trial and got_data == data
     assert got_trial.loss_params == {"n": 4, "backward": "inf"} and type(got_trial.epochs) is float
+
+
+def test_the_default_space_follows_the_task_kind() -> None:
+    """--task jsonl --task-arg kind=multilabel must not get the multi-class losses of jsonl.yaml."""
+    assert default_space_path("jsonl", "multilabel").name == "jsonl_multilabel.yaml"
+    assert default_space_path("jsonl", "multiclass").name == "jsonl.yaml"
+    assert default_space_path("clinc_oos", "multiclass").name == "clinc_oos.yaml"
+    space = load_search_space(default_space_path("jsonl", "multilabel"), "multilabel")
+    assert "multilabel_softmax" in space.losses and "softmax" not in space.losses

@@ -281,7 +281,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         r = _restore_request(r, state, name)
     r = dataclasses.replace(r, mlflow_uri=absolute_sqlite(r.mlflow_uri))
     task = build(r.task, r.task_args)
-    space = load_search_space(r.search_space or default_space_path(task.name), task.kind)
+    space = load_search_space(r.search_space or default_space_path(task.name, task.kind), task.kind)
     if space.task != task.name:
         raise UserError(f"{space.path}: task: expected {task.name!r} (the --task), got {space.task!r}")
     if r.losses:

@@ -374,5 +374,8 @@ def load_search_space(path: Path, kind: str) -> SearchSpace:
     return SearchSpace(path, task, trials, fixed, losses)
 
 
-def default_space_path(task: str) -> Path:
-    return SPACES_DIR / f"{task}.yaml"
+def default_space_path(task: str, kind: str | None = None) -> Path:
+    """`search_spaces/<task>.yaml`, or `<task>_<kind>.yaml` where one exists (the jsonl task of a multi-label
+    kind: its losses are another family)."""
+    by_kind = SPACES_DIR / f"{task}_{kind}.yaml"
+    return by_kind if kind and by_kind.is_file() else SPACES_DIR / f"{task}.yaml"
