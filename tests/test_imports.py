@@ -26,22 +26,29 @@ def modules(root: Path = PACKAGE) -> dict[str, Path]:
     return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
 
 
-def imported(name: str, path: Path, known: set[str]) -> set[str]:
-    """The modules of `known` that `name` (at `path`) imports. `from pkg import sub` imports the submodule
-    `pkg.sub` when it exists, else only `pkg` (the name is an attribute of its __init__)."""
+def _statements(path: Path, name: str) -> list[tuple[str, list[str]]]:
+    """(absolute module, names imported from it) for every import statement of a file, wherever it stands
+    (relative imports resolved against the file's package); `import a.b` gives ("a.b", [])."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out: set[str] = set()
+    out: list[tuple[str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            out += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                out.add(sub if sub in known else base)
+            out.append((base, [alias.name for alias in node.names]))
+    return out
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `name` (at `path`) imports. `from pkg import sub` imports the submodule
+    `pkg.sub` when it exists, else only `pkg` (the name is an attribute of its __init__)."""
+    out: set[str] = set()
+    for base, names in _statements(path, name):
+        out.update({f"{base}.{n}" if f"{base}.{n}" in known else base for n in names} if names else {base})
     return {m for m in out if m in known and m != name}
 
 
@@ -94,20 +101,8 @@ def test_tune_as_has_no_import_cycle() -> None:
 
 
 def external_imports(path: Path, name: str) -> set[str]:
-    """Every absolute module a file imports (relative imports resolved against its package), third-party too."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            out.add(base)
-            out.update(f"{base}.{alias.name}" for alias in node.names)
-    return out
+    """Every absolute module a file imports, third-party too (and `base.name` for each `from base import name`)."""
+    return {m for base, names in _statements(path, name) for m in (base, *(f"{base}.{n}" for n in names))}
 
 
 def _under(module: str, *roots: str) -> bool:
