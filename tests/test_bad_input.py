@@ -120,6 +120,11 @@ CASES = {
                            "--grace-period: expected a number > 0, got nan"),
     "--cpus-per-trial nan": (lambda d: ["--task", "digits", "--cpus-per-trial", "nan"],
                              "--cpus-per-trial: expected a number > 0, got nan"),
+    "in-memory tracking store": (lambda d: ["--task", "digits", "--mlflow-uri", "sqlite:///:memory:"],
+                                 "--mlflow-uri: expected a tracking store that outlives the search"),
+    # /proc takes no new file, not even from root: an unwritable store is found before anything is written
+    "unwritable tracking store": (lambda d: ["--task", "digits", "--mlflow-uri", "sqlite:////proc/tune_as/m.db"],
+                                  "--mlflow-uri: expected an SQLite file in a writable folder"),
     "--set lr=inf": (lambda d: ["--task", "digits", "--set", "lr=inf"], "--set lr: expected a finite number, got 'inf'"),
     "data setting under a loss": (lambda d: ["--task", "digits", "--search-space", str(_space(
         d, SPACE_OK + "  as_softmax:\n    fixed: {max_length: 32}\n"))],
@@ -171,7 +176,7 @@ def assert_refused_and_nothing_written(argv: list[str], message: str, root: Path
     left = [p.name for p in root.rglob("*") if p.name in ("optuna.db", "tune_as_search.json")]
     assert not left, f"search files were written for a search that never started: {left}"
     db = Path(uri.removeprefix("sqlite:///"))
-    if uri.startswith("sqlite:///") and db.exists():
+    if uri.startswith("sqlite:///") and db.exists() and db.is_relative_to(root):  # (not /proc/version)
         client = MlflowClient(uri)
         experiments = [e.experiment_id for e in client.search_experiments()]
         assert not client.search_runs(experiments), "an MLflow run was left"

@@ -198,6 +198,12 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: --resume: {change[0]} changes what the trials "
                                                    "compute: life was started with"), err
+    # the tracking store is part of the search: another --mlflow-uri would split its runs over two stores
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert main(["--resume", "--name", "life", "--storage-path", str(storage), "--mlflow-uri", other]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --resume: --mlflow-uri changes where life is tracked"), err
+    assert not (tmp_path / "other.db").exists()
     assert (storage / "life" / "tune_as_search.json").read_bytes() == state
     assert len(runs(uri, experiment)[1]) == 1
 

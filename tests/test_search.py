@@ -197,3 +197,36 @@ def test_a_loss_with_its_own_epochs_is_judged_complete_at_its_own_epochs(tmp_pat
     assert all(c.data.tags.get("tune_as.stopped_early") != "true" for c in short)
     assert {c.data.params["max_length"] for c in children} == {"128"}, "data settings logged with every trial"
     assert "epochs per loss: softmax 2, label_smoothing 1" in outcome.markdown
+
+
+RACE_SPACE = """task: digits
+trials_per_loss: 2
+fixed: {epochs: 1, batch_size: 64, lr: 3.0e-3}
+losses:
+  softmax: {}
+  label_smoothing:
+    fixed: {eps: 0.1}
+"""
+
+
+def test_a_race_within_a_budget_runs_whole_rounds_and_says_what_it_spent(tmp_path: Path, mlflow_server,
+                                                                          ray_local) -> None:
+    """--race with --budget: losses with nothing to tune get one search trial each (2 epochs); round 1 (3 seeds x 2
+    losses = 6 epochs) fits a budget of 8, round 2 (2 more seeds each: 4 epochs) does not, so the race stops after
+    round 1 and the answer says so; every verdict is one of the four words."""
+    space = tmp_path / "digits.yaml"
+    space.write_text(RACE_SPACE)
+    outcome = run_search(SearchRequest(
+        task="digits", search_space=space, storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri,
+        experiment="e2e-race", cache_dir=tmp_path / "cache", max_concurrent=2, verbose=0, race=True, max_seeds=5,
+        budget=8.0, max_train_samples=300, max_eval_samples=100))
+    c = outcome.compute
+    assert (c.search_trials, c.search_epochs) == (2, 2.0), "one search trial per loss with nothing to tune"
+    assert c.confirm_trials == 6 and c.search_epochs + c.confirm_epochs <= 8.0
+    rows = {row.loss: row for row in outcome.rows}
+    assert rows["softmax"].verdict == "baseline" and len(rows["softmax"].test) == 3
+    verdict = rows["label_smoothing"].verdict
+    assert verdict in ("win", "loss", "equivalent", "undecided (3 seeds)"), verdict
+    if verdict.startswith("undecided"):
+        assert "--budget 8 trial-epochs spent before every verdict was decided" in outcome.markdown
+    assert "of a budget of 8" in c.line()

@@ -176,6 +176,12 @@ def _restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> Sear
     if r.confirm:  # more confirmation seeds can be asked for after the fact
         fields["confirm"] = r.confirm
     experiment = r.experiment or state.get("experiment")
+    from tune_as.tracking.client import redact_uri
+
+    given = redact_uri(absolute_sqlite(r.mlflow_uri) or "") if r.mlflow_uri else None
+    if given and state.get("mlflow_uri") and given != state["mlflow_uri"]:
+        raise UserError(f"--resume: --mlflow-uri changes where {name} is tracked (it would split its runs over two "
+                        f"stores): it was started with {state['mlflow_uri']}, got {given}; resume without it")
     uri = r.mlflow_uri or state.get("mlflow_uri")
     if uri and not r.mlflow_uri and state.get("mlflow_uri_redacted"):
         raise UserError(f"--resume: {name} tracked to {uri}; pass --mlflow-uri again (or set "
@@ -220,6 +226,32 @@ def resolve_settings(r: SearchRequest, task: Task, space: SearchSpace) -> tuple[
     except (TypeError, ValueError) as exc:
         raise UserError(f"settings: {first_line(exc)}") from None
     return data_settings, base
+
+
+def check_tracking_store(uri: str) -> None:
+    """A tracking store that keeps the search: not an in-memory database (lost at exit, while the resume hint
+    would point at it), and an SQLite file this process can write (checked before anything is written)."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return
+    if ":memory:" in uri or uri == prefix:
+        raise UserError(f"--mlflow-uri: expected a tracking store that outlives the search (its runs and the resume "
+                        f"hint point at it), got {uri}")
+    path = Path(uri[len(prefix):].split("?", 1)[0])
+    try:
+        if path.exists():
+            with open(path, "r+b"):  # a read-only file (for a non-root user) fails here, not after the folder
+                pass
+            if os.statvfs(path).f_flag & os.ST_RDONLY:  # a read-only mount (root included)
+                raise OSError(30, "read-only file system")
+        else:
+            check_storage(path.parent)
+    except OSError as exc:
+        raise UserError(f"--mlflow-uri: expected an SQLite file this process can write, got {uri} "
+                        f"({exc.strerror or first_line(exc)})") from None
+    except UserError as exc:
+        raise UserError(f"--mlflow-uri: expected an SQLite file in a writable folder, got {uri} "
+                        f"({str(exc).split(': ', 1)[-1]})") from None
 
 
 def absolute_sqlite(uri: str | None) -> str | None:
@@ -280,6 +312,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
             raise UserError(f"--resume: expected a search to resume at {storage / name}, found nothing there")
         r = _restore_request(r, state, name)
     r = dataclasses.replace(r, mlflow_uri=absolute_sqlite(r.mlflow_uri))
+    check_tracking_store(r.mlflow_uri or "")
     task = build(r.task, r.task_args)
     space = load_search_space(r.search_space or default_space_path(task.name, task.kind), task.kind)
     if space.task != task.name:
