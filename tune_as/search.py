@@ -10,17 +10,11 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any
 
 from tune_as.engine.request import SAMPLERS, SearchRequest
 from tune_as.errors import UserError
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors as one `error: ...` line (like every other bad input), not usage + error."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (--help lists the options)\n")
+from tune_as.paths import OneLineParser
 
 
 def D(name: str) -> Any:  # noqa: N802 - reads as a marker in the option table below
@@ -29,7 +23,7 @@ def D(name: str) -> Any:  # noqa: N802 - reads as a marker in the option table b
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="python -m tune_as.search",
         description="Search loss hyper-parameters for a task with Ray Tune + Optuna + ASHA, tracked in MLflow.",
     )

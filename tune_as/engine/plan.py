@@ -15,7 +15,6 @@ import functools
 import json
 import os
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
 from tune_as.engine.state import check_private
 from tune_as.errors import UserError, first_line
+from tune_as.paths import check_writable_folder
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
 from tune_as.space.overrides import check_overrides
 from tune_as.space.search_space import (
@@ -117,19 +117,7 @@ def check_losses(names: tuple[str, ...], kind: str) -> None:
 
 def check_storage(storage: Path) -> None:
     """--storage-path must be (or be creatable as) a writable folder: found now, not after Ray started."""
-    probe = storage
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UserError(f"--storage-path: expected a folder (or a path that can become one), got {storage} "
-                        f"({probe} is a file)")
-    # os.access says yes to root everywhere (also in /proc, or on a read-only mount): try it for real, and
-    # remove the empty probe folder at once, so a bad input still leaves nothing behind
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".tune_as-probe-", dir=probe))
-    except OSError as exc:
-        raise UserError(f"--storage-path: expected a writable place, got {storage} ({probe}: "
-                        f"{exc.strerror or first_line(exc)})") from None
+    check_writable_folder(storage, "--storage-path")
 
 
 def read_state(search_dir: Path) -> dict[str, Any] | None:

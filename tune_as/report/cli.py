@@ -25,6 +25,7 @@ import numpy as np
 
 from tune_as.engine.request import SearchRequest
 from tune_as.errors import UserError
+from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder
 from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
 from tune_as.results.render import Table
 from tune_as.results.selection import (
@@ -196,6 +197,9 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     come from the selected runs."""
     from tune_as.report import figures as figs
 
+    check_writable_folder(out, "--out")
+    if optuna_storage is not None and optuna_storage.is_file():
+        check_sqlite_file(optuna_storage, "--optuna-storage")
     client = connect(tracking_uri)
     names = experiment_ids(client, experiments, tracking_uri)
     notes: list[str] = []
@@ -270,7 +274,7 @@ def show(report: Report) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m tune_as.report",
         description="Select one setting per task x loss from a search's MLflow runs (best mean validation "
                     "metric), write the paper's Tables 6/2/3/4 and Figures 1-4, optionally confirm with new seeds.")
@@ -297,7 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a bad option (2, its line already printed)
+        return int(exc.code or 0)
     try:
         if args.confirm < 0:
             raise UserError(f"expected --confirm N with N >= 0, received {args.confirm}")
