@@ -17,7 +17,14 @@ from conftest import free_port
 from tune_as.report import figures as figs
 from tune_as.report.cli import build_report, main
 from tune_as.report.tables import table2, table3, table4, table6
-from tune_as.results.selection import TrialRun, paired_diff, row_of, select, with_confirmations
+from tune_as.results.selection import (
+    TrialRun,
+    paired_diff,
+    row_of,
+    select,
+    unmatched_confirmations,
+    with_confirmations,
+)
 from tune_as.tracking.schema import (
     LOSS,
     METRIC,
@@ -459,6 +466,12 @@ def test_table2_shows_confirmed_mean_and_std_and_marks_unconfirmed_cells() -> No
     cells = with_confirmations(cells, confirmations)
     assert [r.run_id for r in cells["sst5", "softmax"].confirmations] == ["r10", "r12"]
     assert cells["sst5", "as_softmax"].confirmations == ()
+    # what is left out is said (a deleted selected run would leave its confirmations matching nothing)
+    assert unmatched_confirmations(cells, confirmations) == [
+        "1 confirmation run(s) of sst5 x as_softmax confirm no selected setting (its trial run may have been "
+        "deleted, or another setting is selected now): left out",
+        "1 confirmation run(s) of sst5 x softmax confirm no selected setting (its trial run may have been "
+        "deleted, or another setting is selected now): left out"]
     t2 = {row[0]: row[1] for row in table2(cells).rows}
     assert t2["softmax"] == f"63.00 ± {100 * np.std([0.60, 0.66], ddof=1):.2f} (n=2)"
     assert t2["as_softmax"] == "75.00†"  # the single selected run, not confirmed

@@ -37,6 +37,7 @@ from tune_as.results.selection import (
     order,
     same_setting,
     select,
+    unmatched_confirmations,
     with_confirmations,
 )
 from tune_as.settings import from_params
@@ -211,7 +212,9 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     cells = select(trials)
     if confirm_seeds > 0:
         confirm(client, cells, trials, confirm_seeds, tracking_uri, names, placement or SearchRequest(task=""), notes)
-    cells = with_confirmations(cells, trial_runs(client, list(names), schema.ROLE_CONFIRMATION, notes))
+    confirmation_runs = trial_runs(client, list(names), schema.ROLE_CONFIRMATION, notes)
+    cells = with_confirmations(cells, confirmation_runs)
+    notes += unmatched_confirmations(cells, confirmation_runs)
     search_ids = {r.data.tags.get(SEARCH, "") for r in search_all(client, list(names), schema.ROLE_SEARCH)}
     histories = {r.run_id: history(client, r.run_id, (f"val_{r.metric}", *HISTORY_KEYS))
                  for c in cells.values() for r in c.runs}

@@ -172,6 +172,17 @@ def with_confirmations(cells: dict[tuple[str, str], Cell], confirmations: Iterab
     return out
 
 
+def unmatched_confirmations(cells: dict[tuple[str, str], Cell], confirmations: Iterable[TrialRun]) -> list[str]:
+    """One line per task x loss whose confirmation runs confirm no selected setting (its selected trial run was
+    deleted, or a later search selected another setting): they are left out of the tables, and said so."""
+    left: dict[tuple[str, str], int] = {}
+    for r in confirmations:
+        if not r.stopped_early and not any(same_setting(r, cell.runs[0]) for cell in cells.values()):
+            left[r.task, r.loss] = left.get((r.task, r.loss), 0) + 1
+    return [f"{n} confirmation run(s) of {task} x {loss} confirm no selected setting (its trial run may have been "
+            "deleted, or another setting is selected now): left out" for (task, loss), n in sorted(left.items())]
+
+
 def seed_order(seed: str) -> tuple[int, str]:
     return (int(seed), "") if seed.lstrip("-").isdigit() else (0, seed)
 
