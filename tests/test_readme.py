@@ -61,6 +61,10 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "snapshotting" not in run.stdout + run.stderr, "Ray's snapshot warning is back"
+    # The progress view: one line per loss, within 100 columns (Ray's wide per-trial table only with --verbose)
+    blocks = [b for b in run.stdout.split("\n\n") if re.match(r"\s*digits (search|confirmation): \d+/\d+ trials", b)]
+    assert blocks and all(len(line) <= 100 for b in blocks for line in b.strip().splitlines()), blocks[:1]
+    assert "| Trial name" not in run.stdout, "Ray's per-trial table is for --verbose"
     # The answer: every loss ranked on 3 or 5 confirmation seeds (the race); none judged on fewer epochs than another.
     table = run.stdout[run.stdout.index("### digits: which loss wins"):]
     rows = {cells[1]: cells for cells in (

@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between a trial's checkpoints (it always checkpoints at its end; 0: every evaluation)")
     p.add_argument("--dashboard-host", default=D("dashboard_host"),
                    help="bind the local Ray dashboard here (binding wider than loopback prints a warning)")
+    p.add_argument("--verbose", action="store_const", const=2, default=D("verbose"),
+                   help="Ray's per-trial progress table (one column per parameter) instead of one line per loss")
     p.add_argument("--smoke", action="store_true",
                    help="tiny backbone, small data, few steps: the whole pipeline in well under a minute")
     return p

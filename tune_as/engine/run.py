@@ -20,11 +20,10 @@ os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
 # --checkpoint-interval seconds and at their end, and the snapshot at a trial's end is wanted (above): short
 # trials ending together would still trip the warning, so it is off for that case only.
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-# The progress table is Ray's CLIReporter, with our columns (the newer output engine picks its own).
+# Progress goes through our ProgressReporter (engine.progress); Ray's newer output engine would ignore it.
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
 from ray import tune  # noqa: E402
-from ray.tune import CLIReporter  # noqa: E402
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # noqa: E402
 from ray.tune.search import ConcurrencyLimiter, Searcher  # noqa: E402
 
@@ -32,18 +31,18 @@ from tune_as.engine import cluster  # noqa: E402
 from tune_as.engine.callbacks import DropFinishedWeights, MlflowCallback, completed, trainable, trial_name  # noqa: E402
 from tune_as.engine.folder import claim, resume_hint, write_state  # noqa: E402
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of  # noqa: E402
+from tune_as.engine.progress import reporter  # noqa: E402
 from tune_as.engine.request import SearchRequest  # noqa: E402
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
 from tune_as.engine.state import (
     CONFIRM_DIR,  # noqa: E402
-    )
+)
 from tune_as.errors import UserError  # noqa: E402
 from tune_as.results import racing, ranking  # noqa: E402
 from tune_as.results.render import Table  # noqa: E402
 from tune_as.results.selection import Cell, TrialRun  # noqa: E402
 from tune_as.settings import DataSettings, TrialSettings  # noqa: E402
-from tune_as.space.search_space import config_key  # noqa: E402
 from tune_as.tracking import schema  # noqa: E402
 from tune_as.tracking import tracker as tracking  # noqa: E402
 
@@ -107,23 +106,14 @@ def _trainable_for(plan: SearchPlan, res: dict[str, float]) -> Any:
         trainable, data=plan.data, task=plan.task, checkpoint_interval_s=plan.request.checkpoint_interval_s), res)
 
 
-def _reporter(plan: SearchPlan) -> CLIReporter:
-    metric = plan.metric
-    params = {"seed": "seed"} | {config_key(d.name): d.name for s in plan.space.losses.values() for d in s.params}
-    # validation only: test metrics during a search invite choosing on test
-    return CLIReporter(metric_columns={"epoch": "epoch", f"val_{metric}": f"val_{metric}",
-                                       f"best_val_{metric}": f"best_val_{metric}", "masked_ratio": "masked"},
-                       parameter_columns=params, max_report_frequency=30, sort_by_metric=False)
-
-
 def _tuner(session: Session, name: str, role: str, search_alg: Searcher, scheduler: TrialScheduler,
            num_samples: int) -> tune.Tuner:
     plan, r = session.plan, session.plan.request
     callback = MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
-        callbacks=[callback, DropFinishedWeights()], verbose=r.verbose,
-        progress_reporter=_reporter(plan), failure_config=tune.FailureConfig(max_failures=r.max_failures),
+        callbacks=[callback, DropFinishedWeights()], verbose=min(r.verbose, 1),
+        progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
         # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
@@ -354,8 +344,8 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
             break
         attempted |= set(wanted)
         configs = [dataclasses.replace(_settings(cells[loss]), seed=s) for loss, s in wanted]
-        print(f"\nConfirmation round {round_no}: {len(configs)} runs (no early stopping) for "
-              f"{len(answer.next_seeds)} losses: {', '.join(answer.next_seeds)}")
+        print(f"\nConfirmation round {round_no}: {len(configs)} runs of {len(answer.next_seeds)} losses, "
+              f"no early stopping (seeds {', '.join(map(str, sorted({seed for _, seed in wanted})))})")
         new, spent = run_trials(session, configs, CONFIRM_DIR if round_no == 1 else f"{CONFIRM_DIR}-{round_no}")
         runs += new
         epochs += spent
