@@ -111,6 +111,8 @@ CASES = {
     # one rule per field, on the class that owns it (tune_as.settings): the same minimum however it is given
     "--set max_length=2": (lambda d: ["--task", "sst5", "--set", "max_length=2"],
                            "--set: max_length: expected an integer >= 4, got 2"),
+    "--max-length beyond the backbone": (lambda d: ["--task", "sst5", "--backbone", "tiny", "--max-length", "2048"],
+                                         "max_length: expected at most 512 for backbone 'tiny'"),
     "--max-length 2": (lambda d: ["--task", "sst5", "--max-length", "2"],
                        "settings: max_length: expected an integer >= 4, got 2"),
     "--max-epochs inf": (lambda d: ["--task", "digits", "--max-epochs", "inf"], "--max-epochs: expected a number > 0, got inf"),

@@ -254,6 +254,16 @@ def absolute_sqlite(uri: str | None) -> str | None:
     return uri
 
 
+def check_length(data: DataSettings, task: Task) -> None:
+    """A sequence longer than the backbone's position embeddings fails in every trial: refused now."""
+    from tune_as.tasks.backbones import max_positions
+
+    limit = max_positions(data.backbone) if task.uses_backbone else None
+    if limit is not None and data.max_length > limit:
+        raise UserError(f"max_length: expected at most {limit} for backbone {data.backbone!r} (its position "
+                        f"embeddings), got {data.max_length}")
+
+
 def check_capabilities(base: TrialSettings, space: SearchSpace) -> None:
     """A setting that only some losses support (row skipping) is refused for the others before anything runs."""
     from tune_as.losses import LOSSES
@@ -337,6 +347,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         if len(space.losses) < 2:
             raise UserError(f"--losses: expected at least two losses to confirm a comparison, got {list(space.losses)}")
     data_settings, base = resolve_settings(r, task, space)
+    check_length(data_settings, task)
     check_capabilities(base, space)
     data = prepare(data_settings, task)
     space.check_classes(data.num_labels)

@@ -14,6 +14,7 @@ TINY = "tiny"
 # Small enough that a smoke run trains a step in well under a second on 2 CPU cores.
 TINY_SIZE = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 256}
 TINY_VOCAB = 8000
+TINY_POSITIONS = 512
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -63,12 +64,29 @@ def train_tiny_tokenizer(corpus: Iterable[str], char_level: bool) -> Any:
     )
 
 
+def max_positions(backbone: str) -> int | None:
+    """The longest sequence the backbone's position embeddings take, where it can be known without a download
+    (tiny, minilm, a local folder, a hub model already in the local cache); None when it cannot."""
+    if backbone == TINY:
+        return TINY_POSITIONS
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(resolve(backbone), local_files_only=True)
+    except (OSError, ValueError):
+        return None
+    value = getattr(config, "max_position_embeddings", None)
+    # RoBERTa-style models reserve two positions for the padding offset
+    offset = 2 if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert") else 0
+    return int(value) - offset if isinstance(value, int) else None
+
+
 def load_tokenizer(backbone: str, corpus: Iterable[str], char_level: bool) -> tuple[Any, dict[str, Any]]:
     """(tokenizer, model_info): model_info is what `load_backbone` needs later to build the same encoder."""
     if backbone == TINY:
         tokenizer = train_tiny_tokenizer(corpus, char_level)
         config = dict(TINY_SIZE, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                      max_position_embeddings=512, type_vocab_size=2)
+                      max_position_embeddings=TINY_POSITIONS, type_vocab_size=2)
         return tokenizer, {"backbone": TINY, "tiny_config": config, "hidden_size": TINY_SIZE["hidden_size"]}
     from transformers import AutoConfig, AutoTokenizer
 
