@@ -213,7 +213,8 @@ def run_search(r: SearchRequest) -> Outcome:
               "backbone": plan.data_settings.backbone, "encoder": plan.data_settings.encoder,
               "epochs": plan.base.epochs, "seed": r.seed, "confirm": r.confirm, "git_commit": git_commit(),
               "search_space": str(plan.space.path)}
-    with _tracked(plan, params, {}, state) as session:
+    tags = {schema.DATA_WARNINGS: " | ".join(plan.data.warnings)[:5000]} if plan.data.warnings else {}
+    with _tracked(plan, params, tags, state) as session:
         print(f"MLflow: {session.tracker.shown}  experiment {plan.experiment!r}, parent run {session.tracker.parent_id}")
         print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  "
               f"(optuna-dashboard {schema.optuna_url(plan.search_dir)})")
@@ -286,7 +287,7 @@ def _answer_table(plan: SearchPlan, rows: list[ranking.Row], confirmed: Confirme
         how = f"{r.confirm} confirmation seeds" + (f" for the top {r.confirm_top} and {plan.baseline}, single runs "
                                                    "below" if r.confirm_top else "")
     title = f"{plan.task.name}: which loss wins ({plan.metric}, %; {_epochs_title(plan)}; {how})"
-    notes = list(confirmed.notes)
+    notes = [f"Data: {w}" for w in plan.data.warnings] + list(confirmed.notes)
     alpha = confirmed.plan.alpha if confirmed.plan is not None else 0.05
     a = confirmed.answer
     if a is not None and a.leader is not None:

@@ -26,6 +26,7 @@ STOPPED_EARLY = "tune_as.stopped_early"  # "true" on a trial early stopping cut 
 PURPOSE = "tune_as.purpose"  # on a parent run that only holds confirmations
 EXPERIMENTS = "tune_as.experiments"  # on a report run: the experiments it read
 ORPHANED = "tune_as.orphaned"
+DATA_WARNINGS = "tune_as.data_warnings"  # on a search's parent run: what in the data could mislead (leakage, ...)
 PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
 
 ROLE_SEARCH, ROLE_TRIAL, ROLE_CONFIRMATION, ROLE_REPORT = "search", "trial", "confirmation", "report"
