@@ -14,15 +14,17 @@ def test_one_line_per_loss_counts_and_the_best_setting_within_100_columns() -> N
         TrialStatus("multilabel_sparse_softmax_with_a_long_name", "ERROR", 1.0, 10.0, None, long_setting),
         TrialStatus("sm_taylor_softmax", "TERMINATED", 10.0, 10.0, 0.97, long_setting),
         TrialStatus("t_softmax", "PENDING", 0.0, 10.0, None, "tau=1.0"),
+        TrialStatus("bce_diverged", "TERMINATED", 0.3, 10.0, None, "", error=True),
     ]
     lines = loss_lines(trials, "digits search", "accuracy")
     assert all(len(line) <= WIDTH for line in lines), [len(line) for line in lines]
-    assert lines[0] == "digits search: 4/6 trials ended, 1 running"
+    assert lines[0] == "digits search: 5/7 trials ended, 1 running"
     assert loss_lines(trials[:2], "s", "accuracy", total=9)[0] == "s: 2/9 trials ended, 0 running"
     rows = {line.split()[0]: line.split() for line in lines[2:]}
-    assert len(lines) == 2 + 5, "one line per loss"
+    assert len(lines) == 2 + 6, "one line per loss"
+    assert rows["bce_diverged"][1:6] == ["0", "0", "0", "1", "-"], "a diverged trial is a failure, not a stop"
     assert rows["as_softmax"][1:6] == ["0", "1", "1", "0", "99.31"], "done, running, stopped, failed, best"
     assert "delta=0.1422778826073568" in lines[3], "the best value's setting, as logged (not rounded)"
     assert rows["softmax"][1:6] == ["1", "0", "0", "0", "98.26"]
-    assert lines[-1].split()[1:6] == ["0", "0", "0", "0", "-"]
+    assert rows["t_softmax"][1:6] == ["0", "0", "0", "0", "-"]
     assert any(line.endswith("…") for line in lines), "a setting too long for the line is cut, visibly"

@@ -222,8 +222,13 @@ def test_nan_loss_fails_the_trial_clearly_and_tells_the_searcher(tmp_path: Path,
     space = write_space(tmp_path, trials=2, epochs=2, text=NAN_SPACE)
     code, out = finish(start_cli(tmp_path, mlflow_server.uri, [
         "--search-space", str(space), "--experiment", "rel-nan", "--name", "digits-nan", "--max-failures", "3"]))
-    assert code == 0, out[-3000:]
-    _, children = runs(mlflow_server.uri, "rel-nan")
+    # no failure is silent: the loss is in the answer with why, the parent run FAILED, exit code 3
+    assert code == 3, out[-3000:]
+    assert "| - | softmax | no result: failed or diverged: non-finite training loss" in out, out[-3000:]
+    assert "error: no loss has a result: every trial failed, diverged or was stopped early" in out
+    assert "softmax                   0    0    0    2" in out, "the progress view counts them as failed"
+    parents, children = runs(mlflow_server.uri, "rel-nan")
+    assert parents[0].info.status == "FAILED"
     assert len(children) == 2
     for child in children:
         assert child.info.status == "FAILED"

@@ -230,3 +230,4 @@ def test_a_race_within_a_budget_runs_whole_rounds_and_says_what_it_spent(tmp_pat
     if verdict.startswith("undecided"):
         assert "--budget 8 trial-epochs spent before every verdict was decided" in outcome.markdown
     assert "of a budget of 8" in c.line()
+

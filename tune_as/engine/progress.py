@@ -34,6 +34,7 @@ class TrialStatus:
     epochs: float  # its own epochs (a trial that ended before them was stopped early)
     best_val: float | None  # best validation metric so far (a fraction)
     setting: str  # its searched parameters, "k=v, ..."
+    error: bool = False  # it failed or diverged (Tune may still call it TERMINATED: it reported its error)
 
 
 def _fit(text: str, width: int) -> str:
@@ -44,15 +45,15 @@ def loss_lines(trials: Sequence[TrialStatus], title: str, metric: str, total: in
     """A header line, a column line, then per loss: trials done / running / stopped early / failed, the best
     validation metric so far and the setting that reached it. Every line at most WIDTH characters. `total`: the
     trials the run will have (Tune creates them as the searcher suggests them)."""
-    done = sum(t.status in ("TERMINATED", "ERROR") for t in trials)
+    done = sum(t.status in ("TERMINATED", "ERROR") for t in trials)  # ended, whichever way
     running = sum(t.status == "RUNNING" for t in trials)
     lines = [_fit(f"{title}: {done}/{max(total or 0, len(trials))} trials ended, {running} running", WIDTH),
              f"{'loss':<{LOSS_WIDTH}} {'done':>4} {'run':>4} {'stop':>4} {'fail':>4} {'best ' + metric[:9]:>14}  setting"]
     for loss in dict.fromkeys(t.loss for t in trials):
         mine = [t for t in trials if t.loss == loss]
-        ended = [t for t in mine if t.status == "TERMINATED"]
+        failed = sum(t.status == "ERROR" or t.error for t in mine)
+        ended = [t for t in mine if t.status == "TERMINATED" and not t.error]
         stopped = sum(t.epoch < t.epochs - 1e-6 for t in ended)
-        failed = sum(t.status == "ERROR" for t in mine)
         scored = [t for t in mine if t.best_val is not None]
         best = max(scored, key=lambda t: t.best_val or 0.0) if scored else None
         value = f"{100 * best.best_val:.2f}" if best is not None and best.best_val is not None else "-"
@@ -89,7 +90,7 @@ class LossProgress(ProgressReporter):
                             if k in config)
         best = last.get(f"best_val_{self.metric}")
         return TrialStatus(loss, str(trial.status), float(last.get("epoch", 0.0)), float(config.get("epochs", 0.0)),
-                           float(best) if isinstance(best, (int, float)) else None, setting)
+                           float(best) if isinstance(best, (int, float)) else None, setting, bool(last.get("error")))
 
 
 def reporter(plan: SearchPlan, role: str) -> ProgressReporter:
