@@ -401,11 +401,13 @@ def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch
         assert sorted(c.by_seed) == sorted(seeds)
         assert c.row == row
     conf = table(report, "confirmation")
-    assert conf["softmax"]["digits Δ vs softmax [95% CI]"] == "reference"
-    assert conf["as_softmax"]["digits test_accuracy mean ± std"].endswith("(n=2)")
+    column = "digits Δ vs softmax [simultaneous interval] verdict"
+    assert conf["softmax"][column] == "reference"
+    assert conf["as_softmax"]["digits test_accuracy mean ± std"].rstrip("*").endswith("(n=2)")  # * best set
     a, b = report.confirmations["digits", "as_softmax"], report.confirmations["digits", "softmax"]
     diff = np.mean([a.by_seed[s] - b.by_seed[s] for s in seeds])
-    assert conf["as_softmax"]["digits Δ vs softmax [95% CI]"].startswith(f"{100 * diff:+.2f} ")
+    assert conf["as_softmax"][column].startswith(f"{100 * diff:+.2f} ")
+    assert conf["as_softmax"][column].endswith(("win", "loss", "equivalent", "undecided (2 seeds)")), "the search's words"
     # Table 2 now shows the confirmed numbers
     softmax_tests = list(b.by_seed.values())
     assert table(report, "table2")["softmax"]["digits accuracy"] == (

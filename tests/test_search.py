@@ -158,14 +158,16 @@ def test_early_stopping_is_per_loss_and_confirm_ranks_on_new_seeds(tmp_path: Pat
     assert not trial_seeds & {c.data.params["seed"] for c in confirmations}, "confirmation seeds must be new"
     rows = {row.loss: row for row in outcome.rows}
     assert rows["label_smoothing"].confirmed and len(rows["label_smoothing"].test) == 2
-    assert rows["label_smoothing"].diff and rows["label_smoothing"].verdict in ("win", "tie", "loss")
+    verdict = rows["label_smoothing"].verdict
+    assert rows["label_smoothing"].diff and (verdict in ("win", "loss", "equivalent") or verdict == "undecided (2 seeds)")
     parents, _ = _runs(mlflow_server.uri, "e2e-per-loss")
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"ranking.md", "ranking.csv"} <= artifacts
     # what it cost: every trial's epochs (stopped ones at their rung), the confirmations' in full, on the parent too
     c = outcome.compute
-    assert (c.search_trials, c.confirm_trials) == (8, 4) and c.confirm_epochs == 4 * 3
-    assert c.search_epochs == sum(float(ch.data.metrics["epoch"]) for ch in children) < 8 * 3
+    # softmax has nothing to tune: one search trial (confirmation brings its seeds), label_smoothing four
+    assert (c.search_trials, c.confirm_trials) == (5, 4) and c.confirm_epochs == 4 * 3
+    assert c.search_epochs == sum(float(ch.data.metrics["epoch"]) for ch in children) < 5 * 3
     assert parents[0].data.metrics["compute_search_epochs"] == c.search_epochs
 
 

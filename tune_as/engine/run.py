@@ -226,7 +226,7 @@ def run_search(r: SearchRequest) -> Outcome:
 def _epochs_title(plan: SearchPlan) -> str:
     epochs = {loss: plan.max_epochs(loss) for loss in plan.losses}
     if len(set(epochs.values())) == 1:
-        return f"{plan.base.epochs:g} epochs each"
+        return f"{plan.base.epochs:g} epoch{'s' if plan.base.epochs != 1 else ''} each"
     return "epochs per loss: " + ", ".join(f"{loss} {e:g}" for loss, e in epochs.items())
 
 
@@ -350,8 +350,9 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
         new, spent = run_trials(session, configs, CONFIRM_DIR if round_no == 1 else f"{CONFIRM_DIR}-{round_no}")
         runs += new
         epochs += spent
-    answer = racing.decide(ranking.race_results(runs, plan.metric), race, 0)
-    if r.budget is not None and not answer.done:
+    results = ranking.race_results(runs, plan.metric)
+    answer = racing.decide(results, race, 0)  # the looks the runs made allow, nothing more to run
+    if r.budget is not None and not racing.decide(results, race, None).done:
         notes.append(f"--budget {r.budget:g} trial-epochs spent before every verdict was decided.")
     return Confirmed(runs, epochs, answer, race, tuple(notes))
 
