@@ -198,16 +198,21 @@ TRIAL_FIELDS: dict[str, Any] = {k: v for k, v in typing.get_type_hints(TrialSett
 DATA_FIELDS: dict[str, Any] = {k: v for k, v in typing.get_type_hints(DataSettings).items() if k != "cache_dir"}
 
 
-def coerce_field(name: str, value: Any) -> Any:
-    """A user's value for the setting `name` as its field's type (trial settings first, then data settings).
-    Raises ValueError "expected ..." (typed_values.coerce's words); a non-finite float is refused here too."""
-    hint = TRIAL_FIELDS.get(name, DATA_FIELDS.get(name))
-    if hint is None:
-        raise KeyError(name)
+def coerce_finite(value: Any, hint: Any) -> Any:
+    """`coerce`, and a non-finite float refused too: every value a user types goes through here."""
     typed = coerce(value, hint)
     if not _finite(typed):
         raise ValueError("a finite number")
     return typed
+
+
+def coerce_field(name: str, value: Any) -> Any:
+    """A user's value for the setting `name` as its field's type (trial settings first, then data settings).
+    Raises ValueError "expected ..." (`coerce`'s words)."""
+    hint = TRIAL_FIELDS.get(name, DATA_FIELDS.get(name))
+    if hint is None:
+        raise KeyError(name)
+    return coerce_finite(value, hint)
 
 
 # Stand-ins for the required fields, so that a few settings can be judged on their own.

@@ -35,9 +35,7 @@ from tune_as.engine.progress import reporter  # noqa: E402
 from tune_as.engine.request import SearchRequest  # noqa: E402
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
-from tune_as.engine.state import (
-    CONFIRM_DIR,  # noqa: E402
-)
+from tune_as.engine.state import CONFIRM_DIR  # noqa: E402
 from tune_as.errors import UserError  # noqa: E402
 from tune_as.results import racing, ranking  # noqa: E402
 from tune_as.results.render import Table  # noqa: E402
@@ -226,7 +224,8 @@ def run_search(r: SearchRequest) -> Outcome:
 def _epochs_title(plan: SearchPlan) -> str:
     epochs = {loss: plan.max_epochs(loss) for loss in plan.losses}
     if len(set(epochs.values())) == 1:
-        return f"{plan.base.epochs:g} epoch{'s' if plan.base.epochs != 1 else ''} each"
+        (each,) = set(epochs.values())  # the losses' own epochs, which need not be the base's
+        return f"{each:g} epoch{'s' if each != 1 else ''} each"
     return "epochs per loss: " + ", ".join(f"{loss} {e:g}" for loss, e in epochs.items())
 
 
@@ -250,12 +249,13 @@ def _search_and_confirm(session: Session) -> Outcome:
                         _failures(grid))
     compute = Compute(search_epochs, confirmed.epochs, len(grid), len(confirmed.runs), time.monotonic() - tic,
                       r.budget)
-    text = _answer_table(plan, rows, confirmed).markdown()
+    answer = _answer_table(plan, rows, confirmed)
+    text = answer.markdown()
     print("\n" + text + "\n" + compute.line())
     with tempfile.TemporaryDirectory() as tmp:
         md, csv = Path(tmp) / schema.RANKING_MD, Path(tmp) / schema.RANKING_CSV
         md.write_text(text)
-        csv.write_text(_answer_table(plan, rows, confirmed).csv())
+        csv.write_text(answer.csv())
         session.tracker.search_artifacts([md, csv], {schema.SEARCH_EPOCHS: compute.search_epochs,
                                                      schema.CONFIRM_EPOCHS: compute.confirm_epochs})
     if not any(row.val for row in rows):
@@ -270,8 +270,9 @@ def _failures(grid: tune.ResultGrid) -> dict[str, str]:
     for i in range(len(grid)):
         result = grid[i]
         loss = str((result.config or {}).get("loss", ""))
-        error = (result.metrics or {}).get("error") or (str(result.error).strip().splitlines() or [""])[-1] \
-            if result.error or (result.metrics or {}).get("error") else None
+        # a diverged trial reports its error as a result; a crashed one leaves Ray's exception
+        error = (result.metrics or {}).get("error") or (
+            (str(result.error).strip().splitlines() or [""])[-1] if result.error else None)
         if loss and error and loss not in out:
             out[loss] = f"failed or diverged: {str(error)[:200]} (trial folder {Path(result.path).name})"
     return out

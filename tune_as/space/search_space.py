@@ -48,6 +48,7 @@ from optuna.distributions import (
 from tune_as.errors import UserError, first_line
 from tune_as.settings import DATA_FIELDS, LOSS_PREFIX, TRIAL_FIELDS, trial_problem
 from tune_as.settings import EXPECTED as _EXPECTED
+from tune_as.settings import coerce_finite as _coerce
 from tune_as.space.strict_yaml import EXCERPT as _EXCERPT
 from tune_as.space.strict_yaml import clip as _clip
 from tune_as.space.strict_yaml import read_yaml
@@ -211,15 +212,6 @@ def _typed(path: Path, where: str, value: Any, hint: Any) -> Any:
     except ValueError as exc:
         raise _fail(path, where, f"expected {exc}, got {_show(value)}") from None
 
-
-def _coerce(value: Any, hint: Any) -> Any:
-    """Typed by `hint` (a loss hyper-parameter's), finite where a number."""
-    from tune_as.settings import coerce
-
-    typed = coerce(value, hint)
-    if isinstance(typed, float) and not math.isfinite(typed):
-        raise ValueError("a finite number")
-    return typed
 
 
 def _mapping(path: Path, where: str, value: Any) -> dict[str, Any]:
