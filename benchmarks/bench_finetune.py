@@ -72,7 +72,7 @@ class Collector:
         with torch.no_grad():
             for _ in range(DISAGREEMENT_BATCHES):
                 idx = torch.randperm(trial.n_train, generator=gen)[: trial.cfg.batch_size]
-                batch = trial._to_device(trial.data.train.batch(idx))
+                batch = trial.train_batches.get(idx)
                 first, second = (trial.loss_fn.masked_examples(trial.model(batch).float(), batch["labels"])
                                  for _ in range(2))
                 self.masked += int(first.sum())

@@ -184,11 +184,28 @@ def test_the_trainer_warms_up_only_losses_that_support_it(tmp_path: Path) -> Non
         config = {"loss": loss, "epochs": 1.0, "batch_size": 64, "lr": 1e-3,
                   "warmup_r": 0.5, "loss.delta": delta}
         trial = Trial(config, data, task, _Silent())
-        trial._apply_schedules()  # progress 0: inside the warm-up
+        trial.apply_schedules()  # progress 0: inside the warm-up
         seen[loss] = trial.loss_fn.delta
         trial.evaluate(data.validation)  # evaluation uses the searched delta
         seen[loss, "eval"] = trial.loss_fn.delta
     assert seen == {"as_variant": 2.5, ("as_variant", "eval"): 2.5, "as_softmax": 1.0, ("as_softmax", "eval"): 0.2}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_only_a_loss_that_declares_masks_rows_reports_masked_rows(name: str) -> None:
+    """The trainer reads the masked count only where `masks_rows` is declared: every other loss must return the
+    shared zero count (never a count it would be wrong to ignore), and a declared one masks a certain row."""
+    from tune_as.losses._base import zero_count
+
+    _, t = inputs(name, 40, 7)
+    hot = t.double() if t.dim() == 2 else torch.nn.functional.one_hot(t.clamp(min=0), 7).double()
+    certain = (400.0 * hot - 200.0).float()  # fp32 logits +-200 around the truth: exp(-200) underflows to 0
+    loss_fn = make(name, **({"delta": 0.0} if "delta" in HPARAMS.get(name, {}) else {}))
+    outs = [loss_fn(*inputs(name, 40, 7, case)) for case in sorted(CASES)] + [loss_fn(certain, t)]
+    if LOSSES[name].masks_rows:
+        assert int(outs[-1].n_masked) > 0, f"{name} declares masks_rows but masked no row of certain logits"
+    else:
+        assert all(out.n_masked is zero_count(out.loss.device) for out in outs)
 
 
 SKIPPING = sorted(name for name, cls in LOSSES.items() if cls.supports_row_skipping)

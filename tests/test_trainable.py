@@ -109,8 +109,8 @@ def test_as_warmup_keeps_delta_at_one_for_the_first_r(digits, tmp_path: Path) ->
     trial = Trial(config(loss="as_softmax", warmup_r=0.5, **{"loss.delta": 0.2}), data, task, Recorder(tmp_path))
     seen = []
     for progress in (0.0, 0.49, 0.5, 0.9):
-        trial.state.samples_seen = int(progress * trial.total_samples)
-        trial._apply_schedules()
+        trial.counts.samples_seen = int(progress * trial.total_samples)
+        trial.apply_schedules()
         seen.append(trial.loss_fn.delta)
     assert seen == [1.0, 1.0, 0.2, 0.2]
 
@@ -177,7 +177,7 @@ def eval_mode_trial(digits: tuple[Any, Any], tmp_path: Path, loss: str, skip: bo
     with torch.no_grad():
         trial.model.get_submodule("head").get_parameter("weight").mul_(30.0)  # confident logits: correct rows get p_t far above every competitor
     trial.model.eval()  # no dropout: the probe and the gradient pass see the same logits
-    trial._apply_schedules()
+    trial.apply_schedules()
     return trial
 
 
@@ -188,9 +188,10 @@ def test_skipping_masked_rows_gives_the_same_loss_and_gradients(digits, tmp_path
     results = {}
     for skip in (False, True):
         trial = eval_mode_trial(digits, tmp_path, loss, skip)
-        loss_value, rows, masked = trial._forward_backward(idx, steps=2)
+        stats = trial.micro_step(idx, steps=2)
+        loss_value, rows, masked = stats.sums.tolist()
         grads = {name: p.grad.clone() for name, p in trial.model.named_parameters() if p.grad is not None}
-        results[skip] = (loss_value, rows, masked, grads, trial.state.backward_rows)
+        results[skip] = (loss_value, rows, masked, grads, stats.backward_rows)
     plain, skipped = results[False], results[True]
     assert plain[1:3] == skipped[1:3] == (24, 12)  # every row counted, the correct ones masked, either way
     assert plain[4] == 24 and skipped[4] == 12  # only the unmasked examples went through backward
@@ -204,8 +205,8 @@ def test_skipping_masked_rows_gives_the_same_loss_and_gradients(digits, tmp_path
 def test_a_micro_batch_with_every_example_masked_has_no_backward(digits, tmp_path: Path) -> None:
     trial = eval_mode_trial(digits, tmp_path, "as_speed", True)
     right, _ = masked_and_unmasked_rows(trial, 10)
-    assert trial._forward_backward(right, steps=1) == (0.0, 10, 10)
-    assert trial.state.backward_rows == 0
+    stats = trial.micro_step(right, steps=1)
+    assert stats.sums.tolist() == [0.0, 10.0, 10.0] and stats.backward_rows == 0
     assert all(p.grad is None for p in trial.model.parameters())
 
 
@@ -235,7 +236,7 @@ def test_skipping_saves_backward_rows_and_still_learns(digits, tmp_path: Path) -
 @pytest.mark.parametrize("loss", ["softmax", "label_smoothing", "as_variant"])
 def test_row_skipping_with_a_loss_that_cannot_skip_is_a_clear_error(digits, tmp_path: Path, loss: str) -> None:
     task, data = digits
-    with pytest.raises(ValueError, match=rf"skip_masked_rows: expected one of the losses .*as_softmax.*got loss '{loss}'"):
+    with pytest.raises(ValueError, match=rf"skip_masked_rows: expected false for {loss} \(only \[.*'as_softmax'.*\] can skip masked rows\), got true"):
         Trial(config(loss=loss, skip_masked_rows=True), data, task, Recorder(tmp_path))
 
 

@@ -266,15 +266,14 @@ def check_length(data: DataSettings, task: Task) -> None:
 
 def check_capabilities(base: TrialSettings, space: SearchSpace) -> None:
     """A setting that only some losses support (row skipping) is refused for the others before anything runs."""
-    from tune_as.losses import LOSSES
+    from tune_as.losses import row_skipping_problem
 
     for loss, loss_space in space.losses.items():
         searched = any(d.name == "skip_masked_rows" for d in loss_space.params)
         skip = loss_space.fixed.get("skip_masked_rows", base.skip_masked_rows)
-        if (skip or searched) and not LOSSES[loss].supports_row_skipping:
-            able = sorted(name for name, cls in LOSSES.items() if cls.supports_row_skipping)
-            raise UserError(f"skip_masked_rows: expected false for {loss} (only {able} can skip masked rows), "
-                            "got true; set it per loss in the search space, or restrict --losses")
+        problem = row_skipping_problem(loss) if skip or searched else None
+        if problem:
+            raise UserError(f"{problem}; set it per loss in the search space, or restrict --losses")
 
 
 def prepare(spec: DataSettings, task: Task) -> PreparedData:

@@ -58,4 +58,13 @@ def build_loss(name: str, **hparams: Any) -> Loss:
     return cls(**hparams)
 
 
-__all__ = ["IGNORE_INDEX", "KINDS", "LOSSES", "Loss", "LossOutput", "build_loss"]
+def row_skipping_problem(name: str) -> str | None:
+    """Why ``skip_masked_rows`` cannot be true for loss ``name`` (one line), or None when it can: the one rule
+    the plan (before anything runs) and a trial (given a config by hand) both apply."""
+    if LOSSES[name].supports_row_skipping:
+        return None
+    able = sorted(n for n, cls in LOSSES.items() if cls.supports_row_skipping)
+    return f"skip_masked_rows: expected false for {name} (only {able} can skip masked rows), got true"
+
+
+__all__ = ["IGNORE_INDEX", "KINDS", "LOSSES", "Loss", "LossOutput", "build_loss", "row_skipping_problem"]

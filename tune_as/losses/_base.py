@@ -13,6 +13,8 @@ AS-Softmax family and Eq. 14 reduce inside their fused kernels, with the reducer
 
 Capabilities are declared on the class, never probed with ``getattr``:
 - ``supports_warmup``: ``set_warmup(active)`` makes the loss plain cross-entropy (delta = 1) while active.
+- ``masks_rows``: the loss can report ``n_masked > 0`` (rows with loss 0 and gradient 0); every other loss
+  always returns the shared zero count, so a training loop never needs to read it (tested for every loss).
 - ``supports_row_skipping``: ``masked_examples(logits, target)`` says which examples have loss 0 and gradient 0.
 - ``make_accumulator()``: the AS-Speed schedule, or None.
 - ``needs_cosine_head``: the loss expects cosine logits (AM-Softmax).
@@ -127,6 +129,7 @@ class Loss(nn.Module):
     name: ClassVar[str]
     kinds: ClassVar[frozenset[str]]
     needs_cosine_head: ClassVar[bool] = False
+    masks_rows: ClassVar[bool] = False
     supports_warmup: ClassVar[bool] = False
     supports_row_skipping: ClassVar[bool] = False
 

@@ -91,6 +91,7 @@ def as_softmax_masked(logits: Tensor, target: Tensor, *, delta: float) -> Tensor
 class ASSoftmaxLoss(WarmupDelta, Loss):
     name = "as_softmax"
     kinds = frozenset({"multiclass", "token"})
+    masks_rows = True
     supports_row_skipping = True
 
     def __init__(self, delta: float = 0.3) -> None:

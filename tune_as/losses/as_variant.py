@@ -32,6 +32,7 @@ def as_variant_loss(logits: Tensor, target: Tensor, *, delta: float) -> tuple[Te
 class ASVariantLoss(Loss):
     name = "as_variant"
     kinds = frozenset({"multiclass", "token"})
+    masks_rows = True
 
     def __init__(self, delta: float = 2.0) -> None:
         super().__init__()

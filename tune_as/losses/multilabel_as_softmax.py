@@ -51,6 +51,7 @@ def multilabel_as_softmax_masked(logits: Tensor, target: Tensor, *, delta: float
 class MultilabelASSoftmaxLoss(WarmupDelta, Loss):
     name = "multilabel_as_softmax"
     kinds = frozenset({"multilabel"})
+    masks_rows = True
     supports_row_skipping = True
 
     def __init__(self, delta: float = 0.3) -> None:

@@ -106,6 +106,7 @@ def multilabel_softmax_loss(logits: Tensor, target: Tensor) -> LossOutput:
 class MultilabelSoftmaxLoss(Loss):
     name = "multilabel_softmax"
     kinds = frozenset({"multilabel"})
+    masks_rows = True
 
     def compute(self, x: Tensor, target: Tensor) -> LossOutput:
         return multilabel_softmax_loss(x, target)

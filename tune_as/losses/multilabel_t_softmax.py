@@ -23,6 +23,7 @@ def multilabel_t_softmax_loss(logits: Tensor, target: Tensor, *, tau: float) -> 
 class MultilabelTSoftmaxLoss(Loss):
     name = "multilabel_t_softmax"
     kinds = frozenset({"multilabel"})
+    masks_rows = True
 
     def __init__(self, tau: float = 1.0) -> None:
         super().__init__()

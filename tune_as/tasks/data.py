@@ -89,6 +89,19 @@ class Split:
             out["pixels"] = (out["pixels"].float() / scale - mean) / std
         return out
 
+    def widened(self, device: torch.device, max_bytes: int) -> Split | None:
+        """This split as its batches need it (columns widened, pixels standardized), once, on `device`: a batch
+        of the result is then only an index. None where every batch needs work of its own (trimming to its
+        longest row, ragged rows) or where the widened columns would take more than `max_bytes`."""
+        if self.lengths is not None or self.ragged is not None:
+            return None
+        wide = {"float16": 4, "uint8": 4 if self.pixel_norm else 1}
+        size = sum(c.numel() * wide.get(str(c.dtype).removeprefix("torch."), 8) for c in self.columns.values())
+        if size > max_bytes:
+            return None
+        columns = {k: v.to(device) for k, v in self.batch(torch.arange(len(self))).items()}
+        return Split(columns, meta=self.meta, label_names=self.label_names)
+
 
 def _widen(x: Tensor) -> Tensor:
     if x.dtype == torch.float16:
