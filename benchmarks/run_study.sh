@@ -6,38 +6,53 @@
 #   bash benchmarks/run_study.sh                      # every task, in this order
 #   TASKS="clinc_oos sst5" TRIALS=6 bash benchmarks/run_study.sh
 #
-# Per task: ONE search of every applicable loss with the same budget (TRIALS Optuna trials each, the same epochs
-# and data), early stopping within each loss only, then `--confirm 3`: each loss's selected setting (best mean
-# validation among trials that completed their epochs) re-run with the same 3 new seeds. The search prints and
-# logs the ranking (test mean ± std over the 3 seeds, paired difference to softmax with its 95% interval).
+# Per task: ONE search of every applicable loss with the same budget (TRIALS Optuna trials per loss that has
+# parameters, one for a loss with nothing to tune), early stopping within each loss only, then racing confirmation
+# (`--race --max-seeds MAX_SEEDS`): each loss's selected setting (best mean validation among trials that completed
+# their epochs) re-run with new seeds in rounds until its verdict against the task's baseline (softmax;
+# multilabel_softmax for goemotions) is decided, at a family-wise error of 5% over every comparison and every
+# round, or the seeds or the task's budget (BUDGET_<task>, trial-epochs of search and confirmation together) run
+# out. Each search prints its answer (verdicts, simultaneous intervals, the best set, the compute); it is also
+# kept in $OUT/<task>.out, which benchmarks/study_page.py turns into docs/results.md's tables.
 #
 # Departures from search_spaces/*.yaml, because a frozen encoder is not a fine-tune: `--encoder frozen` trains a
-# head from scratch, so the engine's head default lr 1e-3 replaces Table 5's 2e-5; fewer epochs (EPOCHS_*) to fit
+# head from scratch, so the engine's head lr 1e-3 replaces Table 5's 2e-5; fewer epochs (EPOCHS_*) to fit
 # the study into the time on a shared 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tune_as_study}
 DATA=${DATA:-../shared/data}
 MLFLOW=${MLFLOW:-sqlite:///$OUT/mlflow.db}
+export TUNE_AS_CACHE=${TUNE_AS_CACHE:-$HOME/.cache/tune_as}  # prepared data and frozen features, encoded once
 STORE=$OUT/searches
-TASKS=${TASKS:-"clinc_oos sst5 rte mrpc cola digits conll2003"}
-TRIALS=${TRIALS:-4}
-CONFIRM=${CONFIRM:-3}
+TASKS=${TASKS:-"clinc_oos sst5 mrpc rte cola digits conll2003 goemotions"}
+TRIALS=${TRIALS:-2}
+MAX_SEEDS=${MAX_SEEDS:-5}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=1
 PY=${PY:-python}
 mkdir -p "$STORE"
 
 epochs_for() {
   case $1 in
-    clinc_oos | sst5 | conll2003) echo "${EPOCHS_LARGE:-3}" ;;
+    clinc_oos | sst5 | conll2003 | goemotions) echo "${EPOCHS_LARGE:-3}" ;;
     cola) echo "${EPOCHS_COLA:-3}" ;;
     mrpc | rte) echo "${EPOCHS_SMALL:-5}" ;;
-    digits) echo "${EPOCHS_DIGITS:-10}" ;;
+    digits) echo "${EPOCHS_DIGITS:-5}" ;;
+  esac
+}
+
+budget_for() {  # trial-epochs for the whole answer: the search and every confirmation round
+  case $1 in
+    goemotions) echo "${BUDGET_GOEMOTIONS:-150}" ;;
+    conll2003) echo "${BUDGET_CONLL2003:-200}" ;;
+    mrpc | rte | digits) echo "${BUDGET_SMALL:-450}" ;;
+    *) echo "${BUDGET_LARGE:-270}" ;;
   esac
 }
 
 for task in $TASKS; do
-  args=(--task "$task" --max-epochs "$(epochs_for "$task")" --trials-per-loss "$TRIALS" --confirm "$CONFIRM"
+  args=(--task "$task" --max-epochs "$(epochs_for "$task")" --trials-per-loss "$TRIALS" --race
+        --max-seeds "$MAX_SEEDS" --budget "$(budget_for "$task")"
         --storage-path "$STORE" --mlflow-uri "$MLFLOW" --experiment "$task" --cpus-per-trial 1 --max-concurrent 2
         --name "$task-study")
   if [ "$task" != digits ]; then
@@ -46,13 +61,15 @@ for task in $TASKS; do
   if [ -e "$STORE/$task-study/tune_as_search.json" ]; then  # after an interruption: continue, do not restart
     grep -q '"finished": true' "$STORE/$task-study/tune_as_search.json" && continue
     echo "== $task $(date -u +%H:%M:%S) resume"
-    $PY -m tune_as.search --resume --name "$task-study" --storage-path "$STORE" --mlflow-uri "$MLFLOW"
+    $PY -m tune_as.search --resume --name "$task-study" --storage-path "$STORE" --mlflow-uri "$MLFLOW" \
+      | tee "$OUT/$task.out"
   else
-    echo "== $task $(date -u +%H:%M:%S) search of every loss, $TRIALS trials each, --confirm $CONFIRM"
-    $PY -m tune_as.search "${args[@]}"
+    echo "== $task $(date -u +%H:%M:%S) search of every loss, $TRIALS trials each, racing up to $MAX_SEEDS seeds"
+    $PY -m tune_as.search "${args[@]}" | tee "$OUT/$task.out"
   fi
 done
 echo "== report $(date -u +%H:%M:%S)"
 $PY -m tune_as.report --experiment "$(echo "$TASKS" | tr ' ' ',')" --tracking-uri "$MLFLOW" --out "$OUT/report" \
   --optuna-storage "$STORE"
-echo "== done $(date -u +%H:%M:%S)"
+$PY benchmarks/study_page.py "$OUT" > "$OUT/tables.md"
+echo "== done $(date -u +%H:%M:%S); tables for docs/results.md in $OUT/tables.md"
