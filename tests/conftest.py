@@ -18,7 +18,6 @@ from typing import TypeVar
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = Path(os.environ.get("TUNE_AS_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -34,8 +33,12 @@ def free_port() -> int:
 
 
 def shared_data(task: str) -> Path:
-    """The real dataset folder from ../shared/data, or skip with the reason."""
-    path = SHARED_DATA / task
+    """The real dataset folder from ../shared/data ($TUNE_AS_SHARED_DATA, as the tasks find it), or skip with the
+    reason."""
+    # imported here: the offline variables above must be set before tune_as (and so transformers) is imported
+    from tune_as.tasks.sources import shared_data_root
+
+    path = shared_data_root() / task
     if not path.is_dir():
         pytest.skip(f"real data for {task!r} not found at {path} (../shared/data is absent on this machine)")
     return path

@@ -3,6 +3,7 @@
 Each writer produces what a real user has after `load_dataset(...).save_to_disk(folder)` (ClassLabel and
 Image features included), or the JSON Lines a user gets from `Dataset.to_json`, so the tests drive the
 same loader code as a real run. Schemas: coastalcph/lex_glue eurlex, web_of_science WOS46985,
+google-research-datasets/go_emotions simplified (and ../shared/data/goemotions's JSON Lines),
 nyu-mll/glue mnli / qnli / qqp, ylecun/mnist, uoft-cs/cifar10, uoft-cs/cifar100.
 The last section writes broken files, as users end up with them (cut-off downloads, misnamed files).
 """
@@ -84,6 +85,48 @@ def wos46985(folder: Path, n: int = 100, single: bool = False) -> Path:
         datasets.Dataset.from_dict(wos_rows(n, 0), features=features).save_to_disk(str(folder))
         return folder
     return save_to_disk(folder, {"train": wos_rows(n, 0)}, features)
+
+
+# The hub's ClassLabel order (the authors' emotions.txt, neutral last), as ../shared/data/goemotions/meta.json lists it.
+GOEMOTIONS_LABELS = [
+    "admiration", "amusement", "anger", "annoyance", "approval", "caring", "confusion", "curiosity", "desire",
+    "disappointment", "disapproval", "disgust", "embarrassment", "excitement", "fear", "gratitude", "grief", "joy",
+    "love", "nervousness", "optimism", "pride", "realization", "relief", "remorse", "sadness", "surprise", "neutral",
+]
+
+
+def goemotions_rows(n: int, seed: int) -> dict[str, list[Any]]:
+    """Columns of the hub's `simplified` config: label ids, 1 to 3 per row; train (seed 0, n >= 28) holds all 28."""
+    rng = random.Random(seed)
+    first = [i % len(GOEMOTIONS_LABELS) if seed == 0 else rng.randrange(len(GOEMOTIONS_LABELS)) for i in range(n)]
+    labels = [sorted({f, *rng.sample(range(len(GOEMOTIONS_LABELS)), rng.randint(0, 2))}) for f in first]
+    return {"text": [sentence(rng, 12) for _ in range(n)], "labels": labels,
+            "id": [f"e{seed}{i:05d}" for i in range(n)]}
+
+
+GOEMOTIONS_SIZES = (60, 20, 20)
+
+
+def goemotions(folder: Path, sizes: tuple[int, int, int] = GOEMOTIONS_SIZES) -> Path:
+    """The JSON Lines of ../shared/data/goemotions: {"text", "labels": [names], "id"} per row."""
+    for seed, (split, n) in enumerate(zip(("train", "validation", "test"), sizes, strict=True)):
+        cols = goemotions_rows(n, seed)
+        write_jsonl(folder / f"{split}.jsonl.gz", [
+            {"text": t, "labels": [GOEMOTIONS_LABELS[i] for i in ids], "id": r}
+            for t, ids, r in zip(cols["text"], cols["labels"], cols["id"], strict=True)])
+    return folder
+
+
+def goemotions_hub(folder: Path, sizes: tuple[int, int, int] = GOEMOTIONS_SIZES) -> Path:
+    """What `load_dataset("google-research-datasets/go_emotions", "simplified").save_to_disk(folder)` writes."""
+    import datasets
+
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "labels": datasets.Sequence(datasets.ClassLabel(names=GOEMOTIONS_LABELS)),
+                                  "id": datasets.Value("string")})
+    splits = {split: goemotions_rows(n, seed)
+              for seed, (split, n) in enumerate(zip(("train", "validation", "test"), sizes, strict=True))}
+    return save_to_disk(folder, splits, features)
 
 
 GLUE_SCHEMA = {  # config: (first text field, second text field, ClassLabel names, split names)

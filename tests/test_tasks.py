@@ -50,8 +50,8 @@ def perfect_preds(split: Split, size: int = 16) -> list[torch.Tensor]:
 
 # -- registry ---------------------------------------------------------------------------------------------
 def test_registry_has_every_task_and_unknown_names_fail_listing_them() -> None:
-    expected = {"sst5", "clinc_oos", "conll2003", "sighan2015", "eurlex", "wos46985", "mnli", "mrpc", "qnli",
-                "qqp", "rte", "sst2", "cola", "mnist", "cifar10", "cifar100", "digits", "jsonl"}
+    expected = {"sst5", "clinc_oos", "conll2003", "sighan2015", "eurlex", "wos46985", "goemotions", "mnli", "mrpc",
+                "qnli", "qqp", "rte", "sst2", "cola", "mnist", "cifar10", "cifar100", "digits", "jsonl"}
     assert set(TASKS) == expected
     with pytest.raises(ValueError, match="unknown task 'imagenet'.*clinc_oos.*sst5"):
         build_task("imagenet")

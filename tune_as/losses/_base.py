@@ -152,7 +152,10 @@ class Loss(nn.Module):
     def class_scores(self, logits: Tensor) -> Tensor:
         """Scores whose argmax over the last dim is the loss's predicted class: any increasing function of the
         loss's own class probabilities. The logits themselves for every loss whose probabilities increase with
-        the logit (softmax and its variants, sparsemax, entmax, cosine logits); the Taylor family overrides it."""
+        the logit (softmax and its variants, sparsemax, entmax, cosine logits); the Taylor family overrides it.
+        Multi-label tasks predict every class whose score is > 0 (docs/losses.md, "Multi-label prediction"), so a
+        multi-label loss's scores must also keep the sign of its decision: its logits for Eq. 14 and its variants
+        (o > 0) and for bce (sigmoid(o) > 0.5 iff o > 0)."""
         return logits
 
     def set_warmup(self, active: bool) -> None:

@@ -15,7 +15,7 @@ from ..errors import clip, excerpt
 from . import metrics, preparation
 from .data import DataSettings, PreparedData, Split
 from .labels import LabelMap
-from .sources import HubSource, RawSplit, carve, load_folder, load_hub, subsample
+from .sources import HubSource, RawSplit, carve, load_folder, load_hub, shared_data_root, subsample
 
 log = logging.getLogger(__name__)
 DEFAULT_STEMS = {
@@ -45,6 +45,8 @@ class Task:
     Test is never carved unless listed: GLUE keeps test=None because its test labels are hidden.
     options: the `build_task` options that made this task (`jsonl`); copied to PreparedData.task_options so
     a trial can rebuild the same task with `build_task(data.task, **data.task_options)`.
+    shared_copy: the folder of a local copy under `sources.shared_data_root()` (goemotions), read instead of the
+    hub when no data_dir is given and the folder exists (`default_data_dir`).
     """
 
     name: str
@@ -56,6 +58,7 @@ class Task:
     carve: tuple[tuple[str, float], ...] = (("validation", 0.1),)
     fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    shared_copy: str | None = None
 
     family: ClassVar[str] = "base"
     uses_backbone: ClassVar[bool] = True  # False for images: their CNN has no frozen mode
@@ -64,7 +67,15 @@ class Task:
         """Everything besides the DataSettings that changes prepared data (part of the cache key)."""
         fields = dataclasses.asdict(self)
         del fields["defaults"], fields["metrics"]  # training defaults and metrics do not change the data
+        del fields["shared_copy"]  # the folder it resolves to is the spec's data_dir, which is in the key
         return dict(fields, family=self.family)
+
+    def default_data_dir(self) -> Path | None:
+        """The local copy `prepare` reads when no data_dir is given, if this task has one and it exists."""
+        if self.shared_copy is None:
+            return None
+        folder = shared_data_root() / self.shared_copy
+        return folder if folder.is_dir() else None
 
     # -- data -----------------------------------------------------------------------------------------
     def prepare(self, spec: DataSettings) -> PreparedData:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Any, Protocol
 
 from . import cache
@@ -29,13 +30,22 @@ class Preparable(Protocol):
 
     def fingerprint(self) -> dict[str, Any]: ...
 
+    def default_data_dir(self) -> Path | None: ...
+
     def build(self, spec: DataSettings) -> PreparedData: ...
 
 
 def prepare(task: Preparable, spec: DataSettings) -> PreparedData:
-    """Load, label, subsample and featurize `task`'s data as `spec` says, through the disk cache."""
+    """Load, label, subsample and featurize `task`'s data as `spec` says, through the disk cache.
+
+    No data_dir: the task's local copy when it has one (`Task.default_data_dir`), else its hub dataset. The copy
+    becomes the spec's data_dir, so the cache key holds its files and `PreparedData.spec` says what was read."""
     if spec.task != task.name:
         raise ValueError(f"DataSettings.task: expected {task.name!r} for this task, got {spec.task!r}")
+    local = task.default_data_dir() if spec.data_dir is None else None
+    if local is not None:
+        log.info("%s: no data_dir given: reading the local copy %s", spec.task, local)
+        spec = dataclasses.replace(spec, data_dir=local)
     path = cache.cache_path(task.fingerprint(), spec)
     if path.exists():
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import sys
 import zlib
@@ -19,6 +20,14 @@ from ..errors import excerpt, first_line
 SUFFIXES = (".jsonl.gz", ".jsonl", ".json.gz", ".json")
 # A fixed seed, independent of DataSettings.seed: every trial of every seed sees the same carved validation set.
 CARVE_SEED = 20240521
+SHARED_DATA_ENV = "TUNE_AS_SHARED_DATA"
+
+
+def shared_data_root() -> Path:
+    """The folder of local dataset copies (`<task>/<split>.jsonl.gz`) that a task with a `shared_copy` reads when
+    no data_dir is given: $TUNE_AS_SHARED_DATA, else `shared/data` beside the checkout (`<repo>/../shared/data`,
+    the layout of this project's machines; from an installed wheel that folder does not exist, so the hub is used)."""
+    return Path(os.environ.get(SHARED_DATA_ENV) or Path(__file__).resolve().parents[3] / "shared" / "data")
 
 
 @dataclass(frozen=True)
