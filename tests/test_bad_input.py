@@ -43,6 +43,8 @@ ROW = '{"text": "a b", "label": "%s"}\n'
 CASES = {
     "unknown task": (lambda d: ["--task", "nosuch"], "unknown task 'nosuch': expected one of"),
     "unknown loss": (lambda d: ["--task", "digits", "--losses", "nosuch"], "--losses: unknown loss 'nosuch'"),
+    "budget below one round": (lambda d: ["--task", "digits", "--race", "--budget", "5"],
+                               "--budget: expected at least"),
     "loss not for kind": (lambda d: ["--task", "eurlex", "--losses", "sparsemax"],
                           "'sparsemax' does not apply to multilabel tasks; expected some of"),
     "yaml syntax": (lambda d: ["--task", "digits", "--search-space", str(_space(d, "task: [digits\n"))],

@@ -45,3 +45,41 @@ def check_sqlite_file(path: Path, option: str) -> None:
     if head != SQLITE_MAGIC:
         raise UserError(f"{option}: expected an SQLite database (an Optuna study file) or a folder, got {path} "
                         f"(not an SQLite file)")
+
+
+def check_tracking_store(uri: str) -> None:
+    """A tracking store that keeps the search: not an in-memory database (lost at exit, while the resume hint
+    would point at it), and an SQLite file this process can write (checked before anything is written)."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return
+    if ":memory:" in uri or uri == prefix:
+        raise UserError(f"--mlflow-uri: expected a tracking store that outlives the search (its runs and the resume "
+                        f"hint point at it), got {uri}")
+    path = Path(uri[len(prefix):].split("?", 1)[0])
+    try:
+        if path.exists():
+            with open(path, "r+b"):  # a read-only file (for a non-root user) fails here, not after the folder
+                pass
+            if os.statvfs(path).f_flag & os.ST_RDONLY:  # a read-only mount (root included)
+                raise OSError(30, "read-only file system")
+        else:
+            check_writable_folder(path.parent, "--storage-path")
+    except OSError as exc:
+        raise UserError(f"--mlflow-uri: expected an SQLite file this process can write, got {uri} "
+                        f"({exc.strerror or first_line(exc)})") from None
+    except UserError as exc:
+        raise UserError(f"--mlflow-uri: expected an SQLite file in a writable folder, got {uri} "
+                        f"({str(exc).split(': ', 1)[-1]})") from None
+
+
+def absolute_sqlite(uri: str | None) -> str | None:
+    """A relative SQLite tracking URI (the default `sqlite:///mlflow.db`) made absolute, so the saved state and
+    the resume hint name the same database from any folder. Other URIs, and None (MLflow's env or default), stay."""
+    from tune_as.tracking.client import DEFAULT_URI
+
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/") and ":memory:" not in uri:
+        return prefix + str(Path(uri[len(prefix):]).expanduser().resolve())
+    return uri

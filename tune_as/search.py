@@ -71,8 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the loss every verdict compares with (default: softmax, multilabel_softmax for "
                         "multi-label tasks)")
     p.add_argument("--budget", type=float, default=None, metavar="E",
-                   help="trial-epochs for the whole answer, search and confirmation together: confirmation rounds "
-                        "stop when it is spent (default: no cap)")
+                   help="trial-epochs for the whole answer, split by the engine: the first confirmation round is "
+                        "reserved, a loss with nothing to tune gets one search trial, the losses with parameters get "
+                        "the search trials the rest pays (unless --trials-per-loss says), later rounds take what is "
+                        "left (default: no cap)")
     p.add_argument("--sampler", choices=list(SAMPLERS), default=D("sampler"),
                    help="each loss's Optuna sampler: tpe (default) or random (uniform draws, a baseline)")
     p.add_argument("--no-warm-start", action="store_true",

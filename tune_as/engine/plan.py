@@ -23,7 +23,7 @@ from typing import Any
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
 from tune_as.engine.state import check_private
 from tune_as.errors import UserError, first_line
-from tune_as.paths import check_writable_folder
+from tune_as.paths import absolute_sqlite, check_tracking_store, check_writable_folder
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
 from tune_as.space.overrides import check_overrides
 from tune_as.space.search_space import (
@@ -81,21 +81,42 @@ class SearchPlan:
     def quota(self, loss: str) -> int:
         """Search trials of `loss`. A loss with nothing to tune gets one when the answer is confirmed: more
         would only change its seed, and confirmation brings new seeds anyway (its budget goes there)."""
-        return 1 if self.confirming and not self.space.losses[loss].params else self.space.trials_per_loss
+        return 1 if self.confirming and not self.space.losses[loss].params else self.search_trials
+
+    @property
+    def search_trials(self) -> int:
+        return search_trials(self.request, self.space, self.base)
 
     @property
     def n_trials(self) -> int:
         return sum(self.quota(loss) for loss in self.losses)
 
     def max_epochs(self, loss: str) -> float:
-        """The most epochs a trial of `loss` can train: its own `fixed`/searched epochs, else the base's.
-        Early stopping's max_t and "completed" are judged per trial against the trial's own epochs."""
-        space = self.space.losses[loss]
-        searched = [float(v) for d in space.params if d.name == "epochs" for v in d.extremes()]
-        paper = (space.paper or {}).get("epochs")
-        return max([float(space.fixed.get("epochs", self.base.epochs)), *searched,
-                    *([float(paper)] if paper is not None else [])])
+        return max_epochs(self.space, self.base, loss)
 
+
+def max_epochs(space: SearchSpace, base: TrialSettings, loss: str) -> float:
+    """The most epochs a trial of `loss` can train: its own `fixed`/searched epochs, else the base's.
+    Early stopping's max_t and "completed" are judged per trial against the trial's own epochs."""
+    own = space.losses[loss]
+    searched = [float(v) for d in own.params if d.name == "epochs" for v in d.extremes()]
+    paper = (own.paper or {}).get("epochs")
+    return max([float(own.fixed.get("epochs", base.epochs)), *searched, *([float(paper)] if paper is not None else [])])
+
+
+def search_trials(r: SearchRequest, space: SearchSpace, base: TrialSettings) -> int:
+    """Trials per loss with parameters: --trials-per-loss (or the space's) if given, else under --budget what the
+    budget pays after the first confirmation round (tune_as.results.budget; BudgetTooSmall when nothing fits)."""
+    if r.budget is None:
+        return space.trials_per_loss
+    from tune_as.results.budget import search_trials as split
+
+    losses = list(space.losses)
+    confirmed = losses if r.confirm_top is None else losses[: r.confirm_top + 1]  # at most these are confirmed
+    asked = space.trials_per_loss if r.trials_per_loss or r.smoke else None  # else: what the budget pays
+    return split(r.budget, {loss: max_epochs(space, base, loss) for loss in losses},
+                 [loss for loss in losses if space.losses[loss].params], confirmed if (r.confirm or r.race) else [],
+                 r.confirm or (3 if r.race else 0), asked)
 
 def build(name: str, task_args: tuple[tuple[str, str], ...] = ()) -> Task:
     try:
@@ -216,44 +237,6 @@ def resolve_settings(r: SearchRequest, task: Task, space: SearchSpace) -> tuple[
     return data_settings, base
 
 
-def check_tracking_store(uri: str) -> None:
-    """A tracking store that keeps the search: not an in-memory database (lost at exit, while the resume hint
-    would point at it), and an SQLite file this process can write (checked before anything is written)."""
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix):
-        return
-    if ":memory:" in uri or uri == prefix:
-        raise UserError(f"--mlflow-uri: expected a tracking store that outlives the search (its runs and the resume "
-                        f"hint point at it), got {uri}")
-    path = Path(uri[len(prefix):].split("?", 1)[0])
-    try:
-        if path.exists():
-            with open(path, "r+b"):  # a read-only file (for a non-root user) fails here, not after the folder
-                pass
-            if os.statvfs(path).f_flag & os.ST_RDONLY:  # a read-only mount (root included)
-                raise OSError(30, "read-only file system")
-        else:
-            check_storage(path.parent)
-    except OSError as exc:
-        raise UserError(f"--mlflow-uri: expected an SQLite file this process can write, got {uri} "
-                        f"({exc.strerror or first_line(exc)})") from None
-    except UserError as exc:
-        raise UserError(f"--mlflow-uri: expected an SQLite file in a writable folder, got {uri} "
-                        f"({str(exc).split(': ', 1)[-1]})") from None
-
-
-def absolute_sqlite(uri: str | None) -> str | None:
-    """A relative SQLite tracking URI (the default `sqlite:///mlflow.db`) made absolute, so the saved state and
-    the resume hint name the same database from any folder. Other URIs, and None (MLflow's env or default), stay."""
-    from tune_as.tracking.client import DEFAULT_URI
-
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri.startswith(prefix + "/") and ":memory:" not in uri:
-        return prefix + str(Path(uri[len(prefix):]).expanduser().resolve())
-    return uri
-
-
 def check_length(data: DataSettings, task: Task) -> None:
     """A sequence longer than the backbone's position embeddings fails in every trial: refused now."""
     from tune_as.tasks.backbones import max_positions
@@ -348,6 +331,10 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     data_settings, base = resolve_settings(r, task, space)
     check_length(data_settings, task)
     check_capabilities(base, space)
+    try:  # a budget that cannot pay for the answer is refused before the data is prepared
+        search_trials(r, space, base)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     data = prepare(data_settings, task)
     space.check_classes(data.num_labels)
     experiment = r.experiment or task.name

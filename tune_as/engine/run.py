@@ -38,6 +38,7 @@ from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
 from tune_as.engine.state import CONFIRM_DIR  # noqa: E402
 from tune_as.errors import UserError  # noqa: E402
 from tune_as.results import racing, ranking  # noqa: E402
+from tune_as.results.budget import last_look  # noqa: E402
 from tune_as.results.render import Table  # noqa: E402
 from tune_as.results.selection import Cell, TrialRun  # noqa: E402
 from tune_as.settings import DataSettings, TrialSettings  # noqa: E402
@@ -131,7 +132,7 @@ def _scheduler(plan: SearchPlan) -> TrialScheduler:
     if r.asha_scope == "search":  # the ablation: every loss in one set of brackets
         return ASHAScheduler(time_attr="epoch", max_t=max(max_t.values()), grace_period=grace,  # type: ignore[arg-type]
                              reduction_factor=r.reduction_factor, metric=metric, mode="max")
-    scheduler = PerLossASHA("epoch", max_t, grace, r.reduction_factor, plan.space.trials_per_loss,
+    scheduler = PerLossASHA("epoch", max_t, grace, r.reduction_factor, plan.search_trials,
                             plan.search_dir / SCHEDULER_STATE)
     scheduler.set_search_properties(metric, "max")
     return scheduler
@@ -207,7 +208,7 @@ def run_search(r: SearchRequest) -> Outcome:
     plan = plan_search(r)
     r = plan.request
     state = state_of(plan)
-    params = {"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.space.trials_per_loss,
+    params = {"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.search_trials,
               "backbone": plan.data_settings.backbone, "encoder": plan.data_settings.encoder,
               "epochs": plan.base.epochs, "seed": r.seed, "confirm": r.confirm, "git_commit": git_commit(),
               "search_space": str(plan.space.path)}
@@ -329,11 +330,15 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
         best = sorted(losses, key=lambda loss: (-cells[loss].val, loss))[: r.confirm_top]
         losses = [loss for loss in losses if loss in best or loss == plan.baseline]
     seeds = ranking.confirmation_seeds(trials, r.confirm or r.max_seeds)
-    race = (racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=r.margin) if r.confirm
-            else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=r.max_seeds, margin_points=r.margin))
     per_run = max(plan.max_epochs(loss) for loss in losses)
+    last = last_look(r.max_seeds, r.budget, search_epochs, len(losses), per_run)  # fixed before any seed
+    race = (racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=r.margin) if r.confirm
+            else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=last, margin_points=r.margin))
     runs: list[TrialRun] = []
     epochs, notes = 0.0, []
+    if not r.confirm and last < r.max_seeds:
+        notes.append(f"--budget {r.budget:g}: the race's last look is at {last} seeds per loss, what the budget "
+                     f"left after the search pays for every loss (--max-seeds {r.max_seeds}); its alpha goes there.")
     attempted: set[tuple[str, int]] = set()
     for round_no in range(1, len(race.looks) + 1):
         left = None if r.budget is None else max(0, int((r.budget - search_epochs - epochs) // per_run))
