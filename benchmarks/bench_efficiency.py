@@ -1,5 +1,6 @@
-"""Does the search pay (issue 15)? tune_as's whole answer (which loss wins, with which settings) against an
-exhaustive grid reference, at a fraction of the grid's compute.
+"""Does the search pay, and are its verdicts right (issues 15 and 20)? tune_as's whole answer (which loss wins,
+with which settings, and each loss's verdict against the baseline) against an exhaustive grid reference and a
+10-seed truth, at a fraction of the grid's compute.
 
     python benchmarks/bench_efficiency.py --quick                      # a few minutes: smoke check
     python benchmarks/bench_efficiency.py --task digits                # docs/bench_efficiency.md
@@ -11,13 +12,20 @@ evaluation recorded and cached as JSON Lines under --cache-dir, so re-running th
 the reference answer is the grid point with the best mean validation metric, its test mean and 95% t-interval;
 the losses are ranked by that test mean. Reference compute = the sum of epochs trained.
 
+The truth: each loss's reference-selected point re-run on TRUTH_SEEDS (10 seeds no grid run, search trial or
+confirmation run of an arm uses; checked), in the same run cache; per loss the paired difference to the
+baseline (softmax) with its 95% t-interval (efficiency_scores.truth_row).
+
 The arms, each at total budgets (fractions of the reference compute, confirmation runs included) and search
 seeds, all through `tune_as.engine.run_search` (real Ray Tune, Optuna, MLflow on SQLite):
-  search      the default search: Optuna TPE per loss, warm start first, per-loss ASHA, --confirm 3 --confirm-top K
-  cross_loss  the same with asha_scope="search" (one set of ASHA brackets for every loss: the old behaviour)
-  random      --sampler random --no-warm-start: uniform draws from the same space, per-loss ASHA, same confirmation
-A budget is met by choosing trials per loss (the largest whose estimated compute fits); the compute actually
-spent (the engine's Outcome.compute) is reported next to it.
+  fixed        the fixed design: Optuna TPE per loss, warm start, per-loss ASHA, --confirm 3 --confirm-top 3
+  race         --race --budget <the arm's budget in trial-epochs> (max seeds: the engine's default, 10)
+  random_race  --race as above with --sampler random --no-warm-start
+and, behind --arms, the earlier ablations of the fixed design: cross_loss (asha_scope="search"), random
+(--sampler random --no-warm-start), no_warm_start, confirm_all (every loss confirmed).
+Trials per loss are the largest whose estimated compute, with the confirmation the arm reserves, fits the budget
+(`trials_for`); the compute actually spent (the engine's Outcome.compute) is reported next to it. The verdicts
+and the best set are read from the engine's answer rows (Outcome.rows) and scored by efficiency_scores.
 """
 
 from __future__ import annotations
@@ -38,12 +46,30 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from efficiency_scores import (
+    arms_table,
+    gap_table,
+    goal_lines,
+    noise_floor,
+    null_fwer,
+    null_line,
+    num,
+    plot,
+    reference_table,
+    score,
+    summary_lines,
+    summary_table,
+    t_interval,
+    truth_row,
+    truth_table,
+    verdict_table,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
-ARMS = ("search", "cross_loss", "random", "no_warm_start", "confirm_all")
-DEFAULT_ARMS = ARMS[:3]  # the issue's arms; the last two are ablations of this benchmark's default changes
+# The truth's seeds: far above the grid's (0-2) and above every seed an arm uses (the search seed, and the
+# confirmation seeds the engine takes as the integers after it: tune_as.results.selection.new_seeds); main checks.
+TRUTH_SEEDS = tuple(range(1000, 1010))
 
 # Reference grids per loss (parameter names as in search_spaces/<task>.yaml). Points outside a loss's search range
 # are not allowed: the reference and the arms search the same space.
@@ -99,13 +125,17 @@ class Setup:
     lr: float
     batch_size: int
     ref_seeds: tuple[int, ...]
+    truth_seeds: tuple[int, ...]
     budgets: tuple[float, ...]
     search_seeds: tuple[int, ...]
     arms: tuple[str, ...]
-    confirm: int
-    confirm_top: int | None
+    confirm: int  # the fixed design's seeds per confirmed loss
+    confirm_top: int | None  # the fixed design's confirmed losses (and the baseline); None: every loss
+    trials_per_loss: int | None  # None: the most each arm's budget allows (trials_for)
+    sim_answers: int
     workers: int
     cache_dir: Path
+    quick: bool = False
 
     @property
     def losses(self) -> tuple[str, ...]:
@@ -213,17 +243,7 @@ def trial_config(plan: Any, loss: str, params: dict[str, Any], seed: int) -> dic
             **{config_key(k): v for k, v in params.items()}, "seed": seed}
 
 
-# -- the reference ----------------------------------------------------------------------------------------------
-def t_interval(values: list[float]) -> tuple[float, float, float]:
-    from scipy import stats
-
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan, math.nan
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
+# -- the reference and the truth ------------------------------------------------------------------------------
 def reference(setup: Setup, plan: Any, cache: RunCache) -> dict[str, Any]:
     jobs: list[tuple[str, dict[str, Any], int]] = []
     for loss, grid in setup.grids.items():
@@ -242,264 +262,186 @@ def reference(setup: Setup, plan: Any, cache: RunCache) -> dict[str, Any]:
         points[loss][json.dumps(params, sort_keys=True)].append(row)
     per_loss = {}
     for loss, by_point in points.items():
-        scored = [(statistics.fmean(_num(r["best_val"]) for r in rows), key, rows) for key, rows in by_point.items()]
+        scored = [(statistics.fmean(num(r["best_val"]) for r in rows), key, rows) for key, rows in by_point.items()]
         # a point with a diverged seed (no validation result) is not a result, as in the engine; max keeps the
         # first of equals: grid order
         val, key, rows = max(scored, key=lambda s: -math.inf if math.isnan(s[0]) else s[0])
-        mean, low, high = t_interval([_num(r["test"]) for r in rows])
-        sd = statistics.stdev(_num(r["test"]) for r in rows) if len(rows) > 1 else math.nan
+        mean, low, high = t_interval([num(r["test"]) for r in rows])
+        sd = statistics.stdev(num(r["test"]) for r in rows) if len(rows) > 1 else math.nan
         per_loss[loss] = {"params": json.loads(key), "val": val, "test": mean, "low": low, "high": high,
                           "points": len(by_point), "sd": sd}
-    compute = sum(r["curve"][-1][0] for r in results if r["curve"])
     ranking = sorted(per_loss, key=lambda loss: -per_loss[loss]["test"])
     n = len(setup.ref_seeds)
-    return {"losses": per_loss, "ranking": ranking, "best": ranking[0], "runs": len(results), "compute": compute,
-            "trial_seconds": sum(r["seconds"] for r in results), "wall_this_call": wall,
+    return {"losses": per_loss, "ranking": ranking, "best": ranking[0], "runs": len(results),
+            "compute": _epochs(results), "trial_seconds": sum(r["seconds"] for r in results), "wall_this_call": wall,
             "floor_confirmed": noise_floor(per_loss, n, n), "floor_single": noise_floor(per_loss, n, 1)}
 
 
-def noise_floor(per_loss: dict[str, Any], ref_seeds: int, seeds: int) -> float:
-    """The mean per-loss gap (points) a perfect search would still show: each loss at the reference's own setting,
-    its test mean over `seeds` new seeds against the reference's mean over `ref_seeds`. With the seed-to-seed
-    standard deviation s of that setting, the difference of the two means is normal with sd
-    s * sqrt(1/seeds + 1/ref_seeds), and E|N(0, v)| = sqrt(2 v / pi)."""
-    gaps = [r["sd"] * math.sqrt((1 / seeds + 1 / ref_seeds) * 2 / math.pi) * 100 for r in per_loss.values()
-            if not math.isnan(r["sd"])]
-    return statistics.fmean(gaps) if gaps else math.nan
+def truth(setup: Setup, plan: Any, ref: dict[str, Any], cache: RunCache) -> dict[str, Any]:
+    """Each loss's reference-selected point on the truth's seeds; per loss its paired difference to the baseline.
+    A run without a test result (diverged) leaves its seed out of the pairs."""
+    jobs = [(loss, seed) for loss in setup.losses for seed in setup.truth_seeds]
+    configs = [trial_config(plan, loss, ref["losses"][loss]["params"], seed) for loss, seed in jobs]
+    print(f"truth: {len(configs)} runs ({len(configs) - sum(config_id(c) in cache.done for c in configs)} to train)",
+          flush=True)
+    results = cache.run(configs, setup)
+    test: dict[str, dict[int, float]] = {loss: {} for loss in setup.losses}
+    val: dict[str, dict[int, float]] = {loss: {} for loss in setup.losses}
+    for (loss, seed), row in zip(jobs, results, strict=True):
+        if row["error"] is None and math.isfinite(num(row["test"])) and math.isfinite(num(row["best_val"])):
+            test[loss][seed], val[loss][seed] = float(row["test"]), float(row["best_val"])
+    base = plan.baseline
+    return {"baseline": base, "seeds": list(setup.truth_seeds), "test": test, "val": val,
+            "losses": {loss: truth_row(test[loss], test[base]) for loss in setup.losses if loss != base},
+            "compute": _epochs(results)}
 
 
-def _num(value: Any) -> float:
-    return float("nan") if value is None else float(value)
+def _epochs(results: list[dict[str, Any]]) -> float:
+    return sum(r["curve"][-1][0] for r in results if r["curve"])
 
 
-# -- budgets --------------------------------------------------------------------------------------------------
+# -- the arms ---------------------------------------------------------------------------------------------------
+FIXED, RACING = "fixed", "racing"
+# arm -> (its confirmation design, the SearchRequest options it changes beyond the design's)
+ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fixed": (FIXED, {}),
+    "race": (RACING, {}),
+    "random_race": (RACING, {"sampler": "random", "warm_start": False}),
+    # earlier ablations of the fixed design (docs/bench_efficiency.md, history)
+    "cross_loss": (FIXED, {"asha_scope": "search"}),  # one set of ASHA brackets for every loss
+    "random": (FIXED, {"sampler": "random", "warm_start": False}),
+    "no_warm_start": (FIXED, {"warm_start": False}),  # what the warm start from each loss's defaults buys
+    "confirm_all": (FIXED, {"confirm_top": None}),  # what confirming only the top losses buys
+}
+DEFAULT_ARMS = ("fixed", "race", "random_race")
 STOPPED = 0.4  # the share of trials per-loss ASHA stopped at its rung in this benchmark's first runs (T = 5)
 
 
-def confirm_top(setup: Setup, arm: str) -> int | None:
-    return ARM_OPTIONS[arm].get("confirm_top", setup.confirm_top)
+def arm_options(setup: Setup, arm: str, budget_epochs: float) -> dict[str, Any]:
+    """The arm's SearchRequest options: its confirmation design, then its own changes."""
+    design, own = ARMS[arm]
+    if design == RACING:  # a race stops at the budget: it caps the confirmation (the search runs its trials)
+        return {"race": True, "budget": round(budget_epochs, 1), **own}
+    return {"confirm": setup.confirm, "confirm_top": setup.confirm_top, **own}
 
 
-def confirmed_losses(setup: Setup, top: int | None) -> int:
-    n = len(setup.losses)
-    return n if top is None else min(n, top + 1)  # + softmax, the baseline
+def reserved(setup: Setup, options: dict[str, Any]) -> float:
+    """The confirmation epochs an arm's trials per loss leave room for. Fixed design: its confirm seeds for the
+    losses it confirms (the top K and the baseline). Race: its first look for every loss (the race's first
+    round, racing.Plan's `first` seeds each), so that every loss can get a verdict; later rounds take what the
+    budget leaves."""
+    from tune_as.results.racing import Plan
 
-
-def trials_for(budget_epochs: float, setup: Setup, top: int | None, reduction_factor: float = 3.0) -> int:
-    """The largest trials per loss whose estimated compute (search + confirmation) fits the budget, at least 1.
-    Per-loss ASHA judges nothing below `reduction_factor` trials; above, about STOPPED of the trials stop at its
-    one rung (a third of the epochs, rounded up to an evaluation)."""
     n, e = len(setup.losses), setup.epochs
-    confirm = confirmed_losses(setup, top) * setup.confirm * e
+    if options.get("race"):
+        return n * Plan.first * e
+    top = options["confirm_top"]
+    return (n if top is None else min(n, top + 1)) * options["confirm"] * e
+
+
+def trials_for(budget_epochs: float, setup: Setup, reserve: float, tunable: int,
+               reduction_factor: float = 3.0) -> int:
+    """The largest trials per loss whose estimated compute (search + `reserve`) fits the budget, at least 1.
+    A loss with nothing to tune gets one search trial (the engine's quota when it confirms). Per-loss ASHA judges
+    nothing below `reduction_factor` trials; above, about STOPPED of the trials stop at its one rung (a third of
+    the epochs, rounded up to an evaluation)."""
+    n, e = len(setup.losses), setup.epochs
     rung = math.ceil(e / reduction_factor)
     best = 1
     for t in range(1, 200):
         per_trial = e if t < reduction_factor else (1 - STOPPED) * e + STOPPED * rung
-        if n * t * per_trial + confirm <= budget_epochs:
+        if tunable * t * per_trial + (n - tunable) * e + reserve <= budget_epochs:
             best = t
     return best
 
 
-# -- the arms ---------------------------------------------------------------------------------------------------
-ARM_OPTIONS: dict[str, dict[str, Any]] = {
-    "search": {}, "cross_loss": {"asha_scope": "search"}, "random": {"sampler": "random", "warm_start": False},
-    "no_warm_start": {"warm_start": False},  # what the warm start from each loss's defaults buys
-    "confirm_all": {"confirm_top": None},  # what confirming only the top losses buys: every loss confirmed
-}
-
-
-def ray_arm(setup: Setup, arm: str, trials: int, seed: int, work: Path) -> dict[str, Any]:
+def ray_arm(setup: Setup, arm: str, options: dict[str, Any], trials: int, seed: int, work: Path) -> dict[str, Any]:
     from tune_as.engine.run import run_search
 
-    options = {"confirm_top": setup.confirm_top, **ARM_OPTIONS[arm]}
-    request = setup.request(trials_per_loss=trials, seed=seed, confirm=setup.confirm,
-                            storage_path=work / "ray", mlflow_uri=f"sqlite:///{work / 'mlflow.db'}",
-                            max_concurrent=setup.workers, name=f"{arm}-t{trials}-s{seed}", **options)
-    outcome = run_search(request)
-    c = outcome.compute
-    return answer(outcome.rows, c.search_epochs + c.confirm_epochs, c.wall_s, len(outcome.trials),
-                  sum(t.stopped_early for t in outcome.trials))
+    request = setup.request(trials_per_loss=trials, seed=seed, storage_path=work / "ray",
+                            mlflow_uri=f"sqlite:///{work / 'mlflow.db'}", max_concurrent=setup.workers,
+                            name=f"{arm}-t{trials}-s{seed}", **options)
+    return answer(run_search(request))
 
 
-def answer(rows: list[Any], compute: float, wall: float, trials: int, stopped: int) -> dict[str, Any]:
+def answer(outcome: Any) -> dict[str, Any]:
+    """The engine's answer as a record: per loss its numbers, setting, verdict and best-set flag as the answer's
+    rows (tune_as.results.ranking.Row) hold them, what it cost, and the confirmation seeds it used."""
+    rows = outcome.rows
     per_loss = {r.loss: {"val": statistics.fmean(r.val) if r.val else None,
-                         "test": statistics.fmean(r.test) if r.test else None,
-                         "setting": r.setting, "confirmed": r.confirmed} for r in rows}
-    winner = rows[0].loss if rows and rows[0].val else None
-    return {"losses": per_loss, "winner": winner, "compute": compute, "wall": wall, "trials": trials,
-            "stopped_early": stopped}
+                         "test": statistics.fmean(r.test) if r.test else None, "setting": r.setting,
+                         "confirmed": r.confirmed, "seeds": len(r.test) if r.confirmed else 0,
+                         "verdict": r.verdict, "best": r.best} for r in rows}
+    c = outcome.compute
+    return {"losses": per_loss, "winner": rows[0].loss if rows and rows[0].val else None,
+            "compute": c.search_epochs + c.confirm_epochs, "search_compute": c.search_epochs,
+            "confirm_compute": c.confirm_epochs, "wall": c.wall_s, "trials": len(outcome.trials),
+            "stopped_early": sum(t.stopped_early for t in outcome.trials),
+            "confirmation_seeds": sorted({int(t.seed) for t in outcome.confirmations})}
 
 
-# -- scores -----------------------------------------------------------------------------------------------------
-def score(ref: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
-    from scipy.stats import kendalltau
+def check_seeds(setup: Setup) -> str | None:
+    """Why the truth's seeds could meet another phase's, or None. A search that confirms runs its trials on its
+    seed s (a loss with nothing to tune gets one trial) and confirms on s + 1, s + 2, ... (selection.new_seeds)."""
+    from tune_as.engine.request import SearchRequest
 
-    names = ref["ranking"]
-    rl = ref["losses"]
-    best = rl[ref["best"]]
-    worst = -1.0  # a loss without a confirmed result ranks last
-    arm_test = {n: (arm["losses"].get(n, {}).get("test") if arm["losses"].get(n, {}).get("test") is not None
-                    else worst) for n in names}
-    tau_all = float(kendalltau([rl[n]["test"] for n in names], [arm_test[n] for n in names]).statistic)
-    # the issue's criterion: only pairs the reference separates (95% intervals that do not overlap)
-    conc = disc = pairs = 0
-    for a, b in itertools.combinations(names, 2):
-        if rl[a]["low"] > rl[b]["high"] or rl[b]["low"] > rl[a]["high"]:
-            pairs += 1
-            s = np.sign(rl[a]["test"] - rl[b]["test"]) * np.sign(arm_test[a] - arm_test[b])
-            conc += s > 0
-            disc += s < 0
-    gaps = [abs(arm_test[n] - rl[n]["test"]) * 100 for n in names if arm_test[n] != worst]
-    winner = arm["winner"]
-    return {"winner": winner, "winner_ok": winner is not None and rl[winner]["test"] >= best["low"],
-            "tau_all": tau_all, "tau_sep": (conc - disc) / pairs if pairs else math.nan, "sep_pairs": pairs,
-            "gap": statistics.fmean(gaps) if gaps else math.nan, "missing": len(names) - len(gaps),
-            "fraction": arm["compute"] / ref["compute"]}
-
-
-# -- output -----------------------------------------------------------------------------------------------------
-def _fmt(x: Any, spec: str = ".2f") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def reference_table(ref: dict[str, Any]) -> str:
-    lines = ["| rank | loss | grid points | selected setting | val mean | test mean [95% CI] |", "|" + " --- |" * 6]
-    for i, loss in enumerate(ref["ranking"], 1):
-        r = ref["losses"][loss]
-        setting = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-"
-        lines.append(f"| {i} | {loss} | {r['points']} | {setting} | {r['val'] * 100:.2f} | {r['test'] * 100:.2f} "
-                     f"[{_fmt(r['low'] * 100)}, {_fmt(r['high'] * 100)}] |")
-    return "\n".join(lines)
-
-
-def arms_table(records: list[dict[str, Any]]) -> str:
-    lines = ["| arm | budget | search seed | trials/loss | trials (stopped early) | compute (epochs) | fraction of "
-             "reference | wall s | winner | winner in ref. interval | τ all | τ separable (pairs) | mean gap, "
-             "points (losses without result) |", "|" + " --- |" * 13]
-    for r in records:
-        s = r["score"]
-        lines.append(f"| {r['arm']} | {r['budget']:.0%} | {r['seed']} | {r['trials_per_loss']} | {r['trials']} "
-                     f"({r['stopped_early']}) | {r['compute']:.0f} | {s['fraction']:.1%} | {r['wall']:.0f} | "
-                     f"{s['winner']} | {'yes' if s['winner_ok'] else 'no'} | {_fmt(s['tau_all'])} | "
-                     f"{_fmt(s['tau_sep'])} ({s['sep_pairs']}) | {_fmt(s['gap'])} ({s['missing']}) |")
-    return "\n".join(lines)
-
-
-def gap_table(records: list[dict[str, Any]], ref: dict[str, Any]) -> str:
-    """Where the mean gap comes from: per loss, |arm's test − reference's best| in points, mean over search seeds
-    ("-": no result in any seed), and in how many seeds the loss was confirmed."""
-    groups = sorted({(r["arm"], r["budget"]) for r in records}, key=lambda g: (g[1], ARMS.index(g[0])))
-    names = ref["ranking"]
-    lines = ["| loss | reference test sd | " + " | ".join(f"{a} {b:.0%}" for a, b in groups) + " |",
-             "|" + " --- |" * (len(groups) + 2)]
-    for name in names:
-        cells = []
-        for arm, budget in groups:
-            rs = [r for r in records if r["arm"] == arm and r["budget"] == budget]
-            gaps = [abs(r["losses"][name]["test"] - ref["losses"][name]["test"]) * 100 for r in rs
-                    if r["losses"].get(name, {}).get("test") is not None]
-            confirmed = sum(bool(r["losses"].get(name, {}).get("confirmed")) for r in rs)
-            cells.append(f"{statistics.fmean(gaps):.2f} ({confirmed}/{len(rs)})" if gaps else "-")
-        lines.append(f"| {name} | {_fmt(ref['losses'][name]['sd'] * 100)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def summary_lines(records: list[dict[str, Any]], ref: dict[str, Any]) -> list[str]:
-    out = [f"noise floor (the reference's own settings, new seeds): gap {ref['floor_confirmed']:.2f} points with "
-           f"{len(ref['losses'])} losses confirmed on as many seeds as the reference, {ref['floor_single']:.2f} "
-           "with single runs"]
-    for arm in ARMS:
-        for budget in sorted({r["budget"] for r in records}):
-            rs = [r for r in records if r["arm"] == arm and r["budget"] == budget]
-            if not rs:
-                continue
-            sc = [r["score"] for r in rs]
-            out.append(f"search-vs-grid: {arm:<10} budget {budget:.0%} (spent {statistics.fmean(s['fraction'] for s in sc):.1%}): "
-                       f"winner in interval {sum(s['winner_ok'] for s in sc)}/{len(sc)}, "
-                       f"tau_sep {_fmt(statistics.fmean(s['tau_sep'] for s in sc))}, "
-                       f"tau_all {_fmt(statistics.fmean(s['tau_all'] for s in sc))}, "
-                       f"gap {_fmt(statistics.fmean(s['gap'] for s in sc))} points, "
-                       f"{sum(s['missing'] for s in sc)} loss results missing")
-    return out
-
-
-def plot(records: list[dict[str, Any]], path: Path, task: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    # the issue's τ counts only pairs the reference separates; with none (a saturated task) draw τ over all losses
-    separable = any(r["score"]["sep_pairs"] for r in records)
-    tau_key = "tau_sep" if separable else "tau_all"
-    for arm, marker in zip(ARMS, "os^vD", strict=True):
-        rs = sorted((r for r in records if r["arm"] == arm), key=lambda r: r["budget"])
-        if not rs:
-            continue
-        for ax, key in zip(axes, (tau_key, "gap"), strict=True):
-            xs = [r["score"]["fraction"] * 100 for r in rs]
-            ys = [r["score"][key] for r in rs]
-            ax.scatter(xs, ys, marker=marker, alpha=0.5)
-            budgets = sorted({r["budget"] for r in rs})
-            mx = [statistics.fmean(r["score"]["fraction"] * 100 for r in rs if r["budget"] == b) for b in budgets]
-            my = [statistics.fmean(r["score"][key] for r in rs if r["budget"] == b) for b in budgets]
-            ax.plot(mx, my, marker=marker, label=arm)
-            if key == "gap":  # a gap over fewer losses is not comparable: say how many had no result
-                for b, x, y in zip(budgets, mx, my, strict=True):
-                    missing = statistics.fmean(r["score"]["missing"] for r in rs if r["budget"] == b)
-                    if missing:
-                        ax.annotate(f"{missing:.1f} of {len(records[0]['losses'])} losses "
-                                    "without result", (x, y), fontsize=7, xytext=(4, -10), textcoords="offset points")
-    axes[0].set(xlabel="compute, % of the grid reference",
-                ylabel="Kendall τ, " + ("pairs the reference separates" if separable else "all losses (τ-b)"),
-                title="ranking agreement")
-    axes[1].set(xlabel="compute, % of the grid reference", ylabel="mean |confirmed − reference| test, points",
-                title="per-loss gap")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(f"{task}, {len(records[0]['losses'])} losses: search arms vs exhaustive grid (points: search seeds; lines: mean)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    most = max(SearchRequest.max_seeds, setup.confirm)
+    used = set(setup.ref_seeds) | {s + k for s in setup.search_seeds for k in range(most + 1)}
+    clash = sorted(used & set(setup.truth_seeds))
+    return f"the truth's seeds {clash} are used by the grid or an arm" if clash else None
 
 
 # -- main -------------------------------------------------------------------------------------------------------
 def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, reference_only: bool = False) -> dict[str, Any]:
+    from tune_as.engine.request import SearchRequest
+
     setup.cache_dir.mkdir(parents=True, exist_ok=True)
     cache = RunCache(setup.cache_dir / "runs.jsonl")
     arms_file = setup.cache_dir / "arms.json"
     arms: dict[str, Any] = json.loads(arms_file.read_text()) if arms_file.is_file() else {}
+    margin_points = SearchRequest.margin  # every arm runs the engine's default margin
+    order = list(ARMS)
     with tempfile.TemporaryDirectory() as tmp:
         plan = plan_for(setup, Path(tmp))
         ref = reference(setup, plan, cache)
         print(reference_table(ref), flush=True)
-        records = []
+        tru = truth(setup, plan, ref, cache)
+        print(truth_table(ref, tru, margin_points / 100), flush=True)
+        records: list[dict[str, Any]] = []
         if reference_only:
-            return {"reference": ref, "records": records}
+            return {"reference": ref, "truth": tru, "records": records}
+        tunable = sum(bool(plan.space.losses[loss].params) for loss in setup.losses)
         for budget in setup.budgets:
             for seed in setup.search_seeds:
                 for arm in setup.arms:
-                    top = confirm_top(setup, arm)
-                    trials = trials_for(budget * ref["compute"], setup, top)
-                    key = f"{arm}|{budget}|{seed}|{trials}|top{top}|v2"  # v2: engine arms
+                    options = arm_options(setup, arm, budget * ref["compute"])
+                    trials = setup.trials_per_loss or trials_for(budget * ref["compute"], setup,
+                                                                 reserved(setup, options), tunable)
+                    key = "v3|" + json.dumps({"arm": arm, "seed": seed, "trials": trials, **options}, sort_keys=True)
                     if key not in arms and cached_only:
                         continue
                     if key not in arms:
                         print(f"arm {arm}, budget {budget:.0%} ({trials} trials per loss), search seed {seed}",
                               flush=True)
-                        work = Path(tmp) / key.replace("|", "_")
-                        arms[key] = ray_arm(setup, arm, trials, seed, work)
+                        arms[key] = ray_arm(setup, arm, options, trials, seed, Path(tmp) / f"{arm}-{budget}-{seed}")
                         arms_file.write_text(json.dumps(arms, indent=1))
                     rec = {"arm": arm, "budget": budget, "seed": seed, "trials_per_loss": trials, **arms[key]}
-                    rec["score"] = score(ref, rec)
+                    assert not set(rec["confirmation_seeds"]) & set(setup.truth_seeds), "truth seeds reused"
+                    rec["score"] = score(ref, tru, rec, margin_points / 100)
                     records.append(rec)
-    print("\n" + arms_table(records))
-    print("\n" + gap_table(records, ref))
-    print("\n" + "\n".join(summary_lines(records, ref)))
-    if plot_path is not None:
-        plot(records, plot_path, setup.task)
-    result = {"reference": ref, "records": records}
+    pool = [(tru["val"][tru["baseline"]][s], tru["test"][tru["baseline"]][s]) for s in tru["test"][tru["baseline"]]]
+    null = null_fwer(setup.losses, tru["baseline"], pool, margin_points, SearchRequest.max_seeds, setup.sim_answers,
+                     seed=0)
+    if records:
+        print("\n" + arms_table(records))
+        print("\n" + summary_table(records, order))
+        print("\n" + verdict_table(records, ref, tru, margin_points / 100, order))
+        print("\n" + gap_table(records, ref, order))
+    print("\n" + "\n".join([*summary_lines(records, ref, order), null_line(null),
+                            *goal_lines(records, null, setup.task + (" (quick)" if setup.quick else ""))]))
+    if plot_path is not None and records:
+        plot(records, plot_path, setup.task, order)
+    result = {"reference": ref, "truth": tru, "records": records, "null": null}
     (setup.cache_dir / "result.json").write_text(json.dumps(result, indent=1, default=str))
     return result
 
@@ -507,18 +449,24 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, referen
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(TASKS), default="digits")
-    parser.add_argument("--quick", action="store_true", help="digits, 3 losses, tiny grids, 2 epochs: a smoke check")
+    parser.add_argument("--quick", action="store_true",
+                        help="digits, 3 losses, tiny grids, 2 epochs, 2 trials per loss, one search seed: a smoke check")
     parser.add_argument("--ref-seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--budgets", type=float, nargs="+", default=[0.10, 0.15, 0.25])
+    parser.add_argument("--budgets", type=float, nargs="+", default=[0.15],
+                        help="fractions of the reference's compute, confirmation included (default 0.15)")
     parser.add_argument("--search-seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(DEFAULT_ARMS))
-    parser.add_argument("--confirm", type=int, default=3)
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(DEFAULT_ARMS))
+    parser.add_argument("--confirm", type=int, default=3, help="the fixed design's seeds per confirmed loss")
     parser.add_argument("--confirm-top", type=int, default=3,
-                        help="confirm the K losses best on validation (and softmax); 0: every loss")
+                        help="the fixed design confirms the K losses best on validation (and softmax); 0: every loss")
+    parser.add_argument("--trials-per-loss", type=int, default=None,
+                        help="every arm's search trials per loss (default: the most its budget allows)")
+    parser.add_argument("--sim-answers", type=int, default=2000, help="answers of the null simulation")
     parser.add_argument("--workers", type=int, default=2, help="concurrent 1-thread trials (Ray's max_concurrent too)")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="runs and arm results (default: .tune_as_cache/bench_efficiency[_<task>|_quick])")
-    parser.add_argument("--reference-only", action="store_true", help="train (or read) the reference; run no arm")
+    parser.add_argument("--reference-only", action="store_true",
+                        help="train (or read) the reference and the truth; run no arm")
     parser.add_argument("--cached-only", action="store_true",
                         help="tables and plot from the arm results already cached; run no new arm")
     parser.add_argument("--plot", type=Path, default=None, help="PNG path (e.g. docs/bench_efficiency.png)")
@@ -534,12 +482,17 @@ def main() -> None:
         "bench_efficiency_quick" if quick else "bench_efficiency" + ("" if task == "digits" else "_" + task))
     setup = Setup(task=task, task_setup=ts, grids=QUICK_GRIDS if quick else ts.grids,
                   epochs=2.0 if quick else ts.epochs, lr=ts.lr, batch_size=ts.batch_size,
-                  ref_seeds=(0, 1) if quick else tuple(args.ref_seeds),
-                  budgets=(0.9,) if quick else tuple(args.budgets),
-                  search_seeds=(0,) if quick else tuple(args.search_seeds),
-                  arms=tuple(args.arms), confirm=1 if quick else args.confirm,
-                  confirm_top=None if quick or not args.confirm_top else args.confirm_top,
-                  workers=args.workers, cache_dir=cache.resolve())
+                  ref_seeds=(0, 1) if quick else tuple(args.ref_seeds), truth_seeds=TRUTH_SEEDS,
+                  budgets=(2.0,) if quick else tuple(args.budgets),
+                  search_seeds=(0,) if quick else tuple(args.search_seeds), arms=tuple(args.arms),
+                  confirm=args.confirm, confirm_top=args.confirm_top or None,
+                  trials_per_loss=2 if quick else args.trials_per_loss,
+                  sim_answers=300 if quick else args.sim_answers, workers=args.workers,
+                  cache_dir=cache.resolve(), quick=quick)
+    clash = check_seeds(setup)
+    if clash:
+        parser.exit(2, f"bench_efficiency: expected seeds disjoint from the truth's {TRUTH_SEEDS[0]}-"
+                       f"{TRUTH_SEEDS[-1]}, got {clash}\n")
     tic = time.perf_counter()
     run(setup, args.plot, args.cached_only, args.reference_only)
     print(f"wall {time.perf_counter() - tic:.0f} s", file=sys.stderr)
