@@ -355,7 +355,8 @@ def trials_for(budget_epochs: float, setup: Setup, reserve: float, tunable: int,
     return best
 
 
-def ray_arm(setup: Setup, arm: str, options: dict[str, Any], trials: int, seed: int, work: Path) -> dict[str, Any]:
+def ray_arm(setup: Setup, arm: str, options: dict[str, Any], trials: int | None, seed: int,
+            work: Path) -> dict[str, Any]:
     from tune_as.engine.run import run_search
 
     request = setup.request(trials_per_loss=trials, seed=seed, storage_path=work / "ray",
@@ -415,8 +416,9 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, referen
             for seed in setup.search_seeds:
                 for arm in setup.arms:
                     options = arm_options(setup, arm, budget * ref["compute"])
-                    trials = setup.trials_per_loss or trials_for(budget * ref["compute"], setup,
-                                                                 reserved(setup, options), tunable)
+                    # a race takes the engine's own split of its --budget (tune_as.results.budget)
+                    trials = setup.trials_per_loss or (None if options.get("race") else trials_for(
+                        budget * ref["compute"], setup, reserved(setup, options), tunable))
                     key = "v3|" + json.dumps({"arm": arm, "seed": seed, "trials": trials, **options}, sort_keys=True)
                     if key not in arms and cached_only:
                         continue

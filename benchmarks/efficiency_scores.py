@@ -204,7 +204,7 @@ def arms_table(records: Sequence[dict[str, Any]]) -> str:
     rows = []
     for r in records:
         s = r["score"]
-        rows.append([r["arm"], f"{r['budget']:.0%}", str(r["seed"]), str(r["trials_per_loss"]),
+        rows.append([r["arm"], f"{r['budget']:.0%}", str(r["seed"]), str(r["trials_per_loss"] or "by budget"),
                      f"{r['trials']} ({r['stopped_early']})", f"{r['compute']:.0f}", f"{s['fraction']:.1%}",
                      f"{r['wall']:.0f}", f"{s['decided']}/{s['comparisons']}", str(s["wrong"]),
                      str(s["best_size"]), fmt(s["gap"]), str(s["winner"]), "yes" if s["winner_ok"] else "no",

@@ -17,6 +17,7 @@ def test_the_first_round_and_one_trial_per_fixed_loss_are_paid_before_the_search
     # reserve 3 seeds x 13 losses x 5 epochs = 195, fixed losses 5 x 5 = 25, a search trial of each tunable: 40
     assert search_trials(500, EPOCHS, TUNABLE, list(EPOCHS), 3) == 7  # (500 - 220) / 40 = 7
     assert search_trials(260, EPOCHS, TUNABLE, list(EPOCHS), 3) == 1
+    assert search_trials(299, EPOCHS, TUNABLE, list(EPOCHS), 3) == 1
     # --confirm 3 --confirm-top 3: only 4 losses are confirmed, so the search gets more
     assert search_trials(500, EPOCHS, TUNABLE, TUNABLE[:4], 3) == 10  # (500 - 60 - 25) / 40 = 10.4
     # a loss with its own epochs costs its own epochs
@@ -27,11 +28,15 @@ def test_without_confirmation_every_loss_shares_the_budget_in_search_trials() ->
     assert search_trials(130, EPOCHS, TUNABLE, [], 0) == 2  # 130 / 65
 
 
-def test_a_budget_that_cannot_pay_one_trial_per_loss_and_the_first_round_is_refused() -> None:
-    with pytest.raises(BudgetTooSmall, match=r"--budget: expected at least 260 trial-epochs for one search trial "
-                                             r"per loss and the first confirmation round \(3 seeds x 13 losses\), "
-                                             r"got 259"):
-        search_trials(259, EPOCHS, TUNABLE, list(EPOCHS), 3)
+def test_a_budget_short_of_every_first_round_pays_one_trial_per_loss_and_the_least_round() -> None:
+    # 259 < 260 (every loss's first round): one search trial each; the race confirms the best losses first
+    assert search_trials(259, EPOCHS, TUNABLE, list(EPOCHS), 3) == 1
+    # the least answer: 40 + 25 for the search, 3 seeds x 2 losses x 5 epochs = 30 for the first round
+    assert search_trials(95, EPOCHS, TUNABLE, list(EPOCHS), 3) == 1
+    with pytest.raises(BudgetTooSmall, match=r"--budget: expected at least 95 trial-epochs for one search trial "
+                                             r"per loss and the first confirmation round of the baseline and one "
+                                             r"other loss \(3 seeds each\), got 94"):
+        search_trials(94, EPOCHS, TUNABLE, list(EPOCHS), 3)
     with pytest.raises(BudgetTooSmall, match="expected at least 65 trial-epochs for one search trial per loss, got 64"):
         search_trials(64, EPOCHS, TUNABLE, [], 0)
 

@@ -321,7 +321,8 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
     and recomputes the same next rounds from the results (the race is pure), so no seed runs twice."""
     plan, r = session.plan, session.plan.request
     cells = ranking.selected(trials)
-    losses = [loss for loss in plan.losses if loss in cells]
+    # best on the search's validation first: a round the budget cannot pay in full goes to them (and the baseline)
+    losses = sorted((loss for loss in plan.losses if loss in cells), key=lambda loss: (-cells[loss].val, loss))
     if plan.baseline not in cells or len(losses) < 2:
         return Confirmed(notes=(f"Not confirmed: the baseline {plan.baseline} has no result (every trial stopped "
                                 "early or failed), so no verdict can be given." if plan.baseline not in cells else

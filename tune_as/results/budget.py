@@ -6,6 +6,9 @@ before anything runs and can be tested without Ray:
 - `search_trials`: trials per loss with parameters. The first confirmation round (3 seeds per loss, or `--confirm
   N` for the losses it confirms) is reserved first, a loss with nothing to tune gets its one search trial, and
   the search's trials take the rest. Trials early stopping cuts short leave their epochs to the confirmation.
+  A budget too small for every loss's first round still gets one search trial per loss when it pays the first
+  round of the baseline and one other loss: the race then confirms the losses best on the search's validation
+  first (`engine.run`), and the others stay undecided.
 - `last_look`: the race's last look, fixed once the search has ended (before the first confirmation seed, so
   the error control holds): --max-seeds, or the last look the budget left can pay for every loss. The alpha of
   looks the budget could never reach is not set aside for them: all of it goes to the first look when only that
@@ -27,24 +30,28 @@ class BudgetTooSmall(ValueError):
 def search_trials(budget: float, epochs: Mapping[str, float], tunable: Sequence[str],
                   confirmed: Sequence[str], first_seeds: int, trials: int | None = None) -> int:
     """Search trials per tunable loss that `budget` pays after the first confirmation round (`first_seeds` runs
-    of each loss in `confirmed`, 0 when the answer is not confirmed) and one trial of each loss without
-    parameters (every loss's trials when nothing is confirmed). BudgetTooSmall when not even one fits, or when
-    the `trials` a user asked for do not fit."""
-    reserve = first_seeds * sum(epochs[loss] for loss in confirmed)
-    fixed = [loss for loss in epochs if loss not in tunable]
-    searched = list(tunable) if first_seeds else list(epochs)
-    fixed_cost = sum(epochs[loss] for loss in fixed) if first_seeds else 0.0
-    per_trial = sum(epochs[loss] for loss in searched)
-    left = budget - reserve - fixed_cost
-    n = math.floor(left / per_trial + 1e-9) if per_trial else 1
-    asked = 1 if trials is None else trials
-    if n < asked or left < 0:
-        need = reserve + fixed_cost + per_trial * asked
-        search = "one search trial per loss" if trials is None else f"--trials-per-loss {trials}"
-        what = f"{search} and the first confirmation round ({first_seeds} seeds x {len(confirmed)} losses)"
-        raise BudgetTooSmall(f"--budget: expected at least {need:g} trial-epochs for "
-                             f"{what if first_seeds else search}, got {budget:g}")
-    return n if trials is None else trials
+    of each loss in `confirmed`; 0 when the answer is not confirmed: every loss then has search trials) and one
+    trial of each loss without parameters. `trials`: what the user asked for, kept if the budget pays it.
+    BudgetTooSmall when even the least answer does not fit."""
+    fixed_cost = sum(epochs[loss] for loss in epochs if loss not in tunable) if first_seeds else 0.0
+    per_trial = sum(epochs[loss] for loss in (tunable if first_seeds else epochs))
+    full_round = first_seeds * sum(epochs[loss] for loss in confirmed)
+    if trials is not None:
+        need = full_round + fixed_cost + per_trial * trials
+        what = f"--trials-per-loss {trials}" + (
+            f" and the first confirmation round ({first_seeds} seeds x {len(confirmed)} losses)" if first_seeds else "")
+    else:
+        if per_trial and budget - full_round - fixed_cost >= per_trial - 1e-9:
+            return math.floor((budget - full_round - fixed_cost) / per_trial + 1e-9)
+        # the least answer: one search trial per loss, the first round of the baseline and one other loss
+        least_round = first_seeds * 2 * max((epochs[loss] for loss in confirmed), default=0.0)
+        need = least_round + fixed_cost + per_trial
+        what = "one search trial per loss" + (
+            f" and the first confirmation round of the baseline and one other loss ({first_seeds} seeds each)"
+            if first_seeds else "")
+    if budget < need - 1e-9:
+        raise BudgetTooSmall(f"--budget: expected at least {need:g} trial-epochs for {what}, got {budget:g}")
+    return 1 if trials is None else trials
 
 
 def last_look(max_seeds: int, budget: float | None, spent: float, losses: int, epochs_per_run: float,
