@@ -258,17 +258,6 @@ def test_trials_that_checkpoint_often_keep_one_checkpoint_each(tmp_path: Path, m
     assert_no_weights_left(tmp_path / "results" / "digits-disk")
 
 
-
-RACE_SPACE = """task: digits
-trials_per_loss: 1
-fixed: {epochs: 1, batch_size: 64, lr: 3.0e-3}
-losses:
-  softmax: {}
-  label_smoothing:
-    fixed: {eps: 0.1}
-"""
-
-
 def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Path) -> None:
     """--race --max-seeds 5 on two losses: round 1 (3 seeds each, experiment `confirm`) leaves both undecided,
     round 2 (2 more seeds each, `confirm-2`) runs 4 runs, 2 at a time. The third run of round 2 blocks at its first
@@ -277,9 +266,9 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     is the race's on 5 seeds each, as without the kill."""
     fault_dir = tmp_path / "faults"
     fault_dir.mkdir()
-    (tmp_path / "digits.yaml").write_text(RACE_SPACE)
+    space = write_space(tmp_path, trials=1, epochs=1)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow is not the subject: one writer, the driver
-    args = ["--search-space", str(tmp_path / "digits.yaml"), "--experiment", "rel-race", "--name", "race-kill",
+    args = ["--search-space", str(space), "--experiment", "rel-race", "--name", "race-kill",
             "--race", "--max-seeds", "5", "--max-concurrent", "2", "--max-train-samples", "300",
             "--max-eval-samples", "100", "--eval-every-steps", "2", "--checkpoint-interval", "0"]
     proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2:3"})
@@ -325,11 +314,11 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
         loss, seed = pair[run.data.tags["tune_as.trial_id"]]
         results.setdefault(loss, {})[seed] = (run.data.metrics["best_val_accuracy"], run.data.metrics["test_accuracy"])
     seeds = sorted(results["softmax"])
-    plan = racing.Plan(("softmax", "label_smoothing"), "softmax", tuple(seeds), max_seeds=5)
+    plan = racing.Plan(("softmax", "as_softmax"), "softmax", tuple(seeds), max_seeds=5)
     round_one = {loss: {s: v for s, v in by_seed.items() if s in seeds[:3]} for loss, by_seed in results.items()}
-    assert racing.decide(round_one, plan).next_seeds == {"softmax": tuple(seeds[3:]), "label_smoothing": tuple(seeds[3:])}
+    assert racing.decide(round_one, plan).next_seeds == {"softmax": tuple(seeds[3:]), "as_softmax": tuple(seeds[3:])}
     answer = racing.decide(results, plan)
-    assert answer.done and answer.seeds_used == {"softmax": 5, "label_smoothing": 5}
-    row = answer.row("label_smoothing")
+    assert answer.done and answer.seeds_used == {"softmax": 5, "as_softmax": 5}
+    row = answer.row("as_softmax")
     word = row.verdict if row.verdict != "undecided" else f"undecided ({row.n} seeds)"
     assert f"| {word} |" in out and "alpha spent over 2 look(s)" in out, out[-3000:]
