@@ -11,20 +11,27 @@ Scenarios:
   * half-null: half the losses identical to the baseline, the others 1 point better or worse;
   * mixed (not null): 3 losses +1 point, 3 losses -1 point, 3 within 0.2 points (+0.2, -0.2, +0.1), the
     rest identical; decided share, seeds used and wrong verdicts, racing and the fixed design side by side.
-- --from FILE: real per-seed results, JSON {"loss": {"seed": [val, test or null]}}; each answer takes one
-  loss's runs (in turn) and gives every arm its own resample of them, with replacement: all arms identical
-  in distribution, so every win/loss claim is wrong.
+- --from FILE: real per-seed results (`read_pools` below has the format) instead of a normal model. Each answer
+  takes one pool (one task and loss setting: its per-seed results), in turn; each run of each of the K losses
+  draws a (validation, test) pair from it with replacement, and the race runs as above (all its rounds, up to
+  max_seeds; the seeds spent are those its decisions used, what the engine runs without a budget). Seeds pair
+  as in the engine: every loss runs the plan's seeds and the rule takes differences seed by seed; two losses'
+  draws on one seed are independent (a null whatever seed effect real losses share). Two scenarios: the null
+  (every loss identical: any win or loss is false) and the margin scenario (each loss but the baseline on the
+  pool shifted by exactly +margin or -margin, in turn, validation and test alike: every 'equivalent' is false,
+  the equivalence test's error). --mix resamples all pools as one, each centred on the mean of the pools.
 
 The answer is wrong when a verdict is wrong or its best set holds no truly best loss (Hsu's promise); an
 excluded loss that ties for best is counted apart: with ties the promise is per best loss, not for all.
 
-Run: python benchmarks/sim_racing.py [--answers 2000] [--quick] [--from FILE]
+Run: python benchmarks/sim_racing.py [--answers 2000] [--quick] [--from FILE [--mix]]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -100,22 +107,117 @@ def synthetic(plan: Plan, effects_points: dict[str, float], seed_sd: float, run_
     return draw
 
 
-def resampled(plan: Plan, runs: dict[str, list[tuple[float, float | None]]]) -> Callable[[int], Draw]:
-    """All arms drawn from one source loss's runs (with replacement, each arm on its own)."""
-    seeds = plan.seeds[: plan.max_seeds]
-    sources = sorted(runs)
+# -- real per-seed results (--from) ----------------------------------------------------------------------------
+Pools = dict[str, np.ndarray]  # "task/setting" -> (seeds, 2) array of (validation, test) as fractions
 
-    def for_answer(i: int) -> Draw:
-        source = runs[sources[i % len(sources)]]
 
-        def draw(rng: np.random.Generator) -> Results:
-            return {loss: {s: source[int(j)] for s, j in zip(seeds, rng.integers(0, len(source), len(seeds)),
-                                                               strict=True)}
-                    for loss in plan.losses}
+def read_pools(path: Path) -> Pools:
+    """The per-seed results of one or more (task, loss setting) pairs, from either file:
 
-        return draw
+    - JSON (any name but *.jsonl): one object, or a list of them, each
+      `{"task": "digits", "metric": "accuracy", "source": "how it was measured",
+        "runs": {"softmax": {"1": 93.2, "2": 92.9, ...}, "label_smoothing eps=0.1": {"1": [93.5, 92.8], ...}}}`
+      runs: setting -> seed -> the metric in points (percent, as the answer prints it): a number is the test
+      metric (used for validation too), a pair is [validation, test]. "source" is free text, optional.
+    - JSON Lines (*.jsonl): the run cache of benchmarks/bench_efficiency.py (one finished trial a line:
+      {"config": {... "loss", "seed" ...}, "best_val": 0.93, "test": 0.92, "error": null}, fractions); a pool is
+      every seed of one config, named by its loss and the settings that differ between the file's configs.
+    Pools with fewer than 3 results or a single distinct value are left out (a bootstrap of them says nothing)."""
+    try:
+        text = path.read_text()
+        pools = _from_cache(path, text) if path.suffix == ".jsonl" else _from_json(path, json.loads(text))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{path}: {exc}") from None
+    usable = {name: runs for name, runs in pools.items() if len(runs) >= 3 and len(np.unique(runs, axis=0)) > 1}
+    for name in sorted(set(pools) - set(usable)):
+        print(f"left out {name}: {len(pools[name])} results, {len(np.unique(pools[name], axis=0))} distinct")
+    if not usable:
+        raise SystemExit(f"{path}: expected a pool with at least 3 results of 2 or more values, got none")
+    return usable
 
-    return for_answer
+
+def _from_json(path: Path, raw: object) -> Pools:
+    pools: Pools = {}
+    for i, entry in enumerate(raw if isinstance(raw, list) else [raw]):
+        if not isinstance(entry, dict) or not isinstance(entry.get("runs"), dict):
+            raise ValueError(f"entry {i}: expected an object with \"runs\": {{setting: {{seed: value}}}}, got "
+                             f"{str(entry)[:80]}")
+        task = str(entry.get("task", path.stem))
+        for setting, by_seed in entry["runs"].items():
+            if not isinstance(by_seed, dict):
+                raise ValueError(f"{task} {setting}: expected {{seed: value}}, got {str(by_seed)[:80]}")
+            pairs = []
+            for seed, value in by_seed.items():
+                pair = value if isinstance(value, list) else [value, value]
+                if not str(seed).lstrip("-").isdigit() or len(pair) != 2 or not all(
+                        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in pair):
+                    raise ValueError(f"{task} {setting}: expected an integer seed and a number or [validation, "
+                                     f"test] in points, got {seed!r}: {value!r}")
+                pairs.append((pair[0] / 100, pair[1] / 100))
+            pools[f"{task}/{setting}"] = np.array(pairs, dtype=float).reshape(-1, 2)
+    return pools
+
+
+def _from_cache(path: Path, text: str) -> Pools:
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or not isinstance(row.get("config"), dict):
+            raise ValueError(f"line {i}: expected a finished trial {{\"config\": {{...}}, \"best_val\", \"test\"}}, "
+                             f"got {str(row)[:80]}")
+    good = [r for r in rows if not r.get("error") and isinstance(r.get("best_val"), (int, float))
+            and isinstance(r.get("test"), (int, float)) and math.isfinite(r["best_val"]) and math.isfinite(r["test"])]
+    settings = [{k: v for k, v in r["config"].items() if k != "seed"} for r in good]
+    differ = sorted({k for c in settings for k in c if k != "loss" and len({json.dumps(d.get(k)) for d in settings}) > 1})
+    grouped: dict[str, list[tuple[float, float]]] = {}
+    for row, config in zip(good, settings, strict=True):
+        name = " ".join([str(config.get("loss")), *(f"{k}={config[k]}" for k in differ if k in config)])
+        grouped.setdefault(f"{path.parent.name}/{name}", []).append((float(row["best_val"]), float(row["test"])))
+    return {name: np.array(pairs, dtype=float) for name, pairs in grouped.items()}
+
+
+def centred(pools: Pools) -> Pools:
+    """Every pool moved to the mean of the pools' means, as one pool (--mix)."""
+    grand = np.mean([runs.mean(axis=0) for runs in pools.values()], axis=0)
+    return {"all pools, centred": np.concatenate([runs - runs.mean(axis=0) + grand for runs in pools.values()])}
+
+
+def from_pools(plan: Plan, pools: Pools, shift: dict[str, float], answers: int,
+               rng: np.random.Generator) -> tuple[Tally, int]:
+    """`answers` races, each on one pool (in turn) shifted per loss by `shift` (fractions); the tally and the
+    answers with a false 'equivalent'."""
+    tally, false_equivalent = Tally(), 0
+    names, seeds = sorted(pools), plan.seeds[: plan.max_seeds]
+    for i in range(answers):
+        runs = pools[names[i % len(names)]]
+        results = {loss: {s: (float(v), float(t)) for s, (v, t) in
+                          zip(seeds, runs[rng.integers(0, len(runs), len(seeds))] + shift[loss], strict=True)}
+                   for loss in plan.losses}
+        answer = decide(results, plan)
+        score(tally, answer, shift, plan)
+        false_equivalent += any(r.verdict == "equivalent" and abs(shift[r.loss] - shift[plan.baseline]) >= plan.margin
+                                for r in answer.rows)
+    return tally, false_equivalent
+
+
+def report_from(path: Path, plan: Plan, pools: Pools, answers: int, rng: np.random.Generator) -> None:
+    """The two scenarios of --from, one line per figure."""
+    for name, runs in sorted(pools.items()):
+        print(f"pool {name}: {len(runs)} seeds, test {runs[:, 1].mean() * 100:.2f} ± {runs[:, 1].std(ddof=1) * 100:.2f}"
+              f" points, validation {runs[:, 0].mean() * 100:.2f} ± {runs[:, 0].std(ddof=1) * 100:.2f}")
+    k, most = len(plan.losses), len(plan.losses) * plan.max_seeds
+    null, _ = from_pools(plan, pools, dict.fromkeys(plan.losses, 0.0), answers, rng)
+    print(f"null, {k} identical losses from {path.name}: family-wise error (any false win/loss): "
+          f"{cp(null.wrong_verdicts, answers)}")
+    print(f"null: seeds spent {null.seeds / null.losses:.2f} per loss, {null.seeds / answers:.1f} runs per answer "
+          f"(at most {most})")
+    m = plan.margin
+    shift = {loss: 0.0 if loss == plan.baseline else (m if i % 2 else -m) for i, loss in enumerate(plan.losses)}
+    at_margin, false_eq = from_pools(plan, pools, shift, answers, rng)
+    print(f"true differences exactly ±{plan.margin_points:g} points: false 'equivalent' in {cp(false_eq, answers)}")
+    print(f"±{plan.margin_points:g} points: any wrong claim (a verdict, or a best set without a best loss) in "
+          f"{cp(at_margin.wrong_answer, answers)}")
+    print(f"±{plan.margin_points:g} points: seeds spent {at_margin.seeds / at_margin.losses:.2f} per loss, "
+          f"{at_margin.seeds / answers:.1f} runs per answer (at most {most})")
 
 
 def always(draw: Draw) -> Callable[[int], Draw]:
@@ -173,7 +275,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="300 answers per scenario, no fixed-design comparison")
     p.add_argument("--losses", type=int, default=13, help="losses, the baseline included (default 13)")
     p.add_argument("--from", dest="from_file", type=Path, default=None, metavar="FILE",
-                   help='real per-seed results, JSON {"loss": {"seed": [val, test]}}')
+                   help="real per-seed results: JSON, or bench_efficiency.py's runs.jsonl (read_pools)")
+    p.add_argument("--mix", action="store_true", help="with --from: resample all pools, centred, as one")
     p.add_argument("--seed-sd", type=float, default=0.3, help="seed effect shared by all losses, points")
     p.add_argument("--run-sd", type=float, default=0.3, help="run-to-run noise of one loss, points")
     p.add_argument("--margin", type=float, default=0.5, help="equivalence margin, points (default 0.5)")
@@ -200,14 +303,8 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     others = losses[1:]
     if args.from_file is not None:
-        raw = json.loads(args.from_file.read_text())
-        runs = {loss: [(float(v), None if t is None else float(t)) for v, t in by_seed.values()]
-                for loss, by_seed in raw.items() if len(by_seed) >= 2}
-        if not runs:
-            raise SystemExit(f"{args.from_file}: no loss with at least 2 seeds")
-        zero = dict.fromkeys(losses, 0.0)
-        report(f"from {args.from_file.name}: every arm resamples one loss's runs ({len(runs)} losses in turn)",
-               run(plan, resampled(plan, runs), zero, answers, rng), null=True)
+        pools = read_pools(args.from_file)
+        report_from(args.from_file, plan, centred(pools) if args.mix else pools, answers, rng)
     else:
         sd = (args.seed_sd, args.run_sd)
         scenarios: list[tuple[str, dict[str, float], bool]] = [

@@ -2,15 +2,19 @@
 (TUNE_AS_TRIAL_HOOK=faults:hook, with this folder on PYTHONPATH). Inert unless TUNE_AS_FAULT_DIR is set.
 
 After every report of a trial, in the worker:
-- writes the worker's pid to `<dir>/pid_<trial id>`;
+- writes the worker's pid to `<dir>/pid_<trial id>`, and appends the report to `<dir>/reports.jsonl` (one JSON
+  line: experiment, trial_id, loss, epoch): what a test reads to count the epochs every trial trained;
 - with TUNE_AS_BLOCK_ONCE=1, blocks (forever) after the first report of the search, once: the test then
   SIGKILLs a worker that is certainly alive and certainly between two evaluation points (no sleep, no race);
+- with TUNE_AS_BLOCK_IN=EXPERIMENT:K (e.g. confirm-2:3), blocks the same way, once, at the first report of the
+  K-th trial to report in the Tune experiment EXPERIMENT (the order of first lines in reports.jsonl);
 - with TUNE_AS_FAIL_AT_EPOCH=E, raises after a report at epoch >= E, at most TUNE_AS_FAIL_TIMES times per
   trial (default 1), only for loss TUNE_AS_FAIL_LOSS if set.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -18,17 +22,49 @@ from typing import Any
 
 from ray import tune
 
+REPORTS = "reports.jsonl"
+
+
+def reports(where: Path) -> list[dict[str, Any]]:
+    """Every report the hook saw, in order."""
+    path = where / REPORTS
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _block_once(where: Path) -> None:
+    try:
+        (where / "blocked").open("x").close()  # exclusive create: one trial of all the workers blocks
+    except FileExistsError:
+        return
+    (where / "ready_to_kill").write_text(str(os.getpid()))
+    threading.Event().wait()  # until the test kills this process
+
+
+def _kth_in(where: Path, experiment: str, k: int, trial_id: str) -> bool:
+    order: list[str] = []
+    for row in reports(where):
+        if row["experiment"] == experiment and row["trial_id"] not in order:
+            order.append(row["trial_id"])
+    return len(order) >= k and order[k - 1] == trial_id
+
 
 def hook(metrics: dict[str, Any], loss: str) -> None:
     if not os.environ.get("TUNE_AS_FAULT_DIR"):
         return
     where = Path(os.environ["TUNE_AS_FAULT_DIR"])
-    trial_id = tune.get_context().get_trial_id()
+    context = tune.get_context()
+    trial_id, experiment = context.get_trial_id(), context.get_experiment_name()
     (where / f"pid_{trial_id}").write_text(str(os.getpid()))
-    if os.environ.get("TUNE_AS_BLOCK_ONCE") and not (where / "blocked").exists():
-        (where / "blocked").touch()
-        (where / "ready_to_kill").write_text(str(os.getpid()))
-        threading.Event().wait()  # until the test kills this process
+    row = {"experiment": experiment, "trial_id": trial_id, "loss": loss, "epoch": metrics.get("epoch", 0.0)}
+    with open(where / REPORTS, "a") as out:  # one short write in append mode: lines of workers never interleave
+        out.write(json.dumps(row) + "\n")
+    if os.environ.get("TUNE_AS_BLOCK_ONCE"):
+        _block_once(where)
+    block_in = os.environ.get("TUNE_AS_BLOCK_IN")
+    if block_in:
+        name, _, k = block_in.rpartition(":")
+        if _kth_in(where, name, int(k), trial_id):
+            _block_once(where)
     at, only = os.environ.get("TUNE_AS_FAIL_AT_EPOCH"), os.environ.get("TUNE_AS_FAIL_LOSS")
     if not at or metrics.get("epoch", 0) < float(at) or (only and only != loss):
         return

@@ -1,8 +1,14 @@
-"""tune_as.results.racing: the look schedule, the replayed race, resume, budget, fixed design, error control."""
+"""tune_as.results.racing: the look schedule, the replayed race, resume, budget, fixed design, error control (and
+benchmarks/sim_racing.py's null simulation from per-seed results)."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,3 +277,63 @@ def test_a_round_closed_by_the_budget_ignores_unfinished_runs() -> None:
     assert broke.seeds_used == dict.fromkeys(LOSSES, 3)
     # with budget for the baseline's one missing seed, good (started the round) goes first
     assert decide(results, plan(), seeds_left=1).next_seeds == {"softmax": (SEEDS[4],)}
+
+
+SIM_RACING = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_racing.py"
+
+
+def _write_pools(path: Path, rng: np.random.Generator) -> None:
+    """Two loss settings' per-seed results on a 359-image test split (one image = 0.28 points, as digits' test),
+    in either format sim_racing.py reads."""
+    def accuracy(mean: float, n: int) -> list[float]:
+        return [round(float(k) / 359, 6) for k in np.clip(np.round(rng.normal(mean * 359, 1.5, n)), 0, 359)]
+
+    pools = {"softmax": (accuracy(0.95, 12), accuracy(0.94, 12)), "label_smoothing": (accuracy(0.96, 9), accuracy(0.95, 9))}
+    if path.suffix == ".jsonl":  # benchmarks/bench_efficiency.py's run cache (fractions)
+        rows = [{"config": {"loss": loss, "lr": 0.003, "seed": i}, "best_val": v, "test": t, "error": None}
+                for loss, (val, test) in pools.items() for i, (v, t) in enumerate(zip(val, test, strict=True))]
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    else:  # the documented JSON (points)
+        runs = {loss: {str(i): [v * 100, t * 100] for i, (v, t) in enumerate(zip(val, test, strict=True))}
+                for loss, (val, test) in pools.items()}
+        path.write_text(json.dumps({"task": "generated", "metric": "accuracy", "runs": runs}))
+
+
+def _count(out: str, label: str) -> tuple[int, int]:
+    line = next(line for line in out.splitlines() if label in line)
+    found = re.search(r"(\d+)/(\d+) = ", line)
+    assert found, line
+    return int(found[1]), int(found[2])
+
+
+def _simulate(path: Path, answers: int) -> str:
+    cmd = [sys.executable, str(SIM_RACING), "--from", str(path), "--answers", str(answers), "--losses", "5",
+           "--max-seeds", "5", "--seed", "11"]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("name", ["pools.json", "runs.jsonl"])
+def test_null_simulation_from_per_seed_results_controls_the_error(tmp_path: Path, name: str) -> None:
+    """sim_racing.py --from: 200 answers of 5 identical losses resampled from per-seed pools (in turn), then 200
+    with the true differences at exactly +-margin. A false win/loss (the null) or a false 'equivalent' (at the
+    margin) is a wrong claim: at most alpha = 0.05 of the answers, with the Clopper-Pearson bound as in the
+    synthetic null test above; the race runs to 5 seeds at most."""
+    path = tmp_path / name
+    _write_pools(path, np.random.default_rng(3))
+    out = _simulate(path, 200)
+    assert out.count("pool ") == 2, out  # both loss settings read, as two pools
+    false_win, n = _count(out, "family-wise error (any false win/loss)")
+    false_equivalent, n_margin = _count(out, "false 'equivalent'")
+    assert n == n_margin == 200
+    for wrong in (false_win, false_equivalent):
+        ci = stats.binomtest(wrong, n).proportion_ci(confidence_level=0.95, method="exact")
+        assert wrong / n <= 0.05 and ci.high <= 0.10, (wrong, ci, out)
+    spent = [float(x) for x in re.findall(r"seeds spent ([\d.]+) per loss", out)]
+    assert len(spent) == 2 and all(3 <= x <= 5 for x in spent), out
+
+
+def test_null_simulation_from_per_seed_results_is_the_same_for_the_same_seed(tmp_path: Path) -> None:
+    path = tmp_path / "pools.json"
+    _write_pools(path, np.random.default_rng(4))
+    first, again = _simulate(path, 30), _simulate(path, 30)
+    assert first.splitlines()[:-1] == again.splitlines()[:-1], "the last line is the time taken"

@@ -13,10 +13,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import faults
 import optuna
 import pytest
 from conftest import MlflowServer
+from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
+
+from tune_as.results import racing
 
 pytestmark = pytest.mark.slow
 
@@ -253,3 +257,68 @@ def test_trials_that_checkpoint_often_keep_one_checkpoint_each(tmp_path: Path, m
     assert len(runs(mlflow_server.uri, "rel-disk")[1]) == 2
     assert_no_weights_left(tmp_path / "results" / "digits-disk")
 
+
+def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Path) -> None:
+    """--race --max-seeds 5 on two losses: round 1 (3 seeds each, experiment `confirm`) leaves both undecided,
+    round 2 (2 more seeds each, `confirm-2`) runs 4 runs, 2 at a time. The third run of round 2 blocks at its first
+    report (mid-epoch): at least one run of the round has ended, this one has not. The driver and Ray are killed
+    (SIGKILL), the search resumed: every (loss, seed) is trained to its end exactly once, in one run, and the answer
+    is the race's on 5 seeds each, as without the kill."""
+    fault_dir = tmp_path / "faults"
+    fault_dir.mkdir()
+    space = write_space(tmp_path, trials=1, epochs=1)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow is not the subject: one writer, the driver
+    args = ["--search-space", str(space), "--experiment", "rel-race", "--name", "race-kill",
+            "--race", "--max-seeds", "5", "--max-concurrent", "2", "--max-train-samples", "300",
+            "--max-eval-samples", "100", "--eval-every-steps", "2", "--checkpoint-interval", "0"]
+    proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2:3"})
+    ready = fault_dir / "ready_to_kill"
+    wait_for(lambda: ready.exists() or proc.poll() is not None, 400, "the third run of round 2 to report")
+    if not ready.exists():
+        pytest.fail(f"the search ended (exit {proc.returncode}) without reaching round 2:\n{finish(proc)[1][-3000:]}")
+    os.killpg(proc.pid, signal.SIGKILL)
+    first, _ = proc.communicate()
+    assert "Confirmation round 2: 4 runs of 2 losses" in first, first[-3000:]
+    ended_before = {r["trial_id"] for r in faults.reports(fault_dir) if r["experiment"] == "confirm-2"
+                    and r["epoch"] >= 1.0}
+    assert ended_before, "the kill should come after a run of round 2 ended"
+
+    code, out = finish(start_cli(tmp_path, uri, ["--name", "race-kill", "--resume"],
+                                 env={"TUNE_AS_FAULT_DIR": str(fault_dir)}))
+    assert code == 0, out[-3000:]
+    client = MlflowClient(uri)
+    found = client.search_runs([client.get_experiment_by_name("rel-race").experiment_id],
+                               run_view_type=ViewType.ALL, max_results=1000)
+    parents = [r for r in found if r.data.tags.get("tune_as.role") == "search"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    confirmations = [r for r in found if r.data.tags.get("tune_as.role") == "confirmation"]
+    pair = {r.data.tags["tune_as.trial_id"]: (r.data.tags["tune_as.loss"], int(r.data.params["seed"]))
+            for r in confirmations}
+    # trained to the end: a report at epoch 1 (the last), before or after the kill, in any run of any round
+    ended = [pair[r["trial_id"]] for r in faults.reports(fault_dir)
+             if r["experiment"].startswith("confirm") and r["epoch"] >= 1.0]
+    assert len(ended) == len(set(ended)) == 10, f"a (loss, seed) trained to its end twice or never: {sorted(ended)}"
+    finished = [r for r in confirmations if r.info.status == "FINISHED" and r.info.lifecycle_stage == "active"]
+    others = [r for r in confirmations if r.info.run_id not in {f.info.run_id for f in finished}]
+    assert sorted(pair[r.data.tags["tune_as.trial_id"]] for r in finished) == sorted(ended), \
+        "each (loss, seed) in exactly one finished run"
+    assert all(r.info.status == "KILLED" for r in others), "only orphans of the kill left over, closed"
+    for run in finished:
+        assert_logged_once(uri, run.info.run_id)
+    assert "confirmation 10 in 10 runs" in out, out[-2000:]
+
+    # the answer: the race replayed on these results asks round 2 for seeds 4 and 5 of both losses, and decides
+    # with 5 seeds each, as a search never killed would
+    results: dict[str, dict[int, tuple[float, float | None]]] = {}
+    for run in finished:
+        loss, seed = pair[run.data.tags["tune_as.trial_id"]]
+        results.setdefault(loss, {})[seed] = (run.data.metrics["best_val_accuracy"], run.data.metrics["test_accuracy"])
+    seeds = sorted(results["softmax"])
+    plan = racing.Plan(("softmax", "as_softmax"), "softmax", tuple(seeds), max_seeds=5)
+    round_one = {loss: {s: v for s, v in by_seed.items() if s in seeds[:3]} for loss, by_seed in results.items()}
+    assert racing.decide(round_one, plan).next_seeds == {"softmax": tuple(seeds[3:]), "as_softmax": tuple(seeds[3:])}
+    answer = racing.decide(results, plan)
+    assert answer.done and answer.seeds_used == {"softmax": 5, "as_softmax": 5}
+    row = answer.row("as_softmax")
+    word = row.verdict if row.verdict != "undecided" else f"undecided ({row.n} seeds)"
+    assert f"| {word} |" in out and "alpha spent over 2 look(s)" in out, out[-3000:]

@@ -54,6 +54,30 @@ def test_replayed_results_are_logged_once_across_a_driver_restart(mlflow_server)
 
 
 @pytest.mark.slow
+def test_a_driver_killed_between_a_results_metrics_and_its_tags_logs_no_step_twice(tmp_path: Path) -> None:
+    """The SQLite store commits a batch's metrics, then its tags: a driver SIGKILLed in between leaves step 2's
+    metrics with the last-step tag still at 1 (the state is made here by hand; tests/test_reliability.py's racing
+    resume met it for real). The resumed driver's replay of step 2 must not log it again."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # where the driver itself writes the database
+    killed = _tracker(uri, "trk-torn")
+    killed.trial_started("t1", {"loss": "softmax"}, TAGS)
+    for step in (1, 2):
+        killed.trial_result("t1", {"training_iteration": step, "val_accuracy": step / 10})
+    run_id = killed.trials["t1"].run_id
+    assert run_id is not None
+    client = MlflowClient(uri)
+    client.set_tag(run_id, schema.LAST_STEP, "1")
+    resumed = _tracker(uri, "trk-torn")
+    resumed.trial_started("t1", {"loss": "softmax"}, TAGS)
+    for step in (2, 3):  # restored from the checkpoint of step 1
+        resumed.trial_result("t1", {"training_iteration": step, "val_accuracy": step / 10})
+    resumed.trial_ended("t1", "FINISHED")
+    assert resumed.search_ended("FINISHED")
+    assert [m.step for m in client.get_metric_history(run_id, "val_accuracy")] == [1, 2, 3]
+    assert client.get_run(run_id).data.tags[schema.LAST_STEP] == "3"
+
+
+@pytest.mark.slow
 def test_orphaned_run_of_a_killed_driver_is_closed_and_hidden(mlflow_server) -> None:
     killed = _tracker(mlflow_server.uri, "trk-orphan")
     killed.trial_started("lost", {"loss": "softmax"}, TAGS)  # Ray never saved this trial before the kill

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
 from tune_as.errors import UserError
@@ -34,12 +34,13 @@ NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", 
 @dataclass
 class TrialRecord:
     """What the tracker knows of one trial: its run (None until found or created), how to open it, how far its
-    metrics are logged and whether it ended."""
+    metrics are queued (`last_step`) and known to be in MLflow (`logged`), and whether it ended."""
 
     tags: dict[str, str]
     name: str
     run_id: str | None = None
     last_step: int = 0
+    logged: int = 0
     ended: bool = False
 
 
@@ -140,12 +141,19 @@ class MlflowTracker:
             f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{TRIAL}` = '{trial_id}'"))
         if found:
             run = found[0]
-            record.last_step = max(record.last_step, int(run.data.tags.get(LAST_STEP, 0)))
+            record.logged = self._logged_step(run)
+            record.last_step = max(record.last_step, record.logged)
         else:
             run = self.client.create_run(self.experiment_id, run_name=record.name, tags={
                 PARENT: self.parent_id, SEARCH: self.search_id, TRIAL: trial_id, **record.tags})
         record.run_id = run.info.run_id
         return run.info.run_id
+
+    def _logged_step(self, run: Run) -> int:
+        """The last step of a run's metrics. Not its LAST_STEP tag alone: the SQLite store commits a batch's metrics
+        and its tags in separate transactions, so a driver killed between the two leaves the tag a step behind."""
+        steps = [m.step for key in run.data.metrics for m in self.client.get_metric_history(run.info.run_id, key)]
+        return max([int(run.data.tags.get(LAST_STEP, 0)), *steps])
 
     def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str], name: str | None = None) -> None:
         """Open (or, after a restart, find) the trial's child run, named `name` (default: the trial id)."""
@@ -177,7 +185,11 @@ class MlflowTracker:
             tags.append(RunTag(ERROR, scrub(str(result["error"]), self.uri)[:5000]))
 
         def op() -> None:
-            self.client.log_batch(self._child(trial_id), metrics=metrics, tags=tags)
+            run_id = self._child(trial_id)
+            if step <= record.logged:  # queued before the run (and how far it is logged) was found after a restart
+                return
+            self.client.log_batch(run_id, metrics=metrics, tags=tags)
+            record.logged = step
         self._enqueue(f"result {step} of {trial_id}", op)
 
     def trial_ended(self, trial_id: str, status: str, error: str | None = None,
