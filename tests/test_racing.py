@@ -48,6 +48,12 @@ def play(p: Plan, full: Results, seeds_left: int | None = None) -> tuple[Answer,
                 have.setdefault(loss, {})[s] = full[loss][s]
 
 
+def step(base: list[float], d: float, phase: int = 0) -> list[float]:
+    """`base` moved by d on every seed, give or take 0.01 points: a constant difference would be no evidence
+    (two steps of the same phase differ by a constant)."""
+    return [v + d + 0.0001 * ((i + phase) % 3 - 1) for i, v in enumerate(base)]
+
+
 def noisy(rng: np.random.Generator, shift: float, sd: float = 0.004) -> list[float]:
     return list(0.80 + shift + rng.normal(0, sd, len(SEEDS)))
 
@@ -99,8 +105,8 @@ def test_race_stops_a_decided_loss_and_keeps_the_baseline_with_the_undecided() -
     rng = np.random.default_rng(1)
     base = noisy(rng, 0.0)
     full = runs({"softmax": base,
-                 "good": [v + 0.05 for v in base],  # +5 points on every seed: exact, a win at look 1
-                 "bad": [v - 0.05 for v in base],  # -5 points on every seed: a loss at look 1
+                 "good": step(base, 0.05),  # +5 points on every seed: a win at look 1
+                 "bad": step(base, -0.05),  # -5 points on every seed: a loss at look 1
                  "unsure": noisy(rng, 0.0, 0.02)})
     first = decide({loss: {s: full[loss][s] for s in SEEDS[:3]} for loss in LOSSES}, plan())
     assert first.look == 1
@@ -115,8 +121,7 @@ def test_race_stops_a_decided_loss_and_keeps_the_baseline_with_the_undecided() -
 
 def test_race_over_when_every_verdict_is_in_and_the_best_is_alone() -> None:
     base = [0.80, 0.81, 0.79, 0.80, 0.82]
-    full = runs({"softmax": base, "good": [v + 0.05 for v in base], "bad": [v - 0.05 for v in base],
-                 "unsure": [v + 0.001 for v in base]})
+    full = runs({"softmax": base, "good": step(base, 0.05), "bad": step(base, -0.05), "unsure": step(base, 0.001, 1)})
     answer, seen = play(plan(), full)
     assert answer.done and answer.look == 1 and len(seen) == 2
     assert {r.loss: r.verdict for r in answer.rows} == {"good": "win", "bad": "loss", "unsure": "equivalent"}
@@ -160,12 +165,12 @@ def test_one_decide_on_all_seeds_is_the_race_played_round_by_round() -> None:
 
 
 def test_verdicts_are_sticky() -> None:
-    """good is decided at look 1 on exact differences, then stays in the race for the best set (good and
+    """good is decided at look 1 (+2 points on each of 3 seeds), then stays in the race for the best set (good and
     close tie); its later seeds contradict the win, which is kept."""
     base = [0.80, 0.81, 0.79, 0.80, 0.82, 0.80, 0.81, 0.79, 0.80, 0.82]
-    good = [v + 0.02 for v in base[:3]] + [v - 0.02 for v in base[3:]]
-    close = [v + 0.02 for v in base[:3]] + [v - 0.021 for v in base[3:]]
-    full = runs({"softmax": base, "good": good, "bad": [v - 0.05 for v in base], "unsure": close})
+    good = step(base[:3], 0.02) + [v - 0.02 for v in base[3:]]
+    close = step(base[:3], 0.02) + [v - 0.021 for v in base[3:]]
+    full = runs({"softmax": base, "good": good, "bad": step(base, -0.05), "unsure": close})
     answer = decide(full, plan())
     row = answer.row("good")
     assert (row.verdict, row.decided_at) == ("win", 1)
@@ -188,7 +193,7 @@ def test_fixed_design_is_one_look_with_the_full_alpha() -> None:
 def test_metric_is_test_when_every_run_has_one() -> None:
     base = [0.80, 0.81, 0.79]
     with_test = {"softmax": {s: (v, v) for s, v in zip(SEEDS, base, strict=False)},
-                 "good": {s: (v, v + 0.03) for s, v in zip(SEEDS, base, strict=False)}}
+                 "good": {s: (v, t) for s, v, t in zip(SEEDS, base, step(base, 0.03), strict=False)}}
     p = Plan(("softmax", "good"), "softmax", SEEDS)
     answer = decide(with_test, p)
     assert answer.metric == "test" and answer.row("good").verdict == "win"
