@@ -6,7 +6,8 @@
 Both loops train the same model (`tune_as.tasks.build_model`) on the same prepared data with AdamW (decay on
 matrices only), the linear warm-up/decay schedule, gradient clipping at 1.0, batch 32, one thread, and evaluate
 the validation split after every epoch (and the test split when validation improved). The hand-written loop
-indexes the training tensors (widened once), calls the loss directly (`F.cross_entropy`; AS-Softmax's own
+indexes the training tensors (widened once), uses the trial's optimizer (fused AdamW; --plain-foreach: torch's
+default), calls the loss directly (`F.cross_entropy`; AS-Softmax's own
 function), steps `LambdaLR` and never reads a number from the tensors while training. The trial loop is
 `tune_as.training.trial.Trial.run`, exactly as a search runs it (no Ray: the reporter keeps the metrics).
 
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
 LOSSES = {"softmax": {}, "as_softmax": {"delta": 0.3}}
+FUSED = True  # the trial's optimizer (fused AdamW); --plain-foreach times the hand loop with torch's default
 
 
 def prepared(task_name: str, cache_dir: Path) -> tuple[Any, Any]:
@@ -94,7 +96,7 @@ def plain_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: 
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3)
+                            lr=1e-3, fused=FUSED)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step / total, 0.1))
     delta = params.get("delta")
     train_seconds, best = 0.0, -1.0
@@ -131,10 +133,15 @@ def main() -> None:
     parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=list(LOSSES))
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--plain-foreach", action="store_true",
+                        help="the hand-written loop with torch's default AdamW (foreach), not the trial's fused one")
     parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("TUNE_AS_CACHE", ".tune_as_cache")))
     args = parser.parse_args()
+    global FUSED
+    FUSED = not args.plain_foreach
     torch.set_num_threads(1)
-    print(f"bench_loop: one thread, batch 32, {args.epochs} epochs, min of {args.repeats} repeats, "
+    print(f"bench_loop: one thread, batch 32, {args.epochs} epochs, min of {args.repeats} repeats, hand loop "
+          f"AdamW {'fused (as the trial)' if FUSED else 'foreach (torch default)'}, "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"{'task':10} {'loss':11} {'plain s/epoch':>13} {'trial s/epoch':>13} {'ratio':>6} "
           f"{'plain run s':>11} {'trial run s':>11} {'ratio':>6}")

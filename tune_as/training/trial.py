@@ -119,8 +119,10 @@ def build_parts(cfg: TrialSettings, data: Any, device: torch.device) -> Parts:
     for name, p in model.named_parameters():
         if p.requires_grad:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    # fused: one kernel for the whole update (on this CPU 0.9 ms instead of 2.6 ms per step for a 275k-parameter
+    # head: benchmarks/bench_loop.py), the same update up to float rounding; on GPUs it is the usual choice too
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, fused=True)
     autocast, use_scaler = autocast_for(cfg, device)
     scaler = torch.amp.GradScaler(device.type) if use_scaler else None
     return Parts(model, optimizer, loss_fn, loss_fn.make_accumulator(), scaler, autocast)
