@@ -141,7 +141,7 @@ def null_fwer(losses: Sequence[str], baseline: str, pool: Sequence[tuple[float, 
               max_seeds: int, answers: int, seed: int) -> dict[str, Any]:
     """The racing rule's family-wise error when no loss differs from the baseline, by benchmarks/sim_racing.py:
     every loss of each simulated answer resamples (with replacement) `pool`, the baseline's truth runs
-    (validation, test) (sim_racing.resampled, its --from mode); with fewer than 2 runs in the pool, its normal
+    (validation, test) (sim_racing.from_pools, its --from mode); with fewer than 2 runs in the pool, its normal
     model instead (seed and run sd 0.3 points each, its defaults). The engine's race plan: first look 3 seeds,
     then 2 more per round, up to max_seeds."""
     import sim_racing
@@ -150,13 +150,14 @@ def null_fwer(losses: Sequence[str], baseline: str, pool: Sequence[tuple[float, 
 
     plan = Plan(tuple(losses), baseline, tuple(range(max_seeds)), max_seeds=max_seeds, margin_points=margin_points)
     zero = dict.fromkeys(plan.losses, 0.0)
-    if len(pool) >= 2:
-        draws = sim_racing.resampled(plan, {baseline: list(pool)})
-        source = f"every loss resamples the baseline's {len(pool)} truth runs (sim_racing.resampled)"
+    if len(pool) >= 2 and all(t is not None for _, t in pool):
+        pools = {f"truth/{baseline}": np.array([(v, t) for v, t in pool], dtype=float)}
+        tally, _ = sim_racing.from_pools(plan, pools, zero, answers, np.random.default_rng(seed))
+        source = f"every loss resamples the baseline's {len(pool)} truth runs (sim_racing.from_pools, its --from mode)"
     else:
         draws = sim_racing.always(sim_racing.synthetic(plan, zero, 0.3, 0.3))
         source = "normal model, seed and run sd 0.3 points (sim_racing.synthetic): the truth's baseline has no pool"
-    tally = sim_racing.run(plan, draws, zero, answers, np.random.default_rng(seed))
+        tally = sim_racing.run(plan, draws, zero, answers, np.random.default_rng(seed))
     return {"wrong": tally.wrong_answer, "answers": tally.answers, "text": sim_racing.cp(tally.wrong_answer,
                                                                                           tally.answers),
             "source": source, "losses": len(plan.losses), "looks": plan.looks,
