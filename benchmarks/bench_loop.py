@@ -49,25 +49,14 @@ def prepared(task_name: str, cache_dir: Path) -> tuple[Any, Any]:
     return task, task.prepare(spec)
 
 
-class Keep:
-    """A reporter that keeps the metrics and never asks for a checkpoint (the loop is the subject)."""
-
-    def __init__(self) -> None:
-        self.reports: list[dict[str, Any]] = []
-
-    def wants_checkpoint(self, final: bool) -> bool:
-        return False
-
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
-        self.reports.append(metrics)
-
-
 def trial_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: int, seed: int) -> tuple[float, float]:
+    from bench_efficiency import Collector  # the benchmarks' reporter that keeps metrics, no checkpoints
+
     from tune_as.training.trial import Trial
 
     config = {"loss": loss, "epochs": float(epochs), "batch_size": 32, "lr": 1e-3, "lr_warmup": 0.1,
               "max_grad_norm": 1.0, "seed": seed, **{f"loss.{k}": v for k, v in params.items()}}
-    keep = Keep()
+    keep = Collector()
     trial = Trial(config, data, task, keep)
     tic = time.perf_counter()
     trial.run()
@@ -77,8 +66,7 @@ def trial_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: 
 
 def _inputs(split: Any) -> dict[str, torch.Tensor]:
     """The split's model inputs, widened once (what a hand-written loop over cached tensors does)."""
-    everything = split.batch(torch.arange(len(split)))
-    return everything
+    return split.batch(torch.arange(len(split)))
 
 
 def plain_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: int, seed: int) -> tuple[float, float]:
