@@ -328,7 +328,7 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
                                 "early or failed), so no verdict can be given." if plan.baseline not in cells else
                                 "Not confirmed: fewer than two losses have a result.",))
     if r.confirm_top is not None:
-        best = sorted(losses, key=lambda loss: (-cells[loss].val, loss))[: r.confirm_top]
+        best = losses[: r.confirm_top]  # already best on validation first
         losses = [loss for loss in losses if loss in best or loss == plan.baseline]
     seeds = ranking.confirmation_seeds(trials, r.confirm or r.max_seeds)
     per_run = max(plan.max_epochs(loss) for loss in losses)
