@@ -68,6 +68,7 @@ def truth_says(truth: dict[str, Any] | None, margin: float) -> str:
 
 def word(verdict: str) -> str:
     """The engine's verdict text as one of win / loss / equivalent / undecided ("baseline" stays)."""
+    verdict = verdict.removesuffix("\u2020")  # the step-down mark (tune_as.results.verdicts.STEP_DOWN_MARK)
     return verdict if verdict in (*DECIDED, "baseline") else "undecided"
 
 

@@ -68,7 +68,7 @@ def verdict(answer: Answer, loss: str) -> str:
     if loss not in answer.rows:
         return "not in the answer"
     diff, word = answer.cell(loss, "Δ"), answer.cell(loss, "verdict")
-    return f"{diff} **{word}**" if word in ("win", "loss", "equivalent") else f"{diff} {word}"
+    return f"{diff} **{word}**" if word.rstrip("\u2020") in ("win", "loss", "equivalent") else f"{diff} {word}"
 
 
 def best(answer: Answer) -> tuple[str, str]:
@@ -85,7 +85,7 @@ def headline(answers: list[Answer]) -> str:
            "| --- | --- | --- | --- | --- | --- | --- |"]
     for a in answers:
         words = [r[next(h for h in a.header if h.startswith("verdict"))] for r in a.rows.values()]
-        counts = [sum(w == k for w in words) for k in ("win", "loss", "equivalent")]
+        counts = [sum(w.rstrip("\u2020") == k for w in words) for k in ("win", "loss", "equivalent")]
         counts.append(sum(w.startswith("undecided") for w in words))
         leader, company = best(a)
         m = re.search(r"\((\w+), %; ", a.title) or re.search(r"\(([\w-]+)", a.title)

@@ -9,16 +9,21 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
+from tune_as.results import ranking
 from tune_as.results.verdicts import (
+    STEP_DOWN_MARK,
+    STEP_DOWN_NOTE,
     Comparison,
     best_set,
     compare_with_baseline,
     holm,
     hypothesis_pvalues,
+    interval_shows,
     one_sided_p,
     paired_differences,
     points,
     simultaneous_interval,
+    verdict_word,
 )
 
 M = points(0.5)  # the default margin, 0.005
@@ -151,6 +156,32 @@ def test_interval_is_bonferroni_over_the_three_m_hypotheses() -> None:
         ci = stats.ttest_1samp(d, 0.0).confidence_interval(confidence_level=1 - 2 * alpha / (3 * 4))
         assert r.interval == pytest.approx((ci.low, ci.high), rel=1e-10)
     assert simultaneous_interval([0.1], 0.01) is None
+
+
+def test_a_step_down_claim_the_interval_does_not_show_is_marked() -> None:
+    """Three clear losses are rejected first, so x's H_loss is tested at alpha / 9, looser than the
+    interval's alpha / 12 per side: Holm calls x a loss while its interval still reaches past 0. The printed
+    word carries the mark and the ranking table explains it; a claim its interval shows carries none."""
+    values = {"softmax": by_seed([0.80] * 5),
+              **{name: by_seed([0.70 + 0.001 * ((s * 7 + i) % 3) for s in range(5)])
+                 for i, name in enumerate("abc")},
+              "x": by_seed(0.80 + np.array([-0.01, -0.0036, -0.0148, -0.0076, -0.014]))}
+    rows = {r.loss: r for r in compare_with_baseline(values, "softmax", M, 0.05)}
+    x = rows["x"]
+    assert x.verdict == "loss" and x.interval is not None and x.interval[1] > 0
+    assert not interval_shows(x, M) and verdict_word(x, M) == "loss" + STEP_DOWN_MARK
+    assert interval_shows(rows["a"], M) and verdict_word(rows["a"], M) == "loss"
+    undecided = Comparison("y", 3, 0.001, (-0.01, 0.012), 0.4, "undecided")
+    assert interval_shows(undecided, M) and verdict_word(undecided, M) == "undecided (3 seeds)"
+    equivalent = Comparison("z", 5, 0.001, (-0.006, 0.004), 0.01, "equivalent")
+    assert not interval_shows(equivalent, M) and interval_shows(equivalent, points(0.6))
+
+    def row(loss: str, verdict: str) -> ranking.Row:
+        return ranking.Row(loss, {}, 1, 1, [0.8, 0.8], [0.8, 0.8], True, "-1.00", verdict)
+
+    plain = ranking.table([row("a", "loss")], "t", "softmax", 0.5, 0.05)
+    marked = ranking.table([row("a", "loss"), row("x", "loss" + STEP_DOWN_MARK)], "t", "softmax", 0.5, 0.05)
+    assert STEP_DOWN_NOTE not in plain.notes and STEP_DOWN_NOTE in marked.notes
 
 
 def test_earlier_claims_are_kept_and_leave_the_family() -> None:

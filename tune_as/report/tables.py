@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from tune_as.results import racing, ranking
+from tune_as.results import racing, ranking, verdicts
 from tune_as.results.render import Table
 from tune_as.results.selection import (
     PAPER_ROWS,
@@ -217,6 +217,7 @@ def confirmation_table(confirmations: Mapping[tuple[str, str], Confirmation],
         base = race[1].baseline if race else BASELINE
         header += [f"{t} {metric} mean ± std", f"{t} Δ vs {base} [simultaneous interval] verdict"]
     body = []
+    marked = False
     for row in rows:
         line = [row]
         for t in tasks:
@@ -234,9 +235,11 @@ def confirmation_table(confirmations: Mapping[tuple[str, str], Confirmation],
                 continue
             v = race[0].row(loss)
             interval = f" [{100 * v.interval[0]:+.2f}, {100 * v.interval[1]:+.2f}]" if v.interval else ""
-            word = v.verdict if v.verdict != "undecided" else f"undecided ({v.n} seeds)"
+            word = verdicts.verdict_word(v, verdicts.points(race[1].margin_points))
+            marked = marked or word.endswith(verdicts.STEP_DOWN_MARK)
             line.append(f"{100 * (v.mean_diff or 0.0):+.2f}{interval} {word}")
         body.append(line)
     return Table("confirmation", "Confirmation: selected settings re-run with new seeds (test metric, in %)",
                  header, body, ["* in the best set on validation (Hsu); every claim controlled together at a "
-                                "family-wise error of 5% (Holm), as in the search's answer (docs/verdicts.md)."])
+                                "family-wise error of 5% (Holm), as in the search's answer (docs/verdicts.md).",
+                                *([verdicts.STEP_DOWN_NOTE] if marked else [])])

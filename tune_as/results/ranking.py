@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tune_as.results import racing
+from tune_as.results import racing, verdicts
 from tune_as.results.render import Table
 from tune_as.results.selection import Cell, TrialRun, new_seeds, same_setting, select
 from tune_as.settings import DataSettings, TrialSettings
@@ -126,7 +126,7 @@ def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: st
                 row = replace(row, verdict="baseline")
             elif any(c.loss == loss for c in answer.rows):
                 c = answer.row(loss)
-                word = c.verdict if c.verdict != "undecided" else f"undecided ({c.n} seeds)"
+                word = verdicts.verdict_word(c, verdicts.points(plan.margin_points))
                 row = replace(row, diff=_diff(c, answer.metric == "val"), verdict=word)
         rows.append(row)
     some = any(r.confirmed for r in rows)
@@ -162,4 +162,6 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
 
 def table(rows: Sequence[Row], title: str, baseline: str, margin_points: float, alpha: float,
           notes: Sequence[str] = ()) -> Table:
-    return Table("ranking", title, list(header(baseline, margin_points, alpha)), table_rows(rows), list(notes))
+    marked = any(r.verdict.endswith(verdicts.STEP_DOWN_MARK) for r in rows)
+    return Table("ranking", title, list(header(baseline, margin_points, alpha)), table_rows(rows),
+                 [*notes, *([verdicts.STEP_DOWN_NOTE] if marked else [])])

@@ -183,6 +183,36 @@ class Comparison:
     rejected: frozenset[Hypothesis] = frozenset()
 
 
+# Marks a claim Holm's step-down made while the printed single-step interval still reaches past it.
+STEP_DOWN_MARK = "\u2020"
+STEP_DOWN_NOTE = (f"{STEP_DOWN_MARK}: decided by Holm's step-down, which tests at a looser level once other claims "
+                  "are made; the simultaneous interval shown is the single-step (Bonferroni) one and still "
+                  "reaches past the claim (docs/verdicts.md).")
+
+
+def interval_shows(row: Comparison, margin: float) -> bool:
+    """Whether the row's simultaneous interval shows its claim on its own: a win's interval above 0, a loss's
+    below 0, an equivalence's inside +-margin (margin a fraction). Undecided rows and rows without an interval
+    show nothing to contradict: True. Holm's step-down rejects at alpha / (m - j + 1) at its j-th step, a
+    looser level than the interval's alpha / m, so it can decide a claim the interval does not show."""
+    if row.interval is None or row.verdict == "undecided":
+        return True
+    lo, hi = row.interval
+    if row.verdict == "win":
+        return lo > 0
+    if row.verdict == "loss":
+        return hi < 0
+    return -margin - EXACT_TOL <= lo and hi <= margin + EXACT_TOL
+
+
+def verdict_word(row: Comparison, margin: float) -> str:
+    """The verdict as printed: win / loss / equivalent (with STEP_DOWN_MARK when the interval does not show
+    it), or 'undecided (n seeds)'."""
+    if row.verdict == "undecided":
+        return f"undecided ({row.n} seeds)"
+    return row.verdict + ("" if interval_shows(row, margin) else STEP_DOWN_MARK)
+
+
 def _verdict(rejected: Collection[Hypothesis]) -> Verdict:
     """A rejected H_eq wins over a rejected directional null: a difference inside the margin is, by the
     user's own margin, practically nothing."""
