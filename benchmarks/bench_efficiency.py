@@ -65,6 +65,8 @@ from efficiency_scores import (
     verdict_table,
 )
 
+from tune_as.results.budget import CONFIRM_SHARE
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
 # The truth's seeds: far above the grid's (0-2) and above every seed an arm uses (the search seed, and the
@@ -419,7 +421,9 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, referen
                     # a race takes the engine's own split of its --budget (tune_as.results.budget)
                     trials = setup.trials_per_loss or (None if options.get("race") else trials_for(
                         budget * ref["compute"], setup, reserved(setup, options), tunable))
-                    key = "v3|" + json.dumps({"arm": arm, "seed": seed, "trials": trials, **options}, sort_keys=True)
+                    split = {"confirm_share": CONFIRM_SHARE} if options.get("race") else {}  # the engine's split
+                    key = "v3|" + json.dumps({"arm": arm, "seed": seed, "trials": trials, **options, **split},
+                                             sort_keys=True)
                     if key not in arms and cached_only:
                         continue
                     if key not in arms:

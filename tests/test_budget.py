@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tune_as.results.budget import BudgetTooSmall, last_look, search_trials
+from tune_as.results.budget import CONFIRM_SHARE, BudgetTooSmall, last_look, search_trials
 
 # 13 losses of a multi-class task: 8 with parameters, 5 with nothing to tune, 5 epochs each
 TUNABLE = [f"t{i}" for i in range(8)]
@@ -16,8 +16,17 @@ EPOCHS = dict.fromkeys(TUNABLE + FIXED, 5.0)
 def test_the_first_round_and_one_trial_per_fixed_loss_are_paid_before_the_search() -> None:
     # reserve 3 seeds x 13 losses x 5 epochs = 195, fixed losses 5 x 5 = 25, a search trial of each tunable: 40
     assert search_trials(500, EPOCHS, TUNABLE, list(EPOCHS), 3) == 7  # (500 - 220) / 40 = 7
-    assert search_trials(260, EPOCHS, TUNABLE, list(EPOCHS), 3) == 1
-    assert search_trials(299, EPOCHS, TUNABLE, list(EPOCHS), 3) == 1
+    assert search_trials(390, EPOCHS, TUNABLE, list(EPOCHS), 3) == 4  # (390 - 220) / 40 = 4.25
+
+
+def test_the_first_round_takes_at_most_half_the_budget() -> None:
+    # 195 for every first round would be 75% of 260: half the budget (130) is reserved instead, 105 for the search
+    assert CONFIRM_SHARE == 0.5
+    assert search_trials(260, EPOCHS, TUNABLE, list(EPOCHS), 3) == 2  # (260 - 130 - 25) / 40 = 2.6
+    assert search_trials(299, EPOCHS, TUNABLE, list(EPOCHS), 3) == 3  # (299 - 149.5 - 25) / 40 = 3.1
+    # digits at 15% of bench_efficiency's grid: 247.8 trial-epochs, 10 tunable and 3 fixed losses
+    digits = dict.fromkeys([*TUNABLE, "t8", "t9", *FIXED[:3]], 5.0)
+    assert search_trials(247.8, digits, [*TUNABLE, "t8", "t9"], list(digits), 3) == 2  # (247.8 - 123.9 - 15) / 50
     # --confirm 3 --confirm-top 3: only 4 losses are confirmed, so the search gets more
     assert search_trials(500, EPOCHS, TUNABLE, TUNABLE[:4], 3) == 10  # (500 - 60 - 25) / 40 = 10.4
     # a loss with its own epochs costs its own epochs
@@ -29,8 +38,6 @@ def test_without_confirmation_every_loss_shares_the_budget_in_search_trials() ->
 
 
 def test_a_budget_short_of_every_first_round_pays_one_trial_per_loss_and_the_least_round() -> None:
-    # 259 < 260 (every loss's first round): one search trial each; the race confirms the best losses first
-    assert search_trials(259, EPOCHS, TUNABLE, list(EPOCHS), 3) == 1
     # the least answer: 40 + 25 for the search, 3 seeds x 2 losses x 5 epochs = 30 for the first round
     assert search_trials(95, EPOCHS, TUNABLE, list(EPOCHS), 3) == 1
     with pytest.raises(BudgetTooSmall, match=r"--budget: expected at least 95 trial-epochs for one search trial "

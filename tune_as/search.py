@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "multi-label tasks)")
     p.add_argument("--budget", type=float, default=None, metavar="E",
                    help="trial-epochs for the whole answer, split by the engine: the first confirmation round is "
-                        "reserved, a loss with nothing to tune gets one search trial, the losses with parameters get "
+                        "reserved (at most half the budget; the losses best on validation first), a loss with nothing to tune gets one search trial, the losses with parameters get "
                         "the search trials the rest pays (unless --trials-per-loss says), later rounds take what is "
                         "left (default: no cap)")
     p.add_argument("--sampler", choices=list(SAMPLERS), default=D("sampler"),

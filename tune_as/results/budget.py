@@ -4,11 +4,12 @@ Pure functions of the request's shape (losses, their epochs, which have paramete
 before anything runs and can be tested without Ray:
 
 - `search_trials`: trials per loss with parameters. The first confirmation round (3 seeds per loss, or `--confirm
-  N` for the losses it confirms) is reserved first, a loss with nothing to tune gets its one search trial, and
-  the search's trials take the rest. Trials early stopping cuts short leave their epochs to the confirmation.
-  A budget too small for every loss's first round still gets one search trial per loss when it pays the first
-  round of the baseline and one other loss: the race then confirms the losses best on the search's validation
-  first (`engine.run`), and the others stay undecided.
+  N` for the losses it confirms) is reserved first, but never more than CONFIRM_SHARE of the budget; a loss with
+  nothing to tune gets its one search trial, and the search's trials take the rest. Trials early stopping cuts
+  short leave their epochs to the confirmation. When the reserve is short of every loss's first round, the race
+  confirms the losses best on the search's validation first (`engine.run`), and the others stay undecided.
+  A budget that pays less still gets one search trial per loss when it pays the first round of the baseline
+  and one other loss.
 - `last_look`: the race's last look, fixed once the search has ended (before the first confirmation seed, so
   the error control holds): --max-seeds, or the last look the budget left can pay for every loss. The alpha of
   looks the budget could never reach is not set aside for them: all of it goes to the first look when only that
@@ -22,6 +23,13 @@ from collections.abc import Mapping, Sequence
 
 from tune_as.results.racing import look_schedule
 
+# At most this share of a --budget is reserved for the first confirmation round. Measured on digits at 15% of the
+# grid (docs/bench_efficiency.md): reserving every loss's whole first round (79% of that budget) left one search
+# trial per loss, a mean per-loss gap of 1.12 points to the grid's best setting, for one decided comparison in
+# twelve: three seeds at the Holm level of 36 claims decide little anyway, while a loss's one trial (its default
+# setting) can be 10 points off its best. Half keeps the first round for the losses the search ranks best.
+CONFIRM_SHARE = 0.5
+
 
 class BudgetTooSmall(ValueError):
     """The budget cannot pay one search trial per loss and the first confirmation round."""
@@ -30,7 +38,8 @@ class BudgetTooSmall(ValueError):
 def search_trials(budget: float, epochs: Mapping[str, float], tunable: Sequence[str],
                   confirmed: Sequence[str], first_seeds: int, trials: int | None = None) -> int:
     """Search trials per tunable loss that `budget` pays after the first confirmation round (`first_seeds` runs
-    of each loss in `confirmed`; 0 when the answer is not confirmed: every loss then has search trials) and one
+    of each loss in `confirmed`, at most CONFIRM_SHARE of the budget; 0 when the answer is not confirmed: every
+    loss then has search trials) and one
     trial of each loss without parameters. `trials`: what the user asked for, kept if the budget pays it.
     BudgetTooSmall when even the least answer does not fit."""
     fixed_cost = sum(epochs[loss] for loss in epochs if loss not in tunable) if first_seeds else 0.0
@@ -41,10 +50,11 @@ def search_trials(budget: float, epochs: Mapping[str, float], tunable: Sequence[
         what = f"--trials-per-loss {trials}" + (
             f" and the first confirmation round ({first_seeds} seeds x {len(confirmed)} losses)" if first_seeds else "")
     else:
-        if per_trial and budget - full_round - fixed_cost >= per_trial - 1e-9:
-            return math.floor((budget - full_round - fixed_cost) / per_trial + 1e-9)
         # the least answer: one search trial per loss, the first round of the baseline and one other loss
-        least_round = first_seeds * 2 * max((epochs[loss] for loss in confirmed), default=0.0)
+        least_round = min(full_round, first_seeds * 2 * max((epochs[loss] for loss in confirmed), default=0.0))
+        reserve = max(least_round, min(full_round, CONFIRM_SHARE * budget))
+        if per_trial and budget - reserve - fixed_cost >= per_trial - 1e-9:
+            return math.floor((budget - reserve - fixed_cost) / per_trial + 1e-9)
         need = least_round + fixed_cost + per_trial
         what = "one search trial per loss" + (
             f" and the first confirmation round of the baseline and one other loss ({first_seeds} seeds each)"
