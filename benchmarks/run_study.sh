@@ -71,5 +71,5 @@ done
 echo "== report $(date -u +%H:%M:%S)"
 $PY -m tune_as.report --experiment "$(echo "$TASKS" | tr ' ' ',')" --tracking-uri "$MLFLOW" --out "$OUT/report" \
   --optuna-storage "$STORE"
-$PY benchmarks/study_page.py "$OUT" > "$OUT/tables.md"
+$PY benchmarks/study_page.py "$OUT" "$MLFLOW" > "$OUT/tables.md"
 echo "== done $(date -u +%H:%M:%S); tables for docs/results.md in $OUT/tables.md"

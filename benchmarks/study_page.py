@@ -1,11 +1,17 @@
 """The tables of docs/results.md, from the answers `benchmarks/run_study.sh` printed (one `<task>.out` per task).
 
-    python benchmarks/study_page.py /tmp/tune_as_study > /tmp/study_tables.md
+    python benchmarks/study_page.py /tmp/tune_as_study [MLFLOW_URI] > /tmp/study_tables.md
 
-Every cell comes from an answer's own verdict table (the Markdown table the search printed and logged to its
-parent run as ranking.md): the verdict word with its seeds, the simultaneous interval, the best loss by
-validation and the set that cannot be told apart from it, and the answer's Compute line. Nothing is
-re-computed here; the paper's figures (AS-Softmax paper, Tables 2 and 8) are quoted for the comparison.
+Every cell of the headline and of the paper comparison's AS-Softmax-vs-baseline columns comes from an answer's
+own verdict table (the Markdown table the search printed and logged to its parent run as ranking.md): the
+verdict word with its seeds, the simultaneous interval, the best loss by validation and the set that cannot be
+told apart from it, and the answer's Compute line. Nothing of those is re-computed here; the paper's figures
+(AS-Softmax paper, Tables 2 and 8) are quoted for the comparison.
+
+The paper's second claim, AS-Speed against AS-Softmax, is not a comparison the answers make (each compares
+every loss with the baseline). With MLFLOW_URI (the study's store), it is computed from the confirmation runs
+the answers used: the paired difference on the seeds both have, with a t-interval simultaneous over the tasks
+of the page (Bonferroni: alpha / (2 x tasks) per side, scipy), a family of its own at 5%.
 """
 
 from __future__ import annotations
@@ -98,19 +104,59 @@ def headline(answers: list[Answer]) -> str:
     return "\n".join(out)
 
 
-def paper(answers: list[Answer]) -> str:
+def paper(answers: list[Answer], speed_vs: dict[str, str]) -> str:
     out = ["| task | paper: AS-Softmax − softmax | ours: AS-Softmax vs baseline | paper: AS-Speed − softmax | "
-           "ours: AS-Speed vs baseline | paper source |", "| --- | --- | --- | --- | --- | --- |"]
+           "ours: AS-Speed vs baseline | paper: AS-Speed − AS-Softmax | ours: AS-Speed − AS-Softmax | paper source |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for a in answers:
         gain, speed, source = PAPER.get(a.task, (None, None, "-"))
+        both = None if gain is None or speed is None else speed - gain
         out.append(f"| {a.task} | {'-' if gain is None else f'{gain:+.2f}'} | "
                    f"{verdict(a, AS_LOSS.get(a.task, 'as_softmax'))} | {'-' if speed is None else f'{speed:+.2f}'} | "
-                   f"{verdict(a, 'as_speed')} | {source} |")
+                   f"{verdict(a, 'as_speed')} | {'-' if both is None else f'{both:+.2f}'} | "
+                   f"{speed_vs.get(a.task, '-')} | {source} |")
     return "\n".join(out)
+
+
+def speed_vs_as(uri: str, tasks: list[str], alpha: float = 0.05) -> dict[str, str]:
+    """task -> 'AS-Speed minus AS-Softmax' cell: mean difference [simultaneous interval] (n seeds) and the
+    direction the interval shows, on the confirmation runs' test metric (validation where a task has no test
+    labels: rte, cola)."""
+    from tune_as.report.cli import connect, experiment_ids, trial_runs
+    from tune_as.results.verdicts import paired_differences, simultaneous_interval
+    from tune_as.tracking import schema
+
+    client = connect(uri)
+    found = experiment_ids(client, tasks, uri)
+    values: dict[str, dict[str, dict[int, float]]] = {}
+    on_val: dict[str, bool] = {}
+    for exp_id, task in found.items():
+        runs = trial_runs(client, [exp_id], schema.ROLE_CONFIRMATION, [])
+        has_test = bool(runs) and all(f"test_{r.metric}" in r.last for r in runs)
+        on_val[task] = not has_test
+        for r in runs:
+            value = r.last[f"test_{r.metric}"] if has_test else r.best_val
+            values.setdefault(task, {}).setdefault(r.loss, {})[int(r.seed)] = value
+    out = {}
+    pairs = {t: (v.get("as_speed"), v.get(AS_LOSS.get(t, "as_softmax"))) for t, v in values.items()}
+    family = sum(a is not None and b is not None for a, b in pairs.values())
+    for task, (speed, as_) in pairs.items():
+        if speed is None or as_ is None:
+            continue
+        d = paired_differences(speed, as_)
+        ci = simultaneous_interval(d, alpha / (2 * family))
+        if ci is None:
+            out[task] = f"{100 * d.mean():+.2f} ({len(d)} seed)" if len(d) else "no shared seed"
+            continue
+        shows = "lower" if ci[1] < 0 else "higher" if ci[0] > 0 else "no difference shown"
+        out[task] = (f"{100 * d.mean():+.2f} [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}] ({len(d)} seeds"
+                     f"{', val' if on_val[task] else ''}) {shows}")
+    return out
 
 
 def main() -> None:
     folder = Path(sys.argv[1])
+    uri = sys.argv[2] if len(sys.argv) > 2 else None
     answers = []
     for path in sorted(folder.glob("*.out")):
         text = path.read_text()
@@ -118,7 +164,8 @@ def main() -> None:
             print(f"<!-- {path.name}: no answer table (the search did not finish) -->")
             continue
         answers.append(parse(path.stem, text))
-    print("## Headline\n\n" + headline(answers) + "\n\n## Against the paper\n\n" + paper(answers) + "\n")
+    speed = speed_vs_as(uri, [a.task for a in answers]) if uri else {}
+    print("## Headline\n\n" + headline(answers) + "\n\n## Against the paper\n\n" + paper(answers, speed) + "\n")
     for a in answers:
         print(f"### {a.title}\n")
         print("| " + " | ".join(a.header) + " |\n|" + "|".join(" --- " for _ in a.header) + "|")
