@@ -255,3 +255,9 @@ def test_bad_input_is_an_error() -> None:
         compare_with_baseline({"x": {1: 0.8}}, "softmax", M, 0.05)
     with pytest.raises(ValueError, match="alpha"):
         best_set({"x": {1: 0.8}}, 0.0)
+
+
+def test_the_answer_prints_a_selected_setting_in_three_significant_digits() -> None:
+    row = ranking.Row("sm_softmax", {"loss.m": "0.8963863270334698", "loss.n": "6", "loss.backward": "inf"}, 2, 2,
+                      [0.8, 0.81], [0.79, 0.8], True)
+    assert ranking.table_rows([row])[0][2] == "backward=inf, m=0.896, n=6"

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tune_as.results import racing, ranking, verdicts
-from tune_as.results.render import Table
+from tune_as.results.render import Table, fmt_value
 from tune_as.results.selection import (
     PAPER_ROWS,
     PAPER_TASKS,
@@ -44,15 +44,6 @@ def layout(cells: Cells) -> tuple[list[str], list[str]]:
     tasks = order({t for t, _ in cells}, PAPER_TASKS)
     rows = order({r for _, r in cells} | set(PAPER_ROWS), PAPER_ROWS)
     return tasks, rows
-
-
-def fmt_value(v: str) -> str:
-    """Params are strings in MLflow: shorten floats (0.30000000000000004 -> 0.3), keep the rest."""
-    try:
-        x = float(v)
-    except ValueError:
-        return v
-    return v if v.lstrip("-").isdigit() else f"{x:.3g}"
 
 
 def pct(x: float) -> str:

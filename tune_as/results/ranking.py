@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tune_as.results import racing, verdicts
-from tune_as.results.render import Table
+from tune_as.results.render import Table, fmt_value
 from tune_as.results.selection import Cell, TrialRun, new_seeds, same_setting, select
 from tune_as.settings import DataSettings, TrialSettings
 
@@ -153,7 +153,7 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
         if not r.val:
             out.append(["-", r.loss, f"no result: {r.failure}", f"{r.trials} ({r.completed})", "-", "-", "-", "-", "-"])
             continue
-        setting = ", ".join(f"{k.removeprefix('loss.')}={v}" for k, v in sorted(r.setting.items())) or "-"
+        setting = ", ".join(f"{k.removeprefix('loss.')}={fmt_value(v)}" for k, v in sorted(r.setting.items())) or "-"
         out.append([str(i), r.loss, setting, f"{r.trials} ({r.completed})", _mean_std(r.val, 100),
                     _mean_std(r.test, 100), r.diff or "-", r.verdict or ("-" if r.confirmed else "not confirmed"),
                     ("yes" if r.best else "no") if r.confirmed else "-"])

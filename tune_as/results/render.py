@@ -7,6 +7,16 @@ import io
 from dataclasses import dataclass, field
 
 
+def fmt_value(v: str) -> str:
+    """Params are strings in MLflow: shorten floats (0.30000000000000004 -> 0.3, 0.8963863270334698 -> 0.896),
+    keep the rest; the exact values stay in MLflow and the search folder."""
+    try:
+        x = float(v)
+    except ValueError:
+        return v
+    return v if v.lstrip("-").isdigit() else f"{x:.3g}"
+
+
 @dataclass(frozen=True)
 class Table:
     name: str  # file stem, e.g. "table6"
