@@ -148,7 +148,8 @@ def speed_vs_as(uri: str, tasks: list[str], alpha: float = 0.05) -> dict[str, st
         if ci is None:
             out[task] = f"{100 * d.mean():+.2f} ({len(d)} seed)" if len(d) else "no shared seed"
             continue
-        shows = "lower" if ci[1] < 0 else "higher" if ci[0] > 0 else "no difference shown"
+        shows = ("lower" if ci[1] < 0 else "higher" if ci[0] > 0 else
+                 "identical runs" if not d.any() else "no difference shown")
         out[task] = (f"{100 * d.mean():+.2f} [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}] ({len(d)} seeds"
                      f"{', val' if on_val[task] else ''}) {shows}")
     return out
@@ -158,7 +159,9 @@ def main() -> None:
     folder = Path(sys.argv[1])
     uri = sys.argv[2] if len(sys.argv) > 2 else None
     answers = []
-    for path in sorted(folder.glob("*.out")):
+    # the paper's order (Table 2, then its multi-label and GLUE tasks), then ours
+    first = ["clinc_oos", "sst5", "conll2003", "goemotions", "mrpc", "rte", "cola", "digits"]
+    for path in sorted(folder.glob("*.out"), key=lambda p: (first.index(p.stem) if p.stem in first else 99, p.stem)):
         text = path.read_text()
         if "### " not in text:
             print(f"<!-- {path.name}: no answer table (the search did not finish) -->")
