@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from tune_as.results.verdicts import unmarked
+
 DECIDED = ("win", "loss", "equivalent")
 # the engine's own words (tune_as.results.ranking.Row.verdict): decided ones, "baseline", "undecided (n seeds)",
 # "" for a loss the answer did not confirm; anything not decided counts as undecided here
@@ -68,7 +70,7 @@ def truth_says(truth: dict[str, Any] | None, margin: float) -> str:
 
 def word(verdict: str) -> str:
     """The engine's verdict text as one of win / loss / equivalent / undecided ("baseline" stays)."""
-    verdict = verdict.removesuffix("\u2020")  # the step-down mark (tune_as.results.verdicts.STEP_DOWN_MARK)
+    verdict = unmarked(verdict)
     return verdict if verdict in (*DECIDED, "baseline") else "undecided"
 
 

@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tune_as.results.verdicts import unmarked
+
 # The paper's direction per task (fine-tuned BERT-base / RoBERTa, single runs): (AS-Softmax - softmax,
 # AS-Speed - softmax: the comparisons our answers make, both against the baseline), in points of the task's metric. Table 2 (sst5, clinc_oos, conll2003; multi-label:
 # Eurlex / WOS micro-F1, against Eq. 14) and Table 8 (GLUE). None: the paper has no figure.
@@ -74,7 +76,7 @@ def verdict(answer: Answer, loss: str) -> str:
     if loss not in answer.rows:
         return "not in the answer"
     diff, word = answer.cell(loss, "Δ"), answer.cell(loss, "verdict")
-    return f"{diff} **{word}**" if word.rstrip("\u2020") in ("win", "loss", "equivalent") else f"{diff} {word}"
+    return f"{diff} **{word}**" if unmarked(word) in ("win", "loss", "equivalent") else f"{diff} {word}"
 
 
 def best(answer: Answer) -> tuple[str, str]:
@@ -91,7 +93,7 @@ def headline(answers: list[Answer]) -> str:
            "| --- | --- | --- | --- | --- | --- | --- |"]
     for a in answers:
         words = [r[next(h for h in a.header if h.startswith("verdict"))] for r in a.rows.values()]
-        counts = [sum(w.rstrip("\u2020") == k for w in words) for k in ("win", "loss", "equivalent")]
+        counts = [sum(unmarked(w) == k for w in words) for k in ("win", "loss", "equivalent")]
         counts.append(sum(w.startswith("undecided") for w in words))
         leader, company = best(a)
         m = re.search(r"\((\w+), %; ", a.title) or re.search(r"\(([\w-]+)", a.title)

@@ -15,6 +15,7 @@ from conftest import REPO
 
 from tune_as import search
 from tune_as.report import cli as report
+from tune_as.results.verdicts import unmarked
 
 README = (REPO / "README.md").read_text()
 BLOCKS = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
@@ -77,7 +78,7 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     assert rows["softmax"][3] == "1 (1)" and rows["as_softmax"][3] == "2 (2)"
     assert all(cells[5].count("±") == 1 for cells in rows.values()), "test mean ± std over the seeds"
     words = ("win", "loss", "equivalent", "undecided (3 seeds)", "undecided (5 seeds)")
-    assert all(cells[7].removesuffix("\u2020") in words for loss, cells in rows.items() if loss != "softmax"), rows
+    assert all(unmarked(cells[7]) in words for loss, cells in rows.items() if loss != "softmax"), rows
     assert rows["softmax"][7] == "baseline" and "Holm, family-wise 5%, margin ±0.5 pts" in table.splitlines()[2]
     assert "Best on validation: " in table and "Compute: " in table
     from mlflow import MlflowClient

@@ -25,6 +25,7 @@ from tune_as.results.selection import (
     unmatched_confirmations,
     with_confirmations,
 )
+from tune_as.results.verdicts import unmarked
 from tune_as.tracking.schema import (
     LOSS,
     METRIC,
@@ -407,7 +408,7 @@ def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch
     a, b = report.confirmations["digits", "as_softmax"], report.confirmations["digits", "softmax"]
     diff = np.mean([a.by_seed[s] - b.by_seed[s] for s in seeds])
     assert conf["as_softmax"][column].startswith(f"{100 * diff:+.2f} ")
-    assert conf["as_softmax"][column].removesuffix("\u2020").endswith(
+    assert unmarked(conf["as_softmax"][column]).endswith(
         ("win", "loss", "equivalent", "undecided (2 seeds)")), "the search's words (a step-down mark allowed)"
     # Table 2 now shows the confirmed numbers
     softmax_tests = list(b.by_seed.values())

@@ -11,6 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from tune_as.engine import SearchRequest
 from tune_as.engine.run import run_search
+from tune_as.results.verdicts import unmarked
 from tune_as.search import main
 
 pytestmark = pytest.mark.slow
@@ -158,7 +159,7 @@ def test_early_stopping_is_per_loss_and_confirm_ranks_on_new_seeds(tmp_path: Pat
     assert not trial_seeds & {c.data.params["seed"] for c in confirmations}, "confirmation seeds must be new"
     rows = {row.loss: row for row in outcome.rows}
     assert rows["label_smoothing"].confirmed and len(rows["label_smoothing"].test) == 2
-    verdict = rows["label_smoothing"].verdict.removesuffix("\u2020")  # the step-down mark is an annotation
+    verdict = unmarked(rows["label_smoothing"].verdict)  # the step-down mark is an annotation
     assert rows["label_smoothing"].diff and (verdict in ("win", "loss", "equivalent") or verdict == "undecided (2 seeds)")
     parents, _ = _runs(mlflow_server.uri, "e2e-per-loss")
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
@@ -228,7 +229,7 @@ def test_a_race_within_a_budget_runs_whole_rounds_and_says_what_it_spent(tmp_pat
     assert c.confirm_trials == 6 and c.search_epochs + c.confirm_epochs <= 8.0
     rows = {row.loss: row for row in outcome.rows}
     assert rows["softmax"].verdict == "baseline" and len(rows["softmax"].test) == 3
-    verdict = rows["label_smoothing"].verdict.removesuffix("\u2020")  # the step-down mark is an annotation
+    verdict = unmarked(rows["label_smoothing"].verdict)  # the step-down mark is an annotation
     assert verdict in ("win", "loss", "equivalent", "undecided (3 seeds)"), verdict
     # the budget left after the search (6) pays 3 seeds for both losses: the race's last look is there
     assert "--budget 8: the race's last look is at 3 seeds per loss" in outcome.markdown

@@ -205,6 +205,11 @@ def interval_shows(row: Comparison, margin: float) -> bool:
     return -margin - EXACT_TOL <= lo and hi <= margin + EXACT_TOL
 
 
+def unmarked(word: str) -> str:
+    """A printed verdict without its step-down mark ('loss\u2020' -> 'loss'): the mark annotates, it is no fifth word."""
+    return word.removesuffix(STEP_DOWN_MARK)
+
+
 def verdict_word(row: Comparison, margin: float) -> str:
     """The verdict as printed: win / loss / equivalent (with STEP_DOWN_MARK when the interval does not show
     it), or 'undecided (n seeds)'."""
