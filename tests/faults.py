@@ -40,11 +40,13 @@ def _block_once(where: Path) -> None:
     threading.Event().wait()  # until the test kills this process
 
 
+def trial_order(where: Path, experiment: str) -> list[str]:
+    """The trials of a Tune experiment in the order of their first report."""
+    return list(dict.fromkeys(row["trial_id"] for row in reports(where) if row["experiment"] == experiment))
+
+
 def _kth_in(where: Path, experiment: str, k: int, trial_id: str) -> bool:
-    order: list[str] = []
-    for row in reports(where):
-        if row["experiment"] == experiment and row["trial_id"] not in order:
-            order.append(row["trial_id"])
+    order = trial_order(where, experiment)
     return len(order) >= k and order[k - 1] == trial_id
 
 

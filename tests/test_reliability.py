@@ -259,12 +259,6 @@ def test_trials_that_checkpoint_often_keep_one_checkpoint_each(tmp_path: Path, m
     assert_no_weights_left(tmp_path / "results" / "digits-disk")
 
 
-def kth_trial(fault_dir: Path, experiment: str, k: int) -> str:
-    """The id of the k-th trial to report in a Tune experiment (tests/faults.py's order)."""
-    order = list(dict.fromkeys(r["trial_id"] for r in faults.reports(fault_dir) if r["experiment"] == experiment))
-    return order[k - 1]
-
-
 def persisted_trials(experiment_dir: Path) -> dict[str, tuple[str, int, Path | None]]:
     """Ray's last persisted snapshot of a Tune experiment, read as the plain JSON it is: trial id -> (status,
     iteration of its last result, the checkpoint folder it would be restored from). Empty while none is whole."""
@@ -316,7 +310,7 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     if not ready.exists():
         pytest.fail(f"the search ended (exit {proc.returncode}) without reaching round 2:\n{finish(proc)[1][-3000:]}")
     round_dir = tmp_path / "results" / "race-kill" / "confirm-2"
-    blocked = kth_trial(fault_dir, "confirm-2", 3)
+    blocked = faults.trial_order(fault_dir, "confirm-2")[2]  # the one TUNE_AS_BLOCK_IN holds
     wait_for(lambda: snapshot_shows(round_dir, blocked, ended=2), 120,
              "Ray's persisted snapshot of round 2 to show two ended runs and the blocked one")
     os.killpg(proc.pid, signal.SIGKILL)
