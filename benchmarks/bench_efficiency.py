@@ -50,6 +50,7 @@ from efficiency_scores import (
     arms_table,
     gap_table,
     goal_lines,
+    measured_floor,
     noise_floor,
     null_fwer,
     null_line,
@@ -295,7 +296,9 @@ def truth(setup: Setup, plan: Any, ref: dict[str, Any], cache: RunCache) -> dict
     base = plan.baseline
     return {"baseline": base, "seeds": list(setup.truth_seeds), "test": test, "val": val,
             "losses": {loss: truth_row(test[loss], test[base]) for loss in setup.losses if loss != base},
-            "compute": _epochs(results)}
+            "compute": _epochs(results),
+            "floor": {"seeds": len(setup.ref_seeds), "single": measured_floor(ref["losses"], test, 1),
+                      "confirmed": measured_floor(ref["losses"], test, len(setup.ref_seeds))}}
 
 
 def _epochs(results: list[dict[str, Any]]) -> float:
@@ -443,8 +446,9 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, referen
         print("\n" + summary_table(records, order))
         print("\n" + verdict_table(records, ref, tru, margin_points / 100, order))
         print("\n" + gap_table(records, ref, order))
-    print("\n" + "\n".join([*summary_lines(records, ref, order), null_line(null),
-                            *goal_lines(records, null, setup.task + (" (quick)" if setup.quick else ""))]))
+    print("\n" + "\n".join([*summary_lines(records, ref, order, tru), null_line(null),
+                            *goal_lines(records, null, setup.task + (" (quick)" if setup.quick else ""),
+                                        tru["floor"]["confirmed"])]))
     if plot_path is not None and records:
         plot(records, plot_path, setup.task, order)
     result = {"reference": ref, "truth": tru, "records": records, "null": null}
