@@ -269,6 +269,58 @@ def test_without_a_paper_setting_each_loss_starts_from_its_own_defaults_where_th
     assert first["as_softmax"]["loss.delta"] == 0.3 and 0.05 <= first["as_softmax"]["warmup_r"] <= 0.3
 
 
+FINITE_SPACE = """
+task: digits
+trials_per_loss: 6
+losses:
+  softmax:
+    params: {}
+  sparse_softmax:
+    params:
+      k: {type: int, low: 2, high: 4}
+  taylor_softmax:
+    params:
+      n: {type: categorical, choices: [2, 4]}
+      backward: {type: categorical, choices: [finite, inf]}
+  as_softmax:
+    params:
+      delta: {type: float, low: 0.05, high: 0.5}
+"""
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_a_setting_is_never_trained_twice_and_a_tried_out_space_ends_its_search(tmp_path: Path, sampler: str) -> None:
+    import optuna
+
+    searcher = _searcher(tmp_path, FINITE_SPACE, sampler=sampler)
+    configs = [c for c in (searcher.suggest(f"t{i}") for i in range(30)) if isinstance(c, dict)]
+    for i, c in enumerate(configs):  # told after every suggestion: the repeats were found among running trials
+        searcher.on_trial_complete(f"t{i}", {"best_val_accuracy": 0.9})
+    settings = {loss: [tuple(v for k, v in c.items() if k.startswith("loss.")) for c in configs if c["loss"] == loss]
+                for loss in searcher.space.losses}
+    # every point of a finite space once (3 and 4 settings), no more; the continuous one and softmax get 6
+    assert sorted(settings["sparse_softmax"]) == [(2,), (3,), (4,)]
+    assert sorted(settings["taylor_softmax"]) == sorted([(n, b) for n in (2, 4) for b in ("finite", "inf")])
+    assert len(settings["as_softmax"]) == len(set(settings["as_softmax"])) == 6
+    assert [c["seed"] for c in configs if c["loss"] == "softmax"] == [5, 6, 7, 8, 9, 10]
+    assert searcher.exhausted == {"sparse_softmax", "taylor_softmax"}
+    assert searcher.suggest("t99") == "FINISHED"
+    repeats = [t for t in searcher.study("sparse_softmax").trials if "repeat_of" in t.user_attrs]
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in repeats), "a repeat is not a result"
+    # a restarted driver keeps knowing which losses are tried out (JSON state)
+    searcher.save(str(tmp_path / "searcher.json"))
+    again = _searcher(tmp_path, FINITE_SPACE, sampler=sampler)
+    again.restore(str(tmp_path / "searcher.json"))
+    assert again.exhausted == {"sparse_softmax", "taylor_softmax"} and again.suggest("t100") == "FINISHED"
+
+
+def test_a_repeat_of_a_running_trial_is_not_trained_while_it_runs(tmp_path: Path) -> None:
+    searcher = _searcher(tmp_path, FINITE_SPACE.replace("high: 4", "high: 3"))
+    ks = [c["loss.k"] for c in (searcher.suggest(f"t{i}") for i in range(20))
+          if isinstance(c, dict) and c["loss"] == "sparse_softmax"]
+    assert sorted(ks) == [2, 3], "nothing finished yet, and still no setting twice"
+
+
 def test_random_sampler_without_warm_start_draws_uniformly_from_the_same_space(tmp_path: Path) -> None:
     import optuna
 

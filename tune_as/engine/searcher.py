@@ -14,6 +14,7 @@ is a lottery: on digits one draw of taylor_softmax backward=inf trained to 18% w
 from __future__ import annotations
 
 import dataclasses
+import random
 import zlib
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ from tune_as.tracking import schema
 
 # One "A new study created" line per loss, and one per trial, would bury Ray's progress table.
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Draws in a row that may repeat a tried setting before a loss's search ends (`PerLossSearcher._ask_new`); a
+# finite space ends as soon as every point is tried, so this only bounds a sampler stuck on one continuous point.
+MAX_ASKS = 50
+REPEATS = 5
 # Ray calls save/restore with a path in the experiment's folder; the file is JSON, never a pickle (engine.state)
 STATE_WHAT = "the searcher state"
 
@@ -51,6 +56,18 @@ def warm_start(space: LossSpace) -> dict[str, Any]:
     return point
 
 
+def _point(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+def _tried(t: optuna.trial.FrozenTrial) -> bool:
+    """Whether a study's trial stands for a run of its setting that has a result or will have one: finished or
+    running, and not a repeat told another's value. A failed trial is not (a setting that failed for a reason
+    outside it, or an orphan a driver restart closed before it ran, may be drawn again)."""
+    return t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING) \
+        and "repeat_of" not in t.user_attrs
+
+
 class PerLossSearcher(Searcher):
     """Losses take turns (the one with the fewest suggestions goes next), so each gets its quota."""
 
@@ -63,6 +80,7 @@ class PerLossSearcher(Searcher):
         self.suggested = {loss: 0 for loss in space.losses}
         self.quota = quota or dict.fromkeys(space.losses, space.trials_per_loss)  # search trials per loss
         self.live: dict[str, tuple[str, int]] = {}  # Ray trial id -> (loss, Optuna trial number)
+        self.exhausted: set[str] = set()  # losses whose every setting has been tried (finite spaces)
         self._studies: dict[str, optuna.Study] = {}
 
     def study(self, loss: str) -> optuna.Study:
@@ -83,18 +101,59 @@ class PerLossSearcher(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
         quota = getattr(self, "quota", None) or dict.fromkeys(self.space.losses, self.space.trials_per_loss)  # older pickles
-        open_losses = [loss for loss in self.space.losses if self.suggested[loss] < quota[loss]]
-        if not open_losses:
-            return Searcher.FINISHED
-        loss = min(open_losses, key=lambda name: self.suggested[name])
+        exhausted = self.__dict__.setdefault("exhausted", set())  # older pickles lack it
+        while True:
+            open_losses = [loss for loss in self.space.losses
+                           if self.suggested[loss] < quota[loss] and loss not in exhausted]
+            if not open_losses:
+                return Searcher.FINISHED
+            loss = min(open_losses, key=lambda name: self.suggested[name])
+            asked = self._ask_new(loss)
+            if asked is not None:
+                break
+            exhausted.add(loss)  # every point of its space has been tried: its remaining trials are not run
+        trial, params = asked
         space = self.space.losses[loss]
-        trial = self.study(loss).ask()
-        params = {config_key(d.name): d.suggest(trial) for d in space.params}
         if not space.params:  # nothing to tune: repeat over seeds, so every loss is "best of N" alike
             params["seed"] = self.base["seed"] + self.suggested[loss]
         self.suggested[loss] += 1
         self.live[trial_id] = (loss, trial.number)
         return {**self.base, **space.constants(), "loss": loss, **params}
+
+    def _ask_new(self, loss: str) -> tuple[optuna.trial.Trial, dict[str, Any]] | None:
+        """An Optuna trial of `loss` whose setting no earlier trial of this search has, with its trial config
+        params; None when the loss's space has no untried point left (or MAX_ASKS draws in a row were repeats).
+
+        Every search trial of a loss runs on the same seed, so a repeated setting is the same run: TPE and random
+        sampling of a small discrete space repeat points (taylor_softmax's 10 settings, an integer k), which
+        trained the same run twice and counted it as two trials. Optuna has no option to sample without
+        repetition, hence this check (hand-written). A repeat is closed as failed (TPE ignores failed trials, so
+        the original's result is not counted twice) and marked `repeat_of` (optuna-dashboard shows it). In a
+        finite space, after REPEATS repeats in a row, an untried point drawn with the study's seed is enqueued."""
+        space = self.space.losses[loss]
+        study = self.study(loss)
+        size = space.size()
+        for attempt in range(MAX_ASKS):
+            trial = study.ask()
+            params = {config_key(d.name): d.suggest(trial) for d in space.params}
+            if not space.params:
+                return trial, params
+            tried = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number and _tried(t)]
+            first = next((t for t in tried if t.params == trial.params), None)
+            if first is None:
+                return trial, params
+            trial.set_user_attr("repeat_of", first.number)
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+            if size is None:
+                continue
+            seen = {_point(t.params) for t in tried if len(t.params) == len(space.params)}
+            if len(seen) >= size:
+                return None
+            if attempt + 1 >= REPEATS:
+                untried = [p for p in space.points() if _point(p) not in seen]
+                rng = random.Random(f"{self.seed}/{loss}/{len(study.trials)}")
+                study.enqueue_trial(rng.choice(untried))
+        return None
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         if trial_id not in self.live:
@@ -108,17 +167,19 @@ class PerLossSearcher(Searcher):
         study.tell(number, value, state=state)
 
     def save(self, checkpoint_path: str) -> None:
-        write_json(Path(checkpoint_path), {"suggested": self.suggested, "live": self.live})
+        write_json(Path(checkpoint_path), {"suggested": self.suggested, "live": self.live,
+                                           "exhausted": sorted(self.__dict__.get("exhausted", ()))})
 
     def restore(self, checkpoint_path: str) -> None:
         saved = read_json(Path(checkpoint_path), STATE_WHAT)
         try:
             suggested = {str(loss): int(n) for loss, n in dict(saved["suggested"]).items()}
             live = {str(t): (str(loss), int(number)) for t, (loss, number) in dict(saved["live"]).items()}
+            exhausted = {str(loss) for loss in saved.get("exhausted", [])}  # absent from a state before it existed
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{checkpoint_path}: expected {STATE_WHAT} tune_as writes (JSON: suggestions per loss, "
                             f"live trials), got {type(exc).__name__}: {str(exc)[:120]}") from None
-        self.suggested, self.live = suggested, live
+        self.suggested, self.live, self.exhausted = suggested, live, exhausted
         # Optuna trials asked after the last searcher checkpoint belong to no Ray trial: close them.
         known = {(loss, number) for loss, number in self.live.values()}
         for loss in self.space.losses:
