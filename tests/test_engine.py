@@ -294,7 +294,7 @@ def test_a_setting_is_never_trained_twice_and_a_tried_out_space_ends_its_search(
 
     searcher = _searcher(tmp_path, FINITE_SPACE, sampler=sampler)
     configs = [c for c in (searcher.suggest(f"t{i}") for i in range(30)) if isinstance(c, dict)]
-    for i, c in enumerate(configs):  # told after every suggestion: the repeats were found among running trials
+    for i in range(len(configs)):  # told after every suggestion: the repeats were found among running trials
         searcher.on_trial_complete(f"t{i}", {"best_val_accuracy": 0.9})
     settings = {loss: [tuple(v for k, v in c.items() if k.startswith("loss.")) for c in configs if c["loss"] == loss]
                 for loss in searcher.space.losses}
@@ -404,3 +404,17 @@ def test_searcher_state_round_trips_through_save_and_restore(tmp_path: Path) -> 
     restored = FixedConfigs([{"a": 1}, {"a": 2}], "best_val_accuracy")
     restored.restore(str(tmp_path / "fixed"))
     assert restored.suggest("t1") == {"a": 2}
+
+
+def test_a_finite_space_gets_at_most_one_search_trial_per_setting(tmp_path: Path) -> None:
+    from tune_as.engine.plan import plan_search
+
+    plan = plan_search(SearchRequest(task="digits", storage_path=tmp_path / "results", name="q",
+                                     mlflow_uri=f"sqlite:///{tmp_path / 'm.db'}", trials_per_loss=12,
+                                     cache_dir=tmp_path / "cache"))
+    quota = {loss: plan.quota(loss) for loss in plan.losses}
+    # search_spaces/digits.yaml: k in 2..9 (8 settings), taylor_softmax n x backward (10), the rest continuous
+    assert (quota["sparse_softmax"], quota["taylor_softmax"], quota["as_softmax"], quota["softmax"]) == (8, 10, 12, 12)
+    assert plan.n_trials == sum(quota.values())
+    assert plan.quota_notes() == [f"{loss}: {n} search trials, every setting of its space once (a setting is never "
+                                  "trained twice)." for loss, n in (("sparse_softmax", 8), ("taylor_softmax", 10))]

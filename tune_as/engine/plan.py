@@ -80,8 +80,20 @@ class SearchPlan:
 
     def quota(self, loss: str) -> int:
         """Search trials of `loss`. A loss with nothing to tune gets one when the answer is confirmed: more
-        would only change its seed, and confirmation brings new seeds anyway (its budget goes there)."""
-        return 1 if self.confirming and not self.space.losses[loss].params else self.search_trials
+        would only change its seed, and confirmation brings new seeds anyway (its budget goes there). A finite
+        space gets at most one trial per setting: its trials share a seed, so a second would be the same run
+        (the searcher never trains a setting twice)."""
+        space = self.space.losses[loss]
+        if self.confirming and not space.params:
+            return 1
+        size = space.size()
+        return self.search_trials if size is None else min(self.search_trials, size)
+
+    def quota_notes(self) -> list[str]:
+        """One line per loss whose finite space holds fewer settings than the search's trials per loss."""
+        return [f"{loss}: {self.quota(loss)} search trials, every setting of its space once (a setting is never "
+                "trained twice)." for loss in self.losses
+                if self.space.losses[loss].params and self.quota(loss) < self.search_trials]
 
     @property
     def search_trials(self) -> int:

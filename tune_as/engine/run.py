@@ -289,7 +289,7 @@ def _answer_table(plan: SearchPlan, rows: list[ranking.Row], confirmed: Confirme
         how = f"{r.confirm} confirmation seeds" + (f" for the top {r.confirm_top} and {plan.baseline}, single runs "
                                                    "below" if r.confirm_top else "")
     title = f"{plan.task.name}: which loss wins ({plan.metric}, %; {_epochs_title(plan)}; {how})"
-    notes = [f"Data: {w}" for w in plan.data.warnings] + list(confirmed.notes)
+    notes = [f"Data: {w}" for w in plan.data.warnings] + list(confirmed.notes) + plan.quota_notes()
     alpha = confirmed.plan.alpha if confirmed.plan is not None else 0.05
     a = confirmed.answer
     if a is not None and a.leader is not None:

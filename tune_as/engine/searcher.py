@@ -33,7 +33,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Draws in a row that may repeat a tried setting before a loss's search ends (`PerLossSearcher._ask_new`); a
 # finite space ends as soon as every point is tried, so this only bounds a sampler stuck on one continuous point.
 MAX_ASKS = 50
-REPEATS = 5
+REPEATS = 5  # repeats in a row before a finite space's next point is an untried one, enqueued
 # Ray calls save/restore with a path in the experiment's folder; the file is JSON, never a pickle (engine.state)
 STATE_WHAT = "the searcher state"
 
@@ -60,14 +60,6 @@ def _point(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(params.items()))
 
 
-def _tried(t: optuna.trial.FrozenTrial) -> bool:
-    """Whether a study's trial stands for a run of its setting that has a result or will have one: finished or
-    running, and not a repeat told another's value. A failed trial is not (a setting that failed for a reason
-    outside it, or an orphan a driver restart closed before it ran, may be drawn again)."""
-    return t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING) \
-        and "repeat_of" not in t.user_attrs
-
-
 class PerLossSearcher(Searcher):
     """Losses take turns (the one with the fewest suggestions goes next), so each gets its quota."""
 
@@ -81,6 +73,7 @@ class PerLossSearcher(Searcher):
         self.quota = quota or dict.fromkeys(space.losses, space.trials_per_loss)  # search trials per loss
         self.live: dict[str, tuple[str, int]] = {}  # Ray trial id -> (loss, Optuna trial number)
         self.exhausted: set[str] = set()  # losses whose every setting has been tried (finite spaces)
+        self.orphans: dict[str, list[int]] = {}  # per loss, Optuna trials a restart closed before they ran
         self._studies: dict[str, optuna.Study] = {}
 
     def study(self, loss: str) -> optuna.Study:
@@ -122,23 +115,25 @@ class PerLossSearcher(Searcher):
 
     def _ask_new(self, loss: str) -> tuple[optuna.trial.Trial, dict[str, Any]] | None:
         """An Optuna trial of `loss` whose setting no earlier trial of this search has, with its trial config
-        params; None when the loss's space has no untried point left (or MAX_ASKS draws in a row were repeats).
+        params; None when the loss's finite space has no untried point left.
 
         Every search trial of a loss runs on the same seed, so a repeated setting is the same run: TPE and random
         sampling of a small discrete space repeat points (taylor_softmax's 10 settings, an integer k), which
         trained the same run twice and counted it as two trials. Optuna has no option to sample without
         repetition, hence this check (hand-written). A repeat is closed as failed (TPE ignores failed trials, so
         the original's result is not counted twice) and marked `repeat_of` (optuna-dashboard shows it). In a
-        finite space, after REPEATS repeats in a row, an untried point drawn with the study's seed is enqueued."""
+        finite space, after REPEATS repeats in a row, an untried point drawn with the study's seed is enqueued,
+        so a loss runs min(quota, points) trials (`LossSpace.size`; the engine expects that many). A continuous
+        space takes its MAX_ASKS-th draw as it is."""
         space = self.space.losses[loss]
         study = self.study(loss)
         size = space.size()
         for attempt in range(MAX_ASKS):
             trial = study.ask()
             params = {config_key(d.name): d.suggest(trial) for d in space.params}
-            if not space.params:
+            if size is None and (not space.params or attempt == MAX_ASKS - 1):
                 return trial, params
-            tried = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number and _tried(t)]
+            tried = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number and self._tried(loss, t)]
             first = next((t for t in tried if t.params == trial.params), None)
             if first is None:
                 return trial, params
@@ -153,7 +148,13 @@ class PerLossSearcher(Searcher):
                 untried = [p for p in space.points() if _point(p) not in seen]
                 rng = random.Random(f"{self.seed}/{loss}/{len(study.trials)}")
                 study.enqueue_trial(rng.choice(untried))
-        return None
+        raise AssertionError("unreachable: a finite space enqueues an untried point after REPEATS repeats")
+
+    def _tried(self, loss: str, t: optuna.trial.FrozenTrial) -> bool:
+        """Whether a study's trial stands for a run of its setting: not a repeat (told failed in its place), not
+        an orphan a driver restart closed before it ran. A failed run counts: the same setting on the same seed
+        fails again."""
+        return "repeat_of" not in t.user_attrs and t.number not in self.__dict__.get("orphans", {}).get(loss, ())
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         if trial_id not in self.live:
@@ -168,24 +169,28 @@ class PerLossSearcher(Searcher):
 
     def save(self, checkpoint_path: str) -> None:
         write_json(Path(checkpoint_path), {"suggested": self.suggested, "live": self.live,
-                                           "exhausted": sorted(self.__dict__.get("exhausted", ()))})
+                                           "exhausted": sorted(self.__dict__.get("exhausted", ())),
+                                           "orphans": self.__dict__.get("orphans", {})})
 
     def restore(self, checkpoint_path: str) -> None:
         saved = read_json(Path(checkpoint_path), STATE_WHAT)
         try:
             suggested = {str(loss): int(n) for loss, n in dict(saved["suggested"]).items()}
             live = {str(t): (str(loss), int(number)) for t, (loss, number) in dict(saved["live"]).items()}
-            exhausted = {str(loss) for loss in saved.get("exhausted", [])}  # absent from a state before it existed
+            # absent from a state written before they existed
+            exhausted = {str(loss) for loss in saved.get("exhausted", [])}
+            orphans = {str(loss): [int(n) for n in numbers] for loss, numbers in dict(saved.get("orphans", {})).items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{checkpoint_path}: expected {STATE_WHAT} tune_as writes (JSON: suggestions per loss, "
                             f"live trials), got {type(exc).__name__}: {str(exc)[:120]}") from None
-        self.suggested, self.live, self.exhausted = suggested, live, exhausted
+        self.suggested, self.live, self.exhausted, self.orphans = suggested, live, exhausted, orphans
         # Optuna trials asked after the last searcher checkpoint belong to no Ray trial: close them.
         known = {(loss, number) for loss, number in self.live.values()}
         for loss in self.space.losses:
             for t in self.study(loss).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
                 if (loss, t.number) not in known:
                     self.study(loss).tell(t.number, state=optuna.trial.TrialState.FAIL)
+                    self.orphans.setdefault(loss, []).append(t.number)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

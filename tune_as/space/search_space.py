@@ -149,9 +149,10 @@ class LossSpace:
         return {config_key(k): v for k, v in self.fixed.items()}
 
     def size(self) -> int | None:
-        """How many distinct settings the search can draw (1 with nothing to tune); None if one is continuous."""
+        """How many distinct settings the search can draw; None if one is continuous or nothing is tuned (its
+        trials then differ by seed)."""
         sizes = [d.size() for d in self.params]
-        return None if None in sizes else math.prod(s for s in sizes if s is not None)
+        return None if not sizes or None in sizes else math.prod(s for s in sizes if s is not None)
 
     def points(self) -> list[dict[str, Any]]:
         """Every setting of a finite space (search-space names), in order."""
