@@ -15,18 +15,18 @@ EPOCHS = dict.fromkeys(TUNABLE + FIXED, 5.0)
 
 def test_the_first_round_and_one_trial_per_fixed_loss_are_paid_before_the_search() -> None:
     # reserve 3 seeds x 13 losses x 5 epochs = 195, fixed losses 5 x 5 = 25, a search trial of each tunable: 40
-    assert search_trials(500, EPOCHS, TUNABLE, list(EPOCHS), 3) == 7  # (500 - 220) / 40 = 7
-    assert search_trials(390, EPOCHS, TUNABLE, list(EPOCHS), 3) == 4  # (390 - 220) / 40 = 4.25
+    assert search_trials(1000, EPOCHS, TUNABLE, list(EPOCHS), 3) == 19  # (1000 - 220) / 40 = 19.5
+    assert search_trials(800, EPOCHS, TUNABLE, list(EPOCHS), 3) == 14  # (800 - 220) / 40 = 14.5
 
 
-def test_the_first_round_takes_at_most_half_the_budget() -> None:
-    # 195 for every first round would be 75% of 260: half the budget (130) is reserved instead, 105 for the search
-    assert CONFIRM_SHARE == 0.5
-    assert search_trials(260, EPOCHS, TUNABLE, list(EPOCHS), 3) == 2  # (260 - 130 - 25) / 40 = 2.6
-    assert search_trials(299, EPOCHS, TUNABLE, list(EPOCHS), 3) == 3  # (299 - 149.5 - 25) / 40 = 3.1
+def test_the_first_round_takes_at_most_a_quarter_of_the_budget() -> None:
+    # 195 for every first round would be 75% of 260: a quarter of the budget (65) is reserved instead
+    assert CONFIRM_SHARE == 0.25
+    assert search_trials(260, EPOCHS, TUNABLE, list(EPOCHS), 3) == 4  # (260 - 65 - 25) / 40 = 4.25
+    assert search_trials(390, EPOCHS, TUNABLE, list(EPOCHS), 3) == 6  # (390 - 97.5 - 25) / 40 = 6.7
     # digits at 15% of bench_efficiency's grid: 247.8 trial-epochs, 10 tunable and 3 fixed losses
     digits = dict.fromkeys([*TUNABLE, "t8", "t9", *FIXED[:3]], 5.0)
-    assert search_trials(247.8, digits, [*TUNABLE, "t8", "t9"], list(digits), 3) == 2  # (247.8 - 123.9 - 15) / 50
+    assert search_trials(247.8, digits, [*TUNABLE, "t8", "t9"], list(digits), 3) == 3  # (247.8 - 61.95 - 15) / 50
     # --confirm 3 --confirm-top 3: only 4 losses are confirmed, so the search gets more
     assert search_trials(500, EPOCHS, TUNABLE, TUNABLE[:4], 3) == 10  # (500 - 60 - 25) / 40 = 10.4
     # a loss with its own epochs costs its own epochs
