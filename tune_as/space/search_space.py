@@ -108,25 +108,14 @@ class Distribution:
         return d.step is None or math.isclose(round((value - d.low) / d.step) * d.step + d.low, value, rel_tol=0,
                                               abs_tol=1e-9)
 
-    def size(self) -> int | None:
-        """How many distinct values the search can draw; None for a continuous range."""
-        d = self.dist
-        if isinstance(d, CategoricalDistribution):
-            return len(d.choices)
-        if isinstance(d, IntDistribution):
-            return (d.high - d.low) // d.step + 1
-        return None if d.step is None else round((d.high - d.low) / d.step) + 1
-
-    def values(self) -> list[Any]:
-        """Every value the search can draw, in order (a finite distribution; see `size`)."""
+    def values(self) -> list[Any] | None:
+        """Every value the search can draw, in order; None for a continuous range."""
         d = self.dist
         if isinstance(d, CategoricalDistribution):
             return list(d.choices)
         if isinstance(d, IntDistribution):
             return list(range(d.low, d.high + 1, d.step))
-        if d.step is None:
-            raise ValueError(f"{self.name}: a continuous range has no list of values")
-        return [d.low + i * d.step for i in range(round((d.high - d.low) / d.step) + 1)]
+        return None if d.step is None else [d.low + i * d.step for i in range(round((d.high - d.low) / d.step) + 1)]
 
     def extremes(self) -> list[Any]:
         """The values that bound what the search can draw: every choice, or both ends of the range."""
@@ -151,13 +140,13 @@ class LossSpace:
     def size(self) -> int | None:
         """How many distinct settings the search can draw; None if one is continuous or nothing is tuned (its
         trials then differ by seed)."""
-        sizes = [d.size() for d in self.params]
-        return None if not sizes or None in sizes else math.prod(s for s in sizes if s is not None)
+        values = [d.values() for d in self.params]
+        return None if not values or None in values else math.prod(len(v or ()) for v in values)
 
     def points(self) -> list[dict[str, Any]]:
         """Every setting of a finite space (search-space names), in order."""
         return [dict(zip((d.name for d in self.params), combo, strict=True))
-                for combo in itertools.product(*(d.values() for d in self.params))]
+                for combo in itertools.product(*(d.values() or () for d in self.params))]
 
     def paper_point(self) -> dict[str, Any] | None:
         return None if self.paper is None else {config_key(k): v for k, v in self.paper.items()}
