@@ -146,7 +146,7 @@ def test_ranking_uses_completed_trials_and_confirmed_seeds_with_verdicts() -> No
     assert rows["bce"].failure == "no trial ran", "every loss of the request has a row"
     text = ranking.table(list(rows.values()), "t", "softmax", 0.5, 0.05).markdown()
     assert "no result: every trial was stopped early" in text and "±" in text
-    assert "verdict (Holm, family-wise 5%, margin ±0.5 pts)" in text
+    assert "verdict (Holm, family-wise 2.5%, margin ±0.5 pts)" in text
     # the ranking follows validation, never test
     assert [r.loss for r in ranking.rank(trials, [], "accuracy")][:2] == ["as_softmax", "softmax"]
 
@@ -346,8 +346,8 @@ def test_confirmed_rows_rank_above_single_runs() -> None:
     rows = ranking.rank(trials, confirmations, "accuracy", [], answer, plan)
     assert [r.confirmed for r in rows] == [True, True, False], "confirmed rows rank above single runs"
     assert rows[-1].loss == "t_softmax" and rows[-1].val == [0.90], "its 0.99 was stopped early: not selected"
-    assert {r.loss: r.verdict for r in rows[:2]} == {"softmax": "baseline", "sparsemax": "equivalent"}, \
-        "identical runs are equivalent (zero variance), not an error"
+    assert {r.loss: r.verdict for r in rows[:2]} == {"softmax": "baseline", "sparsemax": "undecided (2 seeds)"}, \
+        "equal values on every seed are no evidence (zero spread), and not an error"
 
 
 # -- state files read back on --resume: JSON, never pickle ---------------------------------------------------

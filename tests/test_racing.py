@@ -197,8 +197,8 @@ def test_metric_is_test_when_every_run_has_one() -> None:
     p = Plan(("softmax", "good"), "softmax", SEEDS)
     answer = decide(with_test, p)
     assert answer.metric == "test" and answer.row("good").verdict == "win"
-    assert decide(with_test, Plan(("softmax", "good"), "softmax", SEEDS, verdict_on="val")).row("good").verdict \
-        == "equivalent"
+    on_val = decide(with_test, Plan(("softmax", "good"), "softmax", SEEDS, verdict_on="val")).row("good")
+    assert (on_val.mean_diff, on_val.verdict) == (0.0, "undecided"), "equal validation values: no evidence"
     no_test = {loss: {s: (v, None) for s, (v, _) in by_seed.items()} for loss, by_seed in with_test.items()}
     assert decide(no_test, p).metric == "val"
 

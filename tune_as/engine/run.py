@@ -32,14 +32,15 @@ from tune_as.engine.callbacks import DropFinishedWeights, MlflowCallback, comple
 from tune_as.engine.folder import claim, resume_hint, write_state  # noqa: E402
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of  # noqa: E402
 from tune_as.engine.progress import reporter  # noqa: E402
+from tune_as.engine.record import answer_record  # noqa: E402
 from tune_as.engine.request import SearchRequest  # noqa: E402
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
 from tune_as.engine.state import CONFIRM_DIR  # noqa: E402
 from tune_as.errors import UserError  # noqa: E402
 from tune_as.results import racing, ranking  # noqa: E402
+from tune_as.results.answer import answer_table  # noqa: E402
 from tune_as.results.budget import last_look  # noqa: E402
-from tune_as.results.render import Table  # noqa: E402
 from tune_as.results.selection import Cell, TrialRun  # noqa: E402
 from tune_as.settings import DataSettings, TrialSettings  # noqa: E402
 from tune_as.tracking import schema  # noqa: E402
@@ -210,8 +211,10 @@ def run_search(r: SearchRequest) -> Outcome:
     state = state_of(plan)
     params = {"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.search_trials,
               "backbone": plan.data_settings.backbone, "encoder": plan.data_settings.encoder,
-              "epochs": plan.base.epochs, "seed": r.seed, "confirm": r.confirm, "git_commit": git_commit(),
-              "search_space": str(plan.space.path)}
+              "epochs": plan.base.epochs, "seed": r.seed, "confirm": r.confirm, "race": r.race,
+              "max_seeds": r.max_seeds if r.race else None, "margin_points": r.margin, "baseline": plan.baseline,
+              "budget": r.budget, "git_commit": git_commit(), "search_space": str(plan.space.path)}
+    params = {k: v for k, v in params.items() if v is not None}
     tags = {schema.DATA_WARNINGS: " | ".join(plan.data.warnings)[:5000]} if plan.data.warnings else {}
     with _tracked(plan, params, tags, state) as session:
         print(f"MLflow: {session.tracker.shown}  experiment {plan.experiment!r}, parent run {session.tracker.parent_id}")
@@ -220,14 +223,6 @@ def run_search(r: SearchRequest) -> Outcome:
         outcome = _search_and_confirm(session)
     write_state(plan.search_dir, {**state, "finished": True})
     return outcome
-
-
-def _epochs_title(plan: SearchPlan) -> str:
-    epochs = {loss: plan.max_epochs(loss) for loss in plan.losses}
-    if len(set(epochs.values())) == 1:
-        (each,) = set(epochs.values())  # the losses' own epochs, which need not be the base's
-        return f"{each:g} epoch{'s' if each != 1 else ''} each"
-    return "epochs per loss: " + ", ".join(f"{loss} {e:g}" for loss, e in epochs.items())
 
 
 def _search_and_confirm(session: Session) -> Outcome:
@@ -246,19 +241,21 @@ def _search_and_confirm(session: Session) -> Outcome:
     trials = _results(grid, plan)
     search_epochs = _epochs(grid)
     confirmed = _confirm(session, trials, search_epochs) if plan.confirming else Confirmed()
-    rows = ranking.rank(trials, confirmed.runs, plan.metric, plan.losses, confirmed.answer, confirmed.plan,
-                        _failures(grid))
+    record = answer_record(plan, trials, confirmed.plan, confirmed.notes, confirmed.rounds, _failures(grid))
+    answered = answer_table(record, trials, confirmed.runs)
+    rows = answered.rows
     compute = Compute(search_epochs, confirmed.epochs, len(grid), len(confirmed.runs), time.monotonic() - tic,
                       r.budget)
-    answer = _answer_table(plan, rows, confirmed)
-    text = answer.markdown()
+    text = answered.table.markdown()
     print("\n" + text + "\n" + compute.line())
     with tempfile.TemporaryDirectory() as tmp:
-        md, csv = Path(tmp) / schema.RANKING_MD, Path(tmp) / schema.RANKING_CSV
+        md, csv, record_file = (Path(tmp) / name for name in (schema.RANKING_MD, schema.RANKING_CSV,
+                                                              schema.ANSWER_JSON))
         md.write_text(text)
-        csv.write_text(answer.csv())
-        session.tracker.search_artifacts([md, csv], {schema.SEARCH_EPOCHS: compute.search_epochs,
-                                                     schema.CONFIRM_EPOCHS: compute.confirm_epochs})
+        csv.write_text(answered.table.csv())
+        record_file.write_text(record.to_json())
+        session.tracker.search_artifacts([md, csv, record_file], {schema.SEARCH_EPOCHS: compute.search_epochs,
+                                                                  schema.CONFIRM_EPOCHS: compute.confirm_epochs})
     if not any(row.val for row in rows):
         raise NoResult(f"no loss has a result: every trial failed, diverged or was stopped early "
                        f"({'; '.join(f'{row.loss}: {row.failure}' for row in rows)[:600]})")
@@ -279,39 +276,16 @@ def _failures(grid: tune.ResultGrid) -> dict[str, str]:
     return out
 
 
-def _answer_table(plan: SearchPlan, rows: list[ranking.Row], confirmed: Confirmed) -> Table:
-    r = plan.request
-    if confirmed.plan is None:
-        how = "single runs, not confirmed: add --race or --confirm N"
-    elif r.race:
-        how = f"confirmed in rounds of new seeds, up to {r.max_seeds} per loss"
-    else:
-        how = f"{r.confirm} confirmation seeds" + (f" for the top {r.confirm_top} and {plan.baseline}, single runs "
-                                                   "below" if r.confirm_top else "")
-    title = f"{plan.task.name}: which loss wins ({plan.metric}, %; {_epochs_title(plan)}; {how})"
-    notes = [f"Data: {w}" for w in plan.data.warnings] + list(confirmed.notes) + plan.quota_notes()
-    alpha = confirmed.plan.alpha if confirmed.plan is not None else 0.05
-    a = confirmed.answer
-    if a is not None and a.leader is not None:
-        company = [m for m in a.best if m != a.leader]
-        notes.append(f"Best on validation: {a.leader}" + (f"; cannot be told apart from it: {', '.join(company)}"
-                                                           if company else "; no other loss is as good") +
-                     " (Hsu's multiple comparisons with the best).")
-        notes.append(f"Every claim above is controlled together at a family-wise error of {alpha:.0%} (Holm's "
-                     f"step-down, alpha spent over {len(a.looks)} look(s)); 'equivalent': the difference is proven "
-                     f"inside ±{r.margin:g} points; intervals are simultaneous (docs/verdicts.md).")
-    return ranking.table(rows, title, plan.baseline, r.margin, alpha, notes)
-
-
 @dataclasses.dataclass(frozen=True)
 class Confirmed:
-    """What confirmation produced: its runs, their epochs, the race's last answer under its plan, notes."""
+    """What confirmation produced: its runs, their epochs, the race's plan, notes, and the runs of each round
+    (the race's answer is replayed from them: tune_as.results.answer)."""
 
     runs: list[TrialRun] = dataclasses.field(default_factory=list)
     epochs: float = 0.0
-    answer: racing.Answer | None = None
     plan: racing.Plan | None = None
     notes: tuple[str, ...] = ()
+    rounds: tuple[tuple[str, ...], ...] = ()  # the confirmation runs' Ray trial ids, round by round
 
 
 def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> Confirmed:
@@ -333,9 +307,13 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
     seeds = ranking.confirmation_seeds(trials, r.confirm or r.max_seeds)
     per_run = max(plan.max_epochs(loss) for loss in losses)
     last = last_look(r.max_seeds, r.budget, search_epochs, len(losses), per_run)  # fixed before any seed
-    race = (racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=r.margin) if r.confirm
-            else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=last, margin_points=r.margin))
+    step = plan.resolution_points
+    race = (racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=r.margin,
+                              resolution_points=step) if r.confirm
+            else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=last, margin_points=r.margin,
+                             resolution_points=step))
     runs: list[TrialRun] = []
+    rounds: list[tuple[str, ...]] = []
     epochs, notes = 0.0, []
     if not r.confirm and last < r.max_seeds:
         notes.append(f"--budget {r.budget:g}: the race's last look is at {last} seeds per loss, what the budget "
@@ -356,12 +334,13 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
               f"no early stopping (seeds {', '.join(map(str, sorted({seed for _, seed in wanted})))})")
         new, spent = run_trials(session, configs, CONFIRM_DIR if round_no == 1 else f"{CONFIRM_DIR}-{round_no}")
         runs += new
+        rounds.append(tuple(run.run_id for run in new))
         epochs += spent
     results = ranking.race_results(runs, plan.metric)
-    answer = racing.decide(results, race, 0)  # the looks the runs made allow, nothing more to run
     if r.budget is not None and not racing.decide(results, race, None).done:
         notes.append(f"--budget {r.budget:g} trial-epochs spent before every verdict was decided.")
-    return Confirmed(runs, epochs, answer, race, tuple(notes))
+    return Confirmed(runs, epochs, race, tuple(notes), tuple(rounds))
+
 
 
 def _settings(cell: Cell) -> TrialSettings:

@@ -26,6 +26,7 @@ import numpy as np
 from tune_as.engine.request import SearchRequest
 from tune_as.errors import UserError
 from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder
+from tune_as.report.answers import Replayed, column_labels, replay, search_name
 from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
 from tune_as.results.render import Table
 from tune_as.results.selection import (
@@ -191,11 +192,34 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
                                                  experiment=names[first.experiment_id]), data, configs)
 
 
+def searches_of(client: MlflowClient, ids: Sequence[str], wanted: Sequence[str]) -> list[Run]:
+    """The parent runs of the experiments' searches (not the report's confirmation batches), those named in
+    `wanted` if any (UserError naming the searches there are when one is not found)."""
+    found = [r for r in search_all(client, ids, schema.ROLE_SEARCH) if schema.PURPOSE not in r.data.tags]
+    if wanted:
+        names = {search_name(r) for r in found}
+        missing = [w for w in wanted if w not in names]
+        if missing:
+            raise UserError(f"--search: expected a search of the experiment(s) ({', '.join(sorted(names)) or 'none'}),"
+                            f" received {', '.join(missing)}")
+        found = [r for r in found if search_name(r) in wanted]
+    return sorted(found, key=lambda r: (r.info.start_time or 0, search_name(r)))
+
+
+def per_search(runs: list[TrialRun], labels: dict[str, str], keep_other: bool) -> list[TrialRun]:
+    """Runs of the given searches (parent run id -> column label, `answers.column_labels`), their task set to
+    that label; `keep_other`: also runs of no such search (the report's own --confirm batches)."""
+    return [dataclasses.replace(r, task=labels[r.parent_id]) if r.parent_id in labels else r
+            for r in runs if keep_other or r.parent_id in labels]
+
+
 def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confirm_seeds: int = 0,
-                 optuna_storage: Path | None = None, placement: SearchRequest | None = None) -> Report:
+                 optuna_storage: Path | None = None, placement: SearchRequest | None = None,
+                 searches: Sequence[str] = ()) -> Report:
     """Read, select, tabulate, draw, log. Raises UserError before writing anything on bad input.
     `placement`: where confirmation runs go (Ray address, storage path, resources); task, data and settings
-    come from the selected runs."""
+    come from the selected runs. `searches`: the searches to report (default: every search of the experiments,
+    each its own column and its own answer)."""
     from tune_as.report import figures as figs
 
     check_writable_folder(out, "--out")
@@ -204,7 +228,18 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     client = connect(tracking_uri)
     names = experiment_ids(client, experiments, tracking_uri)
     notes: list[str] = []
-    trials = trial_runs(client, list(names), schema.ROLE_TRIAL, notes)
+    parents = searches_of(client, list(names), searches)
+    labels = column_labels(parents)
+    replays = [replay(client, p) for p in parents]
+    confirmed_tasks = {labels[r.parent_id] for r in replays if isinstance(r, Replayed) and r.answered.decision}
+    if confirm_seeds > 0 and any("@" in label for label in labels.values()):
+        raise UserError(f"--confirm: expected one search per task, received several of one task "
+                        f"({', '.join(sorted(v for v in labels.values() if '@' in v))}): choose one with --search")
+    if confirm_seeds > 0 and confirmed_tasks:
+        raise UserError(f"--confirm: expected searches that did not confirm their answer, received searches of "
+                        f"{', '.join(sorted(confirmed_tasks))} that did (--race or --confirm): their answer is "
+                        "replayed as it is; more seeds would be a second look at the same comparison")
+    trials = per_search(trial_runs(client, list(names), schema.ROLE_TRIAL, notes), labels, keep_other=not searches)
     if not trials:
         raise UserError(f"expected finished trial runs (tag {ROLE}=trial) in experiment(s) "
                         f"{', '.join(names.values())}, received none ({'; '.join(notes) or 'no trial runs'}): "
@@ -212,7 +247,8 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     cells = select(trials)
     if confirm_seeds > 0:
         confirm(client, cells, trials, confirm_seeds, tracking_uri, names, placement or SearchRequest(task=""), notes)
-    confirmation_runs = trial_runs(client, list(names), schema.ROLE_CONFIRMATION, notes)
+    confirmation_runs = per_search(trial_runs(client, list(names), schema.ROLE_CONFIRMATION, notes), labels,
+                                   keep_other=True)
     cells = with_confirmations(cells, confirmation_runs)
     notes += unmatched_confirmations(cells, confirmation_runs)
     search_ids = {r.data.tags.get(SEARCH, "") for r in search_all(client, list(names), schema.ROLE_SEARCH)}
@@ -221,7 +257,15 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     report = Report(out, cells, [table6(cells), table2(cells), table3(cells), table4(cells, histories)], notes=notes)
     report.confirmations = {key: found for key, c in cells.items() if (found := Confirmation.of(c))}
     if report.confirmations:
-        report.tables.append(confirmation_table(report.confirmations, cells))
+        report.tables.append(confirmation_table(report.confirmations, cells, confirmed_tasks))
+    for replayed in replays:
+        if isinstance(replayed, str):
+            notes.append(replayed)
+            continue
+        report.tables.append(replayed.table)
+        if replayed.same_as_logged is False:
+            notes.append(f"search {replayed.search}: the replayed answer differs from the ranking.csv the search "
+                         "logged; this is a bug in tune_as, please report it with both files")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for task in order({t for t, _ in cells}, PAPER_TASKS):
@@ -284,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", required=True, metavar="NAME[,NAME...]",
                    help="MLflow experiment: the task name, or the --experiment the search used "
                         "(comma-separated for several, one column per task)")
+    p.add_argument("--search", default="", metavar="NAME[,NAME...]",
+                   help="report only these searches (their --name, e.g. digits-20261125-153012; default: every "
+                        "search of the experiment, each its own answer and column)")
     p.add_argument("--out", type=Path, default=Path("tune_as_report"),
                    help="folder for tables and figures (default: tune_as_report)")
     p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"),
@@ -315,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
                                   cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                                   max_concurrent=args.max_concurrent)
         report = build_report([e.strip() for e in args.experiment.split(",") if e.strip()], args.out,
-                              args.tracking_uri, args.confirm, args.optuna_storage, placement)
+                              args.tracking_uri, args.confirm, args.optuna_storage, placement,
+                              [n.strip() for n in args.search.split(",") if n.strip()])
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

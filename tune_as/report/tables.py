@@ -3,7 +3,7 @@
 Rows are losses in the paper's order, columns are tasks; a loss the search did not cover for a task
 shows "-", as in the paper. "n/a" means the cell exists but the value cannot be computed (e.g. a
 correlation over fewer than 3 evaluation points). "stopped early" means every trial of that task x loss was
-stopped before its last epoch: it has no result to show (report_select.select).
+stopped before its last epoch: it has no result to show (tune_as.results.selection.select).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import io
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -179,8 +179,9 @@ def table4(cells: Cells, histories: Mapping[str, History]) -> Table:
 
 
 def race_of(task: str, cells: Mapping[tuple[str, str], Cell]) -> tuple[racing.Answer, racing.Plan] | None:
-    """The search's verdict rules (tune_as.results.racing) over a task's confirmation runs in MLflow, so a report
-    and the search's answer never disagree: one look over the seeds the runs have, Holm, the best set."""
+    """The verdicts of the report's own `--confirm` runs (a search that confirmed its answer is replayed instead,
+    tune_as.report.answers): the search's rules (tune_as.results.racing) in one look over the seeds the runs have,
+    Holm, the best set, at the default margin and alpha."""
     mine = {c.loss: c for (t, _), c in cells.items() if t == task and c.confirmations}
     kind = "multilabel" if any(loss.startswith("multilabel_") or loss == "bce" for loss in mine) else "multiclass"
     baseline = ranking.baseline_for(kind)
@@ -194,13 +195,14 @@ def race_of(task: str, cells: Mapping[tuple[str, str], Cell]) -> tuple[racing.An
 
 
 def confirmation_table(confirmations: Mapping[tuple[str, str], Confirmation],
-                       cells: Mapping[tuple[str, str], Cell]) -> Table:
-    """Mean ± std over the confirmation seeds, the difference to the task's baseline with its simultaneous
-    interval and the verdict (the search's rules: Holm, family-wise 5%, margin 0.5 points), best-set members
-    marked *."""
+                       cells: Mapping[tuple[str, str], Cell], replayed: Collection[str] = ()) -> Table:
+    """Mean ± std over the confirmation seeds. For a task whose search confirmed its own answer (`replayed`), the
+    verdicts are that answer's (its own table); for the others, the report's `--confirm` runs decide in one look
+    (`race_of`): the difference to the baseline with its simultaneous interval and the verdict, best-set
+    members marked *."""
     tasks = order({t for t, _ in confirmations}, PAPER_TASKS)
     rows = order({r for _, r in confirmations}, PAPER_ROWS)
-    races = {t: race_of(t, cells) for t in tasks}
+    races = {t: None if t in replayed else race_of(t, cells) for t in tasks}
     header = ["loss"]
     for t in tasks:
         metric = next(c.metric for (task, _), c in confirmations.items() if task == t)
@@ -221,6 +223,9 @@ def confirmation_table(confirmations: Mapping[tuple[str, str], Confirmation],
             loss = cells[t, row].loss
             star = "*" if race and loss in race[0].best else ""
             line.append(f"{100 * c.mean:.2f} ± {std} (n={len(c.by_seed)}){star}")
+            if t in replayed:
+                line.append("see the search's answer")
+                continue
             if race is None or loss == race[1].baseline or not any(x.loss == loss for x in race[0].rows):
                 line.append("reference" if race and loss == race[1].baseline else MISSING)
                 continue
@@ -231,6 +236,9 @@ def confirmation_table(confirmations: Mapping[tuple[str, str], Confirmation],
             line.append(f"{100 * (v.mean_diff or 0.0):+.2f}{interval} {word}")
         body.append(line)
     return Table("confirmation", "Confirmation: selected settings re-run with new seeds (test metric, in %)",
-                 header, body, ["* in the best set on validation (Hsu); every claim controlled together at a "
-                                "family-wise error of 5% (Holm), as in the search's answer (docs/verdicts.md).",
+                 header, body, [*(["Verdicts of a search that confirmed its own answer are in that answer's table "
+                                   "(answer_<search>), replayed from its runs and plan."] if replayed else []),
+                                "Verdicts here (where shown) are this report's own: its --confirm runs in one look "
+                                "(Holm, family-wise 2.5%, margin ±0.5 points); * in the best set on validation "
+                                "(Hsu) (docs/verdicts.md).",
                                 *([verdicts.STEP_DOWN_NOTE] if marked else [])])

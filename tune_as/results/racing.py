@@ -64,7 +64,9 @@ class Plan:
     integers after the search's seeds). margin_points: the equivalence margin in points (0.5 = 0.005 of the
     metric). verdict_on: the metric of the verdicts against the baseline ("auto": test when every run has
     one, else validation); the best set always uses validation. best_rule: "hsu" (the default, Hsu's
-    Bonferroni form) or "holm" (every exclusion controlled, ties included; see verdicts.best_set)."""
+    Bonferroni form) or "holm" (every exclusion controlled, ties included; see verdicts.best_set).
+    resolution_points: one item of the split the verdicts are computed on, in points (100 / items; 0: a
+    continuous metric), the least half-width of a printed interval (verdicts._intervals)."""
 
     losses: tuple[str, ...]
     baseline: str
@@ -76,6 +78,7 @@ class Plan:
     margin_points: float = 0.5
     verdict_on: Literal["auto", "test", "val"] = "auto"
     best_rule: BestRule = "hsu"
+    resolution_points: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "losses", tuple(self.losses))
@@ -97,14 +100,17 @@ class Plan:
             raise ValueError(f"expected verdict_on auto, test or val, received {self.verdict_on!r}")
         if self.best_rule not in ("hsu", "holm"):
             raise ValueError(f"expected best_rule hsu or holm, received {self.best_rule!r}")
+        if not (math.isfinite(self.resolution_points) and 0 <= self.resolution_points <= 100):
+            raise ValueError(f"expected a resolution in [0, 100] points, received {self.resolution_points}")
 
     @classmethod
     def fixed(cls, losses: Sequence[str], baseline: str, seeds: Sequence[int], n: int, *, alpha: float = 0.05,
               margin_points: float = 0.5, verdict_on: Literal["auto", "test", "val"] = "auto",
-              best_rule: BestRule = "hsu") -> Plan:
+              best_rule: BestRule = "hsu", resolution_points: float = 0.0) -> Plan:
         """`--confirm N`: exactly n seeds for every loss, one look spending the full alpha."""
         return cls(tuple(losses), baseline, tuple(seeds), first=n, step=1, max_seeds=n, alpha=alpha,
-                   margin_points=margin_points, verdict_on=verdict_on, best_rule=best_rule)
+                   margin_points=margin_points, verdict_on=verdict_on, best_rule=best_rule,
+                   resolution_points=resolution_points)
 
     @property
     def margin(self) -> float:
@@ -281,8 +287,9 @@ def decide(results: Results, plan: Plan, seeds_left: int | None = None) -> Answe
         for loss in at_look:
             n_used[loss] = n_k
         tested = at_look - {base}
-        rows = {r.loss: r for r in compare_with_baseline(used(on), base, plan.margin, a_verdicts,
-                                                        earlier=rows, testable=tested, look=k)}
+        rows = {r.loss: r for r in compare_with_baseline(used(on), base, plan.margin, a_verdicts, earlier=rows,
+                                                        testable=tested, look=k,
+                                                        resolution=points(plan.resolution_points))}
         best = best_set(used(val), a_best, excluded=best.excluded_by, testable=at_look, rule=plan.best_rule)
         looks.append(Look(k, n_k, a_verdicts, a_best, tuple(loss for loss in plan.losses if loss in at_look)))
         prev = n_k

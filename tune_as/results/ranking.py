@@ -1,9 +1,9 @@
 """The search's answer: per loss, the selected setting and its confirmed numbers, the verdict against the
 task's baseline and whether it is in the best set. Pure: trial runs in, a table out (no Ray, no MLflow).
 
-Selection follows the report's rules (tune_as.results.selection), so a search and a later report never
-disagree: only trials that completed their epochs are results; the setting with the best mean validation
-metric is selected; test metrics never choose. The verdicts and the best set come from the race
+Selection follows tune_as.results.selection: only trials that completed their epochs are results; the setting
+with the best mean validation metric is selected; test metrics never choose. tune_as.results.answer calls
+`rank` and `table` for both the search and the report's replay of it. The verdicts and the best set come from the race
 (tune_as.results.racing: Holm over every printed claim, alpha spent per look; docs/verdicts.md).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tune_as.results import racing, verdicts
-from tune_as.results.render import Table, fmt_value
+from tune_as.results.render import Table
 from tune_as.results.selection import Cell, TrialRun, new_seeds, same_setting, select
 from tune_as.settings import DataSettings, TrialSettings
 
@@ -130,8 +130,9 @@ def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: st
                 row = replace(row, diff=_diff(c, answer.metric == "val"), verdict=word)
         rows.append(row)
     some = any(r.confirmed for r in rows)
+    # the best set's members are tied, not ranked: by name among themselves
     return sorted(rows, key=lambda r: (not r.val, some and not r.confirmed, not r.best,
-                                       -statistics.fmean(r.val) if r.val else math.inf, r.loss))
+                                       0.0 if r.best else -statistics.fmean(r.val) if r.val else math.inf, r.loss))
 
 
 def _same(run: TrialRun, cell: Cell) -> bool:
@@ -144,17 +145,26 @@ def _same(run: TrialRun, cell: Cell) -> bool:
 def header(baseline: str, margin_points: float, alpha: float) -> tuple[str, ...]:
     return ("rank", "loss", "selected setting", "trials (completed)", "val mean ± std", "test mean ± std",
             f"Δ test vs {baseline}, points [simultaneous interval] (val where no test)",
-            f"verdict (Holm, family-wise {alpha:.0%}, margin ±{margin_points:g} pts)", "best set")
+            f"verdict (Holm, family-wise {alpha / 2:.1%}, margin ±{margin_points:g} pts)", "best set (tied)")
+
+
+def exact_value(v: str) -> str:
+    """A logged param as it reproduces the run: a float in its shortest exact form (1.0001 stays 1.0001)."""
+    try:
+        return v if v.lstrip("-").isdigit() else repr(float(v))
+    except ValueError:
+        return v
 
 
 def table_rows(rows: Sequence[Row]) -> list[list[str]]:
     out: list[list[str]] = []
+    tied = sum(r.best for r in rows)
     for i, r in enumerate(rows, 1):
         if not r.val:
             out.append(["-", r.loss, f"no result: {r.failure}", f"{r.trials} ({r.completed})", "-", "-", "-", "-", "-"])
             continue
-        setting = ", ".join(f"{k.removeprefix('loss.')}={fmt_value(v)}" for k, v in sorted(r.setting.items())) or "-"
-        out.append([str(i), r.loss, setting, f"{r.trials} ({r.completed})", _mean_std(r.val, 100),
+        setting = ", ".join(f"{k.removeprefix('loss.')}={exact_value(v)}" for k, v in sorted(r.setting.items())) or "-"
+        out.append(["1=" if r.best and tied > 1 else str(i), r.loss, setting, f"{r.trials} ({r.completed})", _mean_std(r.val, 100),
                     _mean_std(r.test, 100), r.diff or "-", r.verdict or ("-" if r.confirmed else "not confirmed"),
                     ("yes" if r.best else "no") if r.confirmed else "-"])
     return out
@@ -162,6 +172,5 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
 
 def table(rows: Sequence[Row], title: str, baseline: str, margin_points: float, alpha: float,
           notes: Sequence[str] = ()) -> Table:
-    marked = any(r.verdict.endswith(verdicts.STEP_DOWN_MARK) for r in rows)
-    return Table("ranking", title, list(header(baseline, margin_points, alpha)), table_rows(rows),
-                 [*notes, *([verdicts.STEP_DOWN_NOTE] if marked else [])])
+    """The answer's table; `notes` (tune_as.results.answer) say what its verdicts and marks claim."""
+    return Table("ranking", title, list(header(baseline, margin_points, alpha)), table_rows(rows), list(notes))

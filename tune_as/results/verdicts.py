@@ -44,11 +44,12 @@ def _pvalues(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, shift: float | np.
              greater: bool) -> np.ndarray:
     """One-sided one-sample t p-values, element-wise. greater=True tests H0: mean <= shift against
     mean > shift; greater=False tests H0: mean >= shift against mean < shift. n < 2: p = 1 (no test).
-    Zero spread: identical runs (every difference exactly 0) are exact, p = 0 if 0 lies strictly inside the
-    alternative (so identical losses are 'equivalent'), else 1. A constant non-zero difference is no evidence,
-    p = 1: a metric on a finite split moves in steps (digits' test accuracy in steps of 0.28 points), so a few
-    seeds often differ by the same step, and calling that exact made 71 of 105 false claims in the null
-    simulation from real digits runs (docs/verdicts.md, sec. 9)."""
+    Zero spread (the same difference on every seed, 0 included) is no evidence, p = 1: a metric on a finite
+    split moves in steps (digits' test accuracy in steps of 0.28 points), so equal counts on a few seeds happen
+    by chance. Calling a constant non-zero difference exact made 71 of 105 false claims in the null simulation
+    from real digits runs; calling all-zero differences exact ('identical runs are equivalent') gave a false
+    'equivalent' in 3.1% of answers at a true difference of one margin, and 11% with a margin below one test
+    item (docs/verdicts.md, sec. 9 and 10). Equal counts are not identical runs."""
     n, mean, sd, shift_a = np.broadcast_arrays(np.asarray(n), np.asarray(mean, dtype=float),
                                                np.asarray(sd, dtype=float), np.asarray(shift, dtype=float))
     p = np.ones(n.shape, dtype=float)
@@ -58,8 +59,6 @@ def _pvalues(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, shift: float | np.
     signed = np.where(ok, (mean - shift_a) if greater else (shift_a - mean), 0.0)
     spread = np.where(ok, sd, 0.0)
     exact = ok & (spread <= EXACT_TOL * np.maximum(1.0, np.abs(np.where(ok, mean, 0.0))))
-    identical = exact & (np.abs(np.where(ok, mean, 0.0)) <= EXACT_TOL)
-    p[identical & (signed > EXACT_TOL)] = 0.0
     tested = ok & ~exact
     if tested.any():
         se = spread[tested] / np.sqrt(n[tested])
@@ -141,19 +140,24 @@ def holm(pvalues: Sequence[float] | np.ndarray, alpha: float) -> tuple[np.ndarra
     return adjusted <= alpha, adjusted
 
 
-def simultaneous_interval(d: Sequence[float] | np.ndarray, alpha_side: float) -> tuple[float, float] | None:
+def simultaneous_interval(d: Sequence[float] | np.ndarray, alpha_side: float,
+                          resolution: float = 0.0) -> tuple[float, float] | None:
     """Two-sided t interval for the mean of d with alpha_side on each side; None with fewer than 2 values.
-    Zero spread gives the point itself."""
+    Its half-width is at least `resolution` (one item of the split, a fraction): see `_intervals`."""
     n, mean, sd = _summary(np.asarray(d, dtype=float))
-    return _intervals(np.array([n]), np.array([mean]), np.array([sd]), alpha_side)[0]
+    return _intervals(np.array([n]), np.array([mean]), np.array([sd]), alpha_side, resolution)[0]
 
 
-def _intervals(n: np.ndarray, mean: np.ndarray, sd: np.ndarray,
-               alpha_side: float) -> list[tuple[float, float] | None]:
+def _intervals(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, alpha_side: float,
+               resolution: float = 0.0) -> list[tuple[float, float] | None]:
+    """t intervals whose half-width is at least `resolution`: on a finite split equal counts on every seed give
+    zero spread, and a zero-width interval (+c [+c, +c]) would claim a precision that the lattice cannot have
+    (its simultaneous coverage fell to 0.52 in that regime). With resolution 0 (a continuous metric) a zero
+    spread still gives a zero width; the verdicts never rest on such an interval (`_pvalues`: p = 1)."""
     half = np.full(n.shape, np.nan)
     ok = n >= 2
     if ok.any():
-        half[ok] = stats.t.ppf(1.0 - alpha_side, n[ok] - 1) * sd[ok] / np.sqrt(n[ok])
+        half[ok] = np.maximum(stats.t.ppf(1.0 - alpha_side, n[ok] - 1) * sd[ok] / np.sqrt(n[ok]), resolution)
     return [(float(m - h), float(m + h)) if good else None for m, h, good in zip(mean, half, ok, strict=True)]
 
 
@@ -249,14 +253,16 @@ def _check_values(values: Mapping[str, SeedValues]) -> None:
 
 def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margin: float, alpha: float, *,
                           earlier: Mapping[str, Comparison] | None = None,
-                          testable: Collection[str] | None = None, look: int = 1) -> tuple[Comparison, ...]:
+                          testable: Collection[str] | None = None, look: int = 1,
+                          resolution: float = 0.0) -> tuple[Comparison, ...]:
     """Verdict rows of every loss of `values` but the baseline, in the order of `values`, at one look.
 
     values: loss -> seed -> metric (the baseline included). margin: the equivalence margin as a fraction.
     alpha: this look's family-wise alpha. earlier: the rows of the previous look (claims are kept; their
     rejected nulls leave the family). testable: the losses whose new data is tested at this look (default:
     all); the other open nulls keep their place in Holm's family with p = 1 (docs/verdicts.md: dropping
-    them would void the proof). A loss with fewer than 2 paired seeds stays undecided."""
+    them would void the proof). A loss with fewer than 2 paired seeds stays undecided. resolution: one item of
+    the split the metric is computed on (a fraction; 0: continuous), the least half-width of an interval."""
     _check_margin(margin)
     _check_alpha(alpha)
     _check_values(values)
@@ -284,7 +290,7 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
     for (i, h), r, a in zip(family, reject, adjusted, strict=True):
         now.setdefault(i, {})[h] = (bool(r), float(a))
 
-    intervals = _intervals(n, mean, sd, alpha / (3 * len(names))) if names else []
+    intervals = _intervals(n, mean, sd, alpha / (3 * len(names)), resolution) if names else []
     rows = []
     for i, loss in enumerate(names):
         count, interval = int(n[i]), intervals[i]

@@ -1,0 +1,168 @@
+"""One answer: the search's record (tune_as.results.answer) read back exactly, and the report replaying a real
+race-shaped search (rounds, a loss decided at the first look, a failed loss) to the byte of its ranking.csv."""
+
+from __future__ import annotations
+
+import csv
+import io
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from tune_as.results import racing
+from tune_as.results.answer import AnswerRecord, answer_table
+from tune_as.results.ranking import exact_value
+from tune_as.results.selection import TrialRun
+from tune_as.results.verdicts import STEP_DOWN_MARK, unmarked
+from tune_as.tracking import schema
+
+
+def record(**changes) -> AnswerRecord:
+    plan = racing.Plan(("softmax", "a", "b"), "softmax", (5, 6, 7, 8, 9), max_seeds=5, margin_points=0.5,
+                       resolution_points=100 / 359)
+    base = dict(task="digits", metric="accuracy", title="digits: which loss wins", losses=("softmax", "a", "b", "c"),
+                baseline="softmax", margin_points=0.5, mode="race", race=plan,
+                trials={"t0": True, "t1": True, "t2": False}, rounds=(("c0", "c1"), ("c2",)),
+                failures={"c": "failed or diverged: nan"}, notes=("Data: a note",))
+    return AnswerRecord(**{**base, **changes})
+
+
+def test_a_record_reads_back_exactly_and_a_damaged_one_says_what_is_wrong() -> None:
+    r = record()
+    assert AnswerRecord.from_json(r.to_json()) == r
+    assert AnswerRecord.from_json(record(race=None, mode="none").to_json()).race is None
+    for text, expected in [("{", "unreadable"), ("[]", "version 1"), ('{"version": 2}', "version 1"),
+                           (r.to_json().replace('"mode": "race"', '"mode": "best"'), "mode none, race or fixed"),
+                           (r.to_json().replace('"trials": {', '"trials": ["x"], "old": {'), "'trials'")]:
+        with pytest.raises(ValueError, match=expected):
+            AnswerRecord.from_json(text)
+    # the plan inside is checked by racing.Plan itself
+    with pytest.raises(ValueError, match="max_seeds"):
+        AnswerRecord.from_json(r.to_json().replace('"max_seeds": 5', '"max_seeds": 50'))
+
+
+def run(run_id: str, loss: str, seed: int, val: float, test: float) -> TrialRun:
+    return TrialRun(run_id, "digits", loss, {"loss": loss, "seed": str(seed), "lr": "0.003"}, "accuracy", val,
+                    {"test_accuracy": test})
+
+
+def test_the_table_uses_only_the_runs_the_record_names() -> None:
+    plan = racing.Plan.fixed(("softmax", "a"), "softmax", (5, 6, 7), 3, resolution_points=100 / 359)
+    r = record(losses=("softmax", "a"), race=plan, mode="fixed", trials={"s": True, "x": True},
+               rounds=(("s5", "s6", "s7", "a5", "a6", "a7"),), failures={})
+    trials = [run("s", "softmax", 0, 0.9, 0.9), run("x", "a", 1, 0.9, 0.9)]
+    confirmations = [run(f"s{s}", "softmax", s, 0.9, 0.9) for s in (5, 6, 7)]
+    confirmations += [run(f"a{s}", "a", s, 0.9 + s / 1000, 0.956) for s in (5, 6, 7)]
+    named = answer_table(r, trials, confirmations)
+    stray = answer_table(r, [*trials, run("y", "a", 2, 0.99, 0.99)], [*confirmations, run("a8", "a", 8, 0.1, 0.1)])
+    assert stray.table.csv() == named.table.csv(), "a run the record does not name changes nothing"
+    rows = {row["loss"]: row for row in csv.DictReader(io.StringIO(named.table.csv()))}
+    assert rows["a"]["test mean ± std"] == "95.60 ± 0.00"
+    # a constant +5.6 points on every seed is no evidence, and its interval is one test item wide at least
+    assert rows["a"]["verdict (Holm, family-wise 2.5%, margin ±0.5 pts)"] == "undecided (3 seeds)"
+    step = 100 / 359
+    assert rows["a"][next(k for k in rows["a"] if k.startswith("Δ"))] == f"+5.60 [{5.6 - step:+.2f}, {5.6 + step:+.2f}]"
+
+
+def test_settings_print_as_they_reproduce_the_run() -> None:
+    assert [exact_value(v) for v in ("1.0001", "0.30000000000000004", "1e-05", "32", "abc")] == [
+        "1.0001", "0.30000000000000004", "1e-05", "32", "abc"]
+
+
+RACE_SPACE = """task: digits
+trials_per_loss: 1
+fixed: {epochs: 2, batch_size: 32, lr: 1.0e-2}
+losses:
+  softmax: {}
+  label_smoothing:
+    fixed: {eps: 0.1}
+  sparsemax:
+    fixed: {lr: 1.0e-7}
+  am_softmax:
+    fixed: {lr: 1.0e+9}
+"""
+
+
+def _answers(report) -> dict[str, list[list[str]]]:
+    return {t.name: t.rows for t in report.tables if t.name.startswith("answer_")}
+
+
+@pytest.mark.slow
+def test_the_report_replays_a_race_exactly_and_never_pools_two_searches(tmp_path: Path, mlflow_server,
+                                                                          ray_local) -> None:
+    """A race in rounds: sparsemax (lr 1e-7 cannot learn) is decided `loss` at the first look on 3 seeds and leaves
+    the race, label_smoothing goes on to 5 seeds, am_softmax (lr 1e9) diverges and has no result. The report of
+    that search prints its answer byte for byte as the search logged it (ranking.csv). A second search of the same
+    experiment is a second answer and a second column, never pooled with the first."""
+    from tune_as.engine import SearchRequest
+    from tune_as.engine.run import run_search
+    from tune_as.report.cli import build_report
+
+    space = tmp_path / "digits.yaml"
+    space.write_text(RACE_SPACE)
+    experiment = f"answer-{uuid.uuid4().hex[:6]}"
+    common = dict(task="digits", search_space=space, mlflow_uri=mlflow_server.uri, experiment=experiment,
+                  storage_path=tmp_path / "results", cache_dir=tmp_path / "cache", max_train_samples=600, verbose=0)
+    run_search(SearchRequest(**common, name="race", race=True, max_seeds=5))
+    client = MlflowClient(mlflow_server.uri)
+    exp = client.get_experiment_by_name(experiment)
+    (parent,) = client.search_runs([exp.experiment_id], f"tags.`{schema.ROLE}` = '{schema.ROLE_SEARCH}'")
+    logged = Path(client.download_artifacts(parent.info.run_id, schema.RANKING_CSV, str(tmp_path))).read_text()
+    rows = {row["loss"]: row for row in csv.DictReader(io.StringIO(logged))}
+    verdict = next(k for k in rows["softmax"] if k.startswith("verdict"))
+    assert unmarked(rows["sparsemax"][verdict]) == "loss"
+    assert rows["am_softmax"]["selected setting"].startswith("no result: failed or diverged")
+    assert rows["label_smoothing"]["test mean ± std"] != "-"
+    assert parent.data.params["race"] == "True" and parent.data.params["margin_points"] == "0.5"
+
+    report = build_report([experiment], tmp_path / "out", mlflow_server.uri)
+    answers = _answers(report)
+    assert list(answers) == ["answer_race"]
+    replayed = next(t for t in report.tables if t.name == "answer_race")
+    assert replayed.csv() == logged, "the report prints the search's own answer, byte for byte"
+    assert not [n for n in report.notes if "differs" in n]
+    assert "look 1 (3 seeds): sparsemax loss" in " ".join(replayed.notes)
+
+    # a second search of the same experiment: two answers, two columns, nothing pooled
+    run_search(SearchRequest(**common, name="fixed", losses=("softmax", "label_smoothing"), confirm=2,
+                             max_epochs=1.0))
+    both = build_report([experiment], tmp_path / "both", mlflow_server.uri)
+    assert sorted(_answers(both)) == ["answer_fixed", "answer_race"]
+    assert next(t for t in both.tables if t.name == "answer_race").csv() == logged
+    table6 = next(t for t in both.tables if t.name == "table6")
+    assert table6.header[1:] == ["digits@fixed", "digits@race"]
+    one = build_report([experiment], tmp_path / "one", mlflow_server.uri, searches=["fixed"])
+    assert list(_answers(one)) == ["answer_fixed"]
+    assert next(t for t in one.tables if t.name == "table6").header[1:] == ["digits"]
+
+
+def test_a_step_down_claim_is_marked_and_the_note_says_which_look_made_it() -> None:
+    """Three clear losses are rejected first, so x's H_loss is tested at a looser level than its interval: the
+    word carries the mark, and the note says the claim was made at look 1 by Holm's step-down; an unmarked
+    answer has no such note. The note also says what is controlled and what is not."""
+    seeds = (10, 11, 12, 13, 14)
+    values = {"softmax": [0.80] * 5, **{name: [0.70 + 0.001 * ((s * 7 + i) % 3) for s in range(5)]
+                                        for i, name in enumerate("abc")},
+              "x": list(0.80 + np.array([-0.01, -0.0036, -0.0148, -0.0076, -0.014]))}
+    plan = racing.Plan.fixed(tuple(values), "softmax", seeds, 5, alpha=0.1)
+    trials = [run(f"t{loss}", loss, 0, 0.8, 0.8) for loss in values]
+    confirmations = [run(f"{loss}{s}", loss, s, v, v) for loss, vs in values.items() for s, v in zip(seeds, vs,
+                                                                                                      strict=True)]
+    r = record(losses=tuple(values), race=plan, mode="fixed", trials={t.run_id: True for t in trials},
+               rounds=(tuple(c.run_id for c in confirmations),), failures={}, notes=())
+    answered = answer_table(r, trials, confirmations)
+    words = {row[1]: row[7] for row in answered.table.rows}
+    assert words["x"] == "loss" + STEP_DOWN_MARK and words["a"] == "loss"
+    notes = " ".join(answered.table.notes)
+    assert f"{STEP_DOWN_MARK}: the interval shown reaches past the claim (x: made at look 1 by Holm's step-down" in notes
+    assert "Claims made at look 1 (5 seeds): a loss, b loss, c loss, x loss." in notes
+    assert "family-wise error of 5.0%" in notes and "members are tied, not ranked" in notes
+    assert "training seeds on this test split" in notes
+    plain = answer_table(record(losses=("softmax", "a"), race=racing.Plan.fixed(("softmax", "a"), "softmax", seeds, 5),
+                                mode="fixed", trials={"tsoftmax": True, "ta": True}, rounds=(tuple(
+                                    c.run_id for c in confirmations if c.loss in ("softmax", "a")),), failures={}),
+                         trials, confirmations)
+    assert not any(n.startswith(STEP_DOWN_MARK) for n in plain.table.notes)

@@ -1,0 +1,159 @@
+"""One answer: the record of what a search decided and how, and the one function that turns runs into its table.
+
+The search builds an `AnswerRecord` (the verdict plan: baseline, margin, alpha, looks and seeds, the budget's
+last look; which trials are results and which confirmation runs belong to which round; why a loss has no
+result; the notes it printed), logs it as `answer.json` on its parent run, and prints `answer_table(record,
+trials, confirmations)`. The report reads the record back, fetches the same runs from MLflow and calls the same
+function: the same runs always give the same verdicts, intervals, marks and best set (tests/test_report.py
+checks the report's table against the search's `ranking.csv`). Pure: no Ray, no MLflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tune_as.results import racing, ranking, verdicts
+from tune_as.results.render import Table
+from tune_as.results.selection import TrialRun
+
+VERSION = 1
+Mode = Literal["none", "race", "fixed"]
+
+
+@dataclass(frozen=True)
+class AnswerRecord:
+    """What the search decided with, enough to replay its answer from its runs.
+
+    trials: Ray trial id -> whether it completed its epochs, for every search trial with a result (trials
+    without one are in `failures` or nowhere). rounds: the Ray trial ids of the confirmation runs, round by
+    round. race: the verdict plan (None: the answer was not confirmed). notes: the lines printed under the table
+    before the verdict notes (data warnings, budget, finite spaces)."""
+
+    task: str
+    metric: str
+    title: str
+    losses: tuple[str, ...]
+    baseline: str
+    margin_points: float
+    mode: Mode
+    race: racing.Plan | None
+    trials: Mapping[str, bool]
+    rounds: tuple[tuple[str, ...], ...] = ()
+    failures: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def alpha(self) -> float:
+        return self.race.alpha if self.race is not None else 0.05
+
+    def to_json(self) -> str:
+        body: dict[str, Any] = {"version": VERSION, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        body["race"] = None if self.race is None else dataclasses.asdict(self.race)
+        return json.dumps(body, indent=1, sort_keys=True, default=list) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> AnswerRecord:
+        """The record back from `to_json`'s text; ValueError naming what is wrong (a damaged or foreign file)."""
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"expected the JSON of an answer record, received unreadable text ({exc})") from None
+        if not isinstance(raw, dict) or raw.get("version") != VERSION:
+            got = raw.get("version") if isinstance(raw, dict) else type(raw).__name__
+            raise ValueError(f"expected an answer record of version {VERSION}, received {got!r}")
+        kinds: dict[str, Any] = {"task": str, "metric": str, "title": str, "losses": list, "baseline": str,
+                                 "margin_points": (int, float), "mode": str, "race": (dict, type(None)),
+                                 "trials": dict, "rounds": list, "failures": dict, "notes": list}
+        for key, kind in kinds.items():
+            if not isinstance(raw.get(key), kind) or isinstance(raw.get(key), bool):
+                raise ValueError(f"answer record: expected {key!r} of type {kind}, received {raw.get(key)!r:.80}")
+        if raw["mode"] not in ("none", "race", "fixed"):
+            raise ValueError(f"answer record: expected mode none, race or fixed, received {raw['mode']!r}")
+        race = None
+        if raw["race"] is not None:
+            plan = dict(raw["race"])
+            race = racing.Plan(**{**plan, "losses": tuple(plan.get("losses", ())), "seeds": tuple(plan.get("seeds", ()))})
+        return cls(raw["task"], raw["metric"], raw["title"], tuple(map(str, raw["losses"])), raw["baseline"],
+                   float(raw["margin_points"]), raw["mode"], race, {str(k): bool(v) for k, v in raw["trials"].items()},
+                   tuple(tuple(map(str, r)) for r in raw["rounds"]),
+                   {str(k): str(v) for k, v in raw["failures"].items()}, tuple(map(str, raw["notes"])))
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The answer as printed: its rows, its table, and the race's decision (None when not confirmed)."""
+
+    rows: list[ranking.Row]
+    table: Table
+    decision: racing.Answer | None
+
+
+def answer_table(record: AnswerRecord, trials: Sequence[TrialRun], confirmations: Sequence[TrialRun]) -> Answered:
+    """The answer from the runs the record names: the race replayed with `racing.decide` on the confirmation
+    runs, rows by `ranking.rank`, the table and its notes. Runs the record does not name are ignored; a named run
+    that is missing leaves its seed out (the replay then says what the runs allow, as the search would)."""
+    mine = [r for r in trials if r.run_id in record.trials]
+    named = {run_id for round_ids in record.rounds for run_id in round_ids}
+    confirmed = [r for r in confirmations if r.run_id in named]
+    decision = None
+    if record.race is not None:
+        decision = racing.decide(ranking.race_results(confirmed, record.metric), record.race, 0)
+    rows = ranking.rank(mine, confirmed, record.metric, record.losses, decision, record.race, record.failures)
+    notes = [*record.notes, *_verdict_notes(record, decision, rows)]
+    table = ranking.table(rows, record.title, record.baseline, record.margin_points, record.alpha, notes)
+    return Answered(rows, table, decision)
+
+
+def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: Sequence[ranking.Row]) -> list[str]:
+    """What the verdicts and the best set claim, at which look each claim was made, and what is not claimed."""
+    plan = record.race
+    if plan is None or decision is None:
+        return []
+    notes = []
+    if decision.leader is not None:
+        tied = sorted(decision.best)
+        notes.append(f"Best set on validation (Hsu's multiple comparisons with the best): {', '.join(tied)}; its "
+                     "members are tied, not ranked. A truly best loss is in it with probability >= "
+                     f"{1 - plan.alpha / 2:.1%}; when several losses tie for best, each is kept with that "
+                     "probability, not all of them together.")
+    looks = {look.index: look for look in decision.looks}
+    made: dict[int, list[str]] = {}
+    for row in decision.rows:
+        if row.decided_at is not None:
+            made.setdefault(row.decided_at, []).append(f"{row.loss} {row.verdict}")
+    when = "; ".join(f"look {k} ({looks[k].n} seeds): {', '.join(claims)}" for k, claims in sorted(made.items()))
+    notes.append(f"Verdicts (win, loss, equivalent within ±{plan.margin_points:g} points) are controlled together "
+                 f"at a family-wise error of {plan.alpha / 2:.1%} over every comparison printed and every look "
+                 f"(Holm's step-down; looks at {', '.join(map(str, plan.looks))} seeds, {len(decision.looks)} "
+                 f"taken); with the best set's {plan.alpha / 2:.1%}, any claim of this answer is wrong with "
+                 f"probability <= {plan.alpha:.0%}. " + (f"Claims made at {when}." if when else "No claim was made."))
+    last = decision.looks[-1] if decision.looks else None
+    if last is not None:
+        m = len(decision.rows)
+        level = 1 - 2 * last.alpha_verdicts / (3 * m)
+        notes.append(f"Intervals: t intervals on each loss's seeds at level {level:.3%} each, simultaneous over the "
+                     f"{m} comparisons at >= {1 - 2 * last.alpha_verdicts / 3:.2%} (Bonferroni, at the last look); "
+                     + (f"never narrower than one item of the split (±{plan.resolution_points:.3g} points). "
+                        if plan.resolution_points else "")
+                     + "Equal values on every seed are no evidence: such a loss stays undecided.")
+    notes.append(f"Every claim is about training seeds on this {decision.metric} split: another split or "
+                 "another task may differ.")
+    marked = [r for r in rows if r.verdict.endswith(verdicts.STEP_DOWN_MARK)]
+    if marked:
+        by_loss = {r.loss: r for r in decision.rows}
+        reasons = []
+        for r in marked:
+            c = by_loss[r.loss]
+            at = looks.get(c.decided_at or 0)
+            earlier = at is not None and at.n < c.n
+            reasons.append(f"{r.loss}: made at look {c.decided_at}" + (f" on {at.n} seeds, the interval is on {c.n}"
+                                                                      if earlier and at else "")
+                           + (" by Holm's step-down, which tests at a looser level once other claims are made"
+                              if not earlier else ""))
+        notes.append(f"{verdicts.STEP_DOWN_MARK}: the interval shown reaches past the claim ({'; '.join(reasons)}); "
+                     "the claim is controlled as stated above (docs/verdicts.md).")
+    return notes
