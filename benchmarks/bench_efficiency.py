@@ -53,7 +53,7 @@ from efficiency_scores import (
     measured_floor,
     noise_floor,
     null_fwer,
-    null_line,
+    null_lines,
     num,
     plot,
     reference_table,
@@ -409,6 +409,8 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, referen
     order = list(ARMS)
     with tempfile.TemporaryDirectory() as tmp:
         plan = plan_for(setup, Path(tmp))
+        # the null simulation's lattice: accuracy on a split of N items moves in steps of 1/N
+        items = (len(plan.data.validation), len(plan.data.test) if plan.data.test is not None else None)
         ref = reference(setup, plan, cache)
         print(reference_table(ref), flush=True)
         tru = truth(setup, plan, ref, cache)
@@ -440,13 +442,13 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, referen
                     records.append(rec)
     pool = [(tru["val"][tru["baseline"]][s], tru["test"][tru["baseline"]][s]) for s in tru["test"][tru["baseline"]]]
     null = null_fwer(setup.losses, tru["baseline"], pool, margin_points, SearchRequest.max_seeds, setup.sim_answers,
-                     seed=0)
+                     seed=0, items=items)
     if records:
         print("\n" + arms_table(records))
         print("\n" + summary_table(records, order))
         print("\n" + verdict_table(records, ref, tru, margin_points / 100, order))
         print("\n" + gap_table(records, ref, order))
-    print("\n" + "\n".join([*summary_lines(records, ref, order, tru), null_line(null),
+    print("\n" + "\n".join([*summary_lines(records, ref, order, tru), *null_lines(null),
                             *goal_lines(records, null, setup.task + (" (quick)" if setup.quick else ""),
                                         tru["floor"]["confirmed"])]))
     if plot_path is not None and records:
@@ -471,7 +473,8 @@ def main() -> None:
                         help="the fixed design confirms the K losses best on validation (and softmax); 0: every loss")
     parser.add_argument("--trials-per-loss", type=int, default=None,
                         help="every arm's search trials per loss (default: the most its budget allows)")
-    parser.add_argument("--sim-answers", type=int, default=2000, help="answers of the null simulation")
+    parser.add_argument("--sim-answers", type=int, default=2000,
+                        help="answers of each null-simulation scenario (the null, and at the margin)")
     parser.add_argument("--workers", type=int, default=2, help="concurrent 1-thread trials (Ray's max_concurrent too)")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="runs and arm results (default: .tune_as_cache/bench_efficiency[_<task>|_quick])")

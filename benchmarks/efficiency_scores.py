@@ -8,14 +8,19 @@ Definitions (docs/bench_efficiency.md, "Scores"):
 - truth: per loss, the reference's selected setting re-run on TRUTH_SEEDS; the paired differences loss minus
   baseline on the seeds both have, their mean and 95% t-interval (`t_interval`, scipy.stats.t).
 - decided share: decided verdicts (win, loss, equivalent) / every non-baseline loss of the answer.
-- wrong: a `win` whose truth interval lies entirely below 0, a `loss` whose truth interval lies entirely above 0,
-  an `equivalent` whose truth mean difference is at or beyond ±margin; `undecided` is never wrong. A verdict on
-  a loss without a truth (its 10-seed runs diverged) is not judged and counted apart.
+- wrong (`wrong`): a `win` unless the truth's interval lies entirely above 0, a `loss` unless it lies entirely
+  below 0 (an interval on the other side contradicts the claim; one that contains 0 is a null at the truth's
+  resolution, and a sign claimed on a null is false), an `equivalent` whose truth mean difference is at or beyond
+  ±margin; `undecided` is never wrong. A verdict on a loss without a truth (its 10-seed runs diverged) is not
+  judged and counted apart.
+- wrong share: wrong verdicts / decided verdicts that were judged (an answer that decides nothing has no share);
+  the count over every comparison is printed beside it.
 - gap: |arm's test mean for the loss − the reference's best test mean for it|, points, mean over losses.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import statistics
@@ -74,17 +79,36 @@ def word(verdict: str) -> str:
     return verdict if verdict in (*DECIDED, "baseline") else "undecided"
 
 
+def truly_null(truth: dict[str, Any]) -> bool:
+    """Is the loss null at the truth's own resolution: does its 95% t-interval contain 0 (ends included)?
+
+    The truth is a 10-seed estimate (`truth_row`: the mean paired difference and its unadjusted t-interval), not
+    the true effect, so "truly null" can only mean "no difference the truth can resolve". The rule is the
+    interval, not an exact mean of 0: a mean of exactly 0 (on a lattice of k / items it happens, e.g. sm_softmax
+    at m=0, which is softmax: +0.00 [+0.00, +0.00]) always lies in its interval, so it is covered, and a mean of
+    +0.01 with an interval of ±0.4 is the same evidence of no difference; an exact-zero rule would let a sign
+    claimed on it pass. The price, stated: a true effect smaller than the truth resolves (its half-width,
+    0.2-0.4 points on digits) is scored wrong when an answer claims it. An answer's claim rests on at most 10
+    seeds at an adjusted alpha, so a real effect it proves is usually resolved by the truth's 10 seeds, tested
+    unadjusted, too."""
+    return bool(truth["low"] <= 0 <= truth["high"])
+
+
 def wrong(verdict: str, truth: dict[str, Any] | None, margin: float) -> bool | None:
-    """Is the verdict contradicted by the truth? None: a decided verdict on a loss without a truth."""
+    """Is the verdict contradicted by the truth? None: a decided verdict on a loss without a truth.
+
+    win: wrong unless the truth's interval lies entirely above 0 (below 0 contradicts it; containing 0 is a null,
+    `truly_null`, and a false win on a null is wrong). loss: the mirror image. equivalent: wrong when the truth's
+    mean difference is at or beyond the margin. undecided: never wrong."""
     v = word(verdict)
     if v not in DECIDED:
         return False
     if truth is None:
         return None
     if v == "win":
-        return bool(truth["high"] < 0)
+        return bool(truth["high"] < 0 or truly_null(truth))
     if v == "loss":
-        return bool(truth["low"] > 0)
+        return bool(truth["low"] > 0 or truly_null(truth))
     return bool(abs(truth["diff"]) >= margin)
 
 
@@ -145,43 +169,151 @@ def score(ref: dict[str, Any], truth: dict[str, Any], arm: dict[str, Any], margi
     verdicts = {n: word(arm["losses"].get(n, {}).get("verdict", "")) for n in others}
     judged = {n: wrong(verdicts[n], truth["losses"].get(n), margin) for n in others}
     decided = sum(v in DECIDED for v in verdicts.values())
+    unjudged = sum(w is None for w in judged.values())
     bad = sorted(n for n, w in judged.items() if w)
     return {"winner": winner, "winner_ok": winner is not None and rl[winner]["test"] >= best["low"],
             "tau_all": tau_all, "tau_sep": (conc - disc) / pairs if pairs else math.nan, "sep_pairs": pairs,
             "gap": statistics.fmean(gaps) if gaps else math.nan, "missing": len(names) - len(gaps),
             "fraction": arm["compute"] / ref["compute"], "comparisons": len(others), "decided": decided,
             "decided_share": decided / len(others) if others else math.nan, "wrong": len(bad), "wrong_losses": bad,
-            "wrong_share": len(bad) / len(others) if others else math.nan,
-            "unjudged": sum(w is None for w in judged.values()), "verdicts": verdicts,
+            # wrong among the decided verdicts the truth could judge: an undecided verdict is never wrong, so a
+            # share over every comparison would shrink as fewer are decided
+            "judged": decided - unjudged,
+            "wrong_share": len(bad) / (decided - unjudged) if decided - unjudged else math.nan,
+            "unjudged": unjudged, "verdicts": verdicts,
             "best_size": sum(bool(r.get("best")) for r in arm["losses"].values())}
 
 
 # -- the null simulation -------------------------------------------------------------------------------------
+def distinct_runs(pool_size: int, losses: int, seeds: int, rng: np.random.Generator) -> np.ndarray:
+    """Which run of the pool each loss draws on each seed: an index array of shape (losses, seeds).
+
+    On every seed the losses take distinct runs (a random permutation of the pool), so two losses share a run
+    only when the pool forces it: with more losses than runs every run is taken once before any is taken twice
+    (a fresh permutation per pass), and which losses share is random. Drawing each loss with replacement instead
+    (sim_racing.from_pools) gives a loss its baseline's very run on a seed with probability 1 / pool size: a
+    paired difference of exactly 0 because the same run was counted twice, which real runs of two losses never
+    are (their counts may still be equal, and distinct runs of the pool tie as often as real ones do)."""
+    if pool_size < 1 or losses < 1 or seeds < 0:
+        raise ValueError(f"expected a non-empty pool and losses, got pool {pool_size}, losses {losses}, "
+                         f"seeds {seeds}")
+    passes = -(-losses // pool_size)
+    out = np.empty((losses, seeds), dtype=np.intp)
+    for s in range(seeds):
+        runs = np.concatenate([rng.permutation(pool_size) for _ in range(passes)])[:losses]
+        out[rng.permutation(losses), s] = runs
+    return out
+
+
+def margin_step(margin: float, items: int | None) -> float:
+    """The smallest difference at or beyond `margin` (a fraction) that a split of `items` items can show:
+    ceil(margin × items) whole items / items (digits' 359 test images at margin 0.005: 2 images, 0.557 points).
+    None: a continuous metric, the margin itself."""
+    if items is None:
+        return margin
+    if items < 1:
+        raise ValueError(f"expected a split of at least 1 item, got {items}")
+    return math.ceil(margin * items - 1e-9) / items
+
+
+def shifted(values: np.ndarray, shift: float, items: int | None) -> np.ndarray:
+    """`values` (fractions) moved by `shift`. On a split of `items` items the shift is whole items, k = shift ×
+    items, and a value on the lattice becomes (count + k) / items: the very float a run with k more right answers
+    reports, so that equal counts compare equal, as in real runs. A value off the lattice (or a continuous
+    metric, items None) is moved by `shift` as it is."""
+    values = np.asarray(values, dtype=float)
+    if items is None or shift == 0:
+        return values + shift
+    k = round(shift * items)
+    if not math.isclose(k, shift * items, abs_tol=1e-6):
+        raise ValueError(f"expected a shift of whole items of {items}, got {shift} ({shift * items:g} items)")
+    counts = np.rint(values * items)
+    return np.where(np.abs(values * items - counts) <= 1e-6, (counts + k) / items, values + shift)
+
+
+def pool_races(plan: Any, runs: np.ndarray, signs: dict[str, int], items: tuple[int | None, int | None],
+               answers: int, rng: np.random.Generator) -> tuple[Any, int]:
+    """`answers` races (tune_as.results.racing.decide, every round up to max_seeds) on one pool of (validation,
+    test) runs, fractions. On each seed the losses draw distinct runs (`distinct_runs`); a loss's runs are moved by
+    signs[loss] (-1, 0 or +1) times the margin step of each split (`margin_step` of the plan's margin and
+    `items`, (validation items, test items): whole items, `shifted`). Scored by sim_racing.score, the test shifts
+    being the true effects. Returns the tally and the answers with a false 'equivalent'."""
+    import sim_racing
+
+    from tune_as.results import racing
+
+    val_items, test_items = items
+    seeds = plan.seeds[: plan.max_seeds]
+    step_val, step_test = margin_step(plan.margin, val_items), margin_step(plan.margin, test_items)
+    effects = {loss: signs[loss] * step_test for loss in plan.losses}
+    moved = {loss: np.column_stack([shifted(runs[:, 0], signs[loss] * step_val, val_items),
+                                    shifted(runs[:, 1], signs[loss] * step_test, test_items)])
+             for loss in plan.losses}
+    tally, false_equivalent = sim_racing.Tally(), 0
+    for _ in range(answers):
+        idx = distinct_runs(len(runs), len(plan.losses), len(seeds), rng)
+        results = {loss: {s: (float(moved[loss][j, 0]), float(moved[loss][j, 1]))
+                          for s, j in zip(seeds, idx[i], strict=True)} for i, loss in enumerate(plan.losses)}
+        answer = racing.decide(results, plan)
+        sim_racing.score(tally, answer, effects, plan)
+        false_equivalent += any(r.verdict == "equivalent"
+                                and abs(effects[r.loss] - effects[plan.baseline]) >= plan.margin for r in answer.rows)
+    return tally, false_equivalent
+
+
 def null_fwer(losses: Sequence[str], baseline: str, pool: Sequence[tuple[float, float | None]], margin_points: float,
-              max_seeds: int, answers: int, seed: int) -> dict[str, Any]:
-    """The racing rule's family-wise error when no loss differs from the baseline, by benchmarks/sim_racing.py:
-    every loss of each simulated answer resamples (with replacement) `pool`, the baseline's truth runs
-    (validation, test) (sim_racing.from_pools, its --from mode); with fewer than 2 runs in the pool, its normal
-    model instead (seed and run sd 0.3 points each, its defaults). The engine's race plan: first look 3 seeds,
-    then 2 more per round, up to max_seeds."""
+              max_seeds: int, answers: int, seed: int,
+              items: tuple[int | None, int | None] | None = None) -> dict[str, Any]:
+    """The racing rule's family-wise error by simulation, on the baseline's truth runs `pool` (validation, test):
+
+    - null: every loss is the baseline. On each seed every loss draws a distinct run of the pool
+      (`distinct_runs`; shared only when there are more losses than runs). Any win or loss is false, and so is a
+      best set without a best loss (sim_racing.score). `wrong` / `answers` is the null FWER of the goal.
+    - at the margin: every loss but the baseline shifted by the smallest difference at or beyond the margin that
+      the splits can show, in whole items (`margin_step`: 2 of digits' 359 test images), + and − in turn, drawn
+      the same way. Its values stay on the metric's lattice, so equal counts (a paired difference of exactly 0,
+      the same difference on every seed) occur as in real runs; a shift of exactly ±margin (0.005 = 1.795
+      images, sim_racing's --from scenario) leaves the lattice, and a shifted loss never ties its baseline's
+      count. Every `equivalent` is false here, and so is any win or loss against the sign of the shift.
+    items: (validation items, test items) of the task's splits; None (or a None inside): a continuous metric,
+    shifted by exactly ±margin. With fewer than 2 runs in the pool, sim_racing's normal model (seed and run sd
+    0.3 points each, its defaults) gives the null and there is no at-margin scenario. The engine's race plan:
+    first look 3 seeds, then 2 more per round, up to max_seeds."""
     import sim_racing
 
     from tune_as.results.racing import Plan
 
-    plan = Plan(tuple(losses), baseline, tuple(range(max_seeds)), max_seeds=max_seeds, margin_points=margin_points)
+    val_items, test_items = items if items is not None else (None, None)
+    # the engine's plan: one test item as the intervals' resolution where its Plan has that field
+    own = {"resolution_points": 100 / test_items} if test_items and "resolution_points" in {
+        f.name for f in dataclasses.fields(Plan)} else {}
+    plan = Plan(tuple(losses), baseline, tuple(range(max_seeds)), max_seeds=max_seeds, margin_points=margin_points,
+                **own)
     zero = dict.fromkeys(plan.losses, 0.0)
+    rng = np.random.default_rng(seed)
+    margin: dict[str, Any] | None = None
     if len(pool) >= 2 and all(t is not None for _, t in pool):
-        pools = {f"truth/{baseline}": np.array([(v, t) for v, t in pool], dtype=float)}
-        tally, _ = sim_racing.from_pools(plan, pools, zero, answers, np.random.default_rng(seed))
-        source = f"every loss resamples the baseline's {len(pool)} truth runs (sim_racing.from_pools, its --from mode)"
+        runs = np.array([(v, t) for v, t in pool], dtype=float)
+        tally, _ = pool_races(plan, runs, dict.fromkeys(plan.losses, 0), (val_items, test_items), answers, rng)
+        share = (f"; {len(plan.losses)} losses > {len(runs)} runs: each run taken once before any twice"
+                 if len(plan.losses) > len(runs) else "")
+        source = (f"every loss draws from the baseline's {len(runs)} truth runs, a distinct run per loss on each seed"
+                  f"{share}")
+        step = margin_step(plan.margin, test_items)
+        signs = {loss: 0 if loss == baseline else (1 if i % 2 else -1) for i, loss in enumerate(plan.losses)}
+        at, false_eq = pool_races(plan, runs, signs, (val_items, test_items), answers, rng)
+        margin = {"wrong": at.wrong_answer, "answers": at.answers, "false_equivalent": false_eq,
+                  "text": sim_racing.cp(at.wrong_answer, at.answers),
+                  "equivalent_text": sim_racing.cp(false_eq, at.answers), "shift_points": step * 100,
+                  "items": test_items, "decided_share": at.decided / at.rows if at.rows else math.nan}
     else:
         draws = sim_racing.always(sim_racing.synthetic(plan, zero, 0.3, 0.3))
         source = "normal model, seed and run sd 0.3 points (sim_racing.synthetic): the truth's baseline has no pool"
-        tally = sim_racing.run(plan, draws, zero, answers, np.random.default_rng(seed))
+        tally = sim_racing.run(plan, draws, zero, answers, rng)
     return {"wrong": tally.wrong_answer, "answers": tally.answers, "text": sim_racing.cp(tally.wrong_answer,
                                                                                           tally.answers),
             "source": source, "losses": len(plan.losses), "looks": plan.looks,
-            "decided_share": tally.decided / tally.rows if tally.rows else math.nan}
+            "decided_share": tally.decided / tally.rows if tally.rows else math.nan, "margin": margin}
 
 
 # -- output ----------------------------------------------------------------------------------------------------
@@ -227,12 +359,12 @@ def arms_table(records: Sequence[dict[str, Any]]) -> str:
         s = r["score"]
         rows.append([r["arm"], f"{r['budget']:.0%}", str(r["seed"]), str(r["trials_per_loss"] or "by budget"),
                      f"{r['trials']} ({r['stopped_early']})", f"{r['compute']:.0f}", f"{s['fraction']:.1%}",
-                     f"{r['wall']:.0f}", f"{s['decided']}/{s['comparisons']}", str(s["wrong"]),
+                     f"{r['wall']:.0f}", f"{s['decided']}/{s['comparisons']}", f"{s['wrong']}/{s['judged']}",
                      str(s["best_size"]), fmt(s["gap"]), str(s["winner"]), "yes" if s["winner_ok"] else "no",
                      fmt(s["tau_all"]), f"{fmt(s['tau_sep'])} ({s['sep_pairs']})"])
     return _table(["arm", "budget", "search seed", "trials/loss", "trials (stopped early)", "compute (trial-epochs)",
-                   "fraction of reference", "wall s", "decided", "wrong", "best-set size", "mean gap, points",
-                   "winner", "winner in ref. interval", "τ all", "τ separable (pairs)"], rows)
+                   "fraction of reference", "wall s", "decided", "wrong / decided", "best-set size",
+                   "mean gap, points", "winner", "winner in ref. interval", "τ all", "τ separable (pairs)"], rows)
 
 
 def groups(records: Sequence[dict[str, Any]], order: Sequence[str]) -> list[tuple[str, float, list[dict[str, Any]]]]:
@@ -245,18 +377,32 @@ def _mean(rs: Sequence[dict[str, Any]], key: str) -> float:
     return statistics.fmean(r["score"][key] for r in rs)
 
 
+def wrong_of_decided(rs: Sequence[dict[str, Any]]) -> tuple[int, int, float]:
+    """Wrong verdicts, judged decided verdicts and their share, pooled over the records (a seed that decided
+    nothing adds nothing to either; NaN when nothing was decided)."""
+    bad = sum(r["score"]["wrong"] for r in rs)
+    judged = sum(r["score"]["judged"] for r in rs)
+    return bad, judged, bad / judged if judged else math.nan
+
+
+def _wrong_of_decided(rs: Sequence[dict[str, Any]]) -> str:
+    bad, judged, share = wrong_of_decided(rs)
+    return f"{bad}/{judged} ({fmt(share, '.3f')})"
+
+
 def summary_table(records: Sequence[dict[str, Any]], order: Sequence[str]) -> str:
     """Per arm and budget, means over the search seeds (the per-seed values in brackets where they matter)."""
     rows = []
     for arm, budget, rs in groups(records, order):
         per = " / ".join(f"{r['score']['decided_share']:.2f}" for r in rs)
         rows.append([arm, f"{budget:.0%}", str(len(rs)), f"{_mean(rs, 'decided_share'):.2f} ({per})",
-                     f"{_mean(rs, 'wrong_share'):.3f}", str(sum(r["score"]["wrong"] for r in rs)),
+                     _wrong_of_decided(rs), str(sum(r["score"]["wrong"] for r in rs)),
                      fmt(_mean(rs, "gap")), f"{statistics.fmean(r['score']['best_size'] for r in rs):.1f}",
                      f"{statistics.fmean(r['compute'] for r in rs):.0f} ({_mean(rs, 'fraction'):.1%})",
                      f"{statistics.fmean(r['wall'] for r in rs):.0f}"])
-    return _table(["arm", "budget", "search seeds", "decided share (per seed)", "wrong share", "wrong verdicts",
-                   "mean gap, points", "best-set size", "compute, trial-epochs (fraction)", "wall s"], rows)
+    return _table(["arm", "budget", "search seeds", "decided share (per seed)", "wrong / decided (share)",
+                   "wrong verdicts", "mean gap, points", "best-set size", "compute, trial-epochs (fraction)",
+                   "wall s"], rows)
 
 
 def verdict_table(records: Sequence[dict[str, Any]], ref: dict[str, Any], truth: dict[str, Any], margin: float,
@@ -325,16 +471,26 @@ def summary_lines(records: Sequence[dict[str, Any]], ref: dict[str, Any], order:
         named = "; ".join(f"seed {r['seed']}: {', '.join(r['score']['wrong_losses'])}" for r in rs
                           if r["score"]["wrong_losses"])
         unjudged = sum(s["unjudged"] for s in sc)
-        out.append(f"wrong verdicts: {arm:<11} budget {budget:.0%}: {sum(s['wrong'] for s in sc)} of "
-                   f"{sum(s['comparisons'] for s in sc)} comparisons (share {_mean(rs, 'wrong_share'):.3f}; per seed "
-                   f"{' '.join(str(s['wrong']) for s in sc)})" + (f" [{named}]" if named else "")
-                   + (f", {unjudged} decided without a truth" if unjudged else ""))
+        bad, judged, share = wrong_of_decided(rs)
+        per = " ".join(f"{s['wrong']}/{s['judged']}" for s in sc)
+        out.append(f"wrong verdicts: {arm:<11} budget {budget:.0%}: {bad} of {sum(s['comparisons'] for s in sc)} "
+                   f"comparisons; wrong {bad} of {judged} decided (share {fmt(share, '.3f')}; per seed {per})"
+                   + (f" [{named}]" if named else "")
+                   + (f", {unjudged} more decided without a truth (not judged)" if unjudged else ""))
     return out
 
 
-def null_line(null: dict[str, Any]) -> str:
-    return (f"null FWER: {null['text']}; racing rule, {null['losses']} losses, looks {null['looks']}; "
-            f"{null['source']}")
+def null_lines(null: dict[str, Any]) -> list[str]:
+    """The null FWER line and, when the pool allowed it, the at-margin scenario's (`null_fwer`)."""
+    out = [f"null FWER: {null['text']}; racing rule, {null['losses']} losses, looks {null['looks']}; "
+           f"{null['source']}"]
+    m = null.get("margin")
+    if m:
+        step = (f"{m['shift_points']:.3f} points = {round(m['shift_points'] / 100 * m['items'])} of "
+                f"{m['items']} test items" if m["items"] else f"{m['shift_points']:g} points (continuous metric)")
+        out.append(f"at the margin (each loss ±{step}, distinct draws as above): any wrong claim {m['text']}; "
+                   f"false 'equivalent' {m['equivalent_text']}")
+    return out
 
 
 def goal_lines(records: Sequence[dict[str, Any]], null: dict[str, Any], task: str,
@@ -350,6 +506,7 @@ def goal_lines(records: Sequence[dict[str, Any]], null: dict[str, Any], task: st
         return "not run" if ok is None else "met" if ok else "MISSED"
 
     wrong_total = sum(r["score"]["wrong"] for r in records)
+    judged = sum(r["score"].get("judged", 0) for r in records)
     fixed, race = by_arm("fixed"), by_arm("race")
     share_race = _mean(race, "decided_share") if race else math.nan
     share_fixed = _mean(fixed, "decided_share") if fixed else math.nan
@@ -357,7 +514,7 @@ def goal_lines(records: Sequence[dict[str, Any]], null: dict[str, Any], task: st
     twice = share_race > 0 and share_race >= GOAL_DECIDED_RATIO * share_fixed if race and fixed else None
     gap = _mean(race, "gap") if race else math.nan
     rate = null["wrong"] / null["answers"]
-    return [f"goal [{task}] 0 wrong verdicts over every arm and search seed: {wrong_total} "
+    return [f"goal [{task}] 0 wrong verdicts over every arm and search seed: {wrong_total} of {judged} decided "
             f"({len(records)} answers) -> {verdict(wrong_total == 0 if records else None)}",
             f"goal [{task}] decided share race >= {GOAL_DECIDED_RATIO:g}x fixed at the same compute (and > 0): "
             f"{fmt(share_race)} vs {fmt(share_fixed)}"
