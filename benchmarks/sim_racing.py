@@ -24,7 +24,10 @@ Scenarios:
 The answer is wrong when a verdict is wrong or its best set holds no truly best loss (Hsu's promise); an
 excluded loss that ties for best is counted apart: with ties the promise is per best loss, not for all.
 
-Run: python benchmarks/sim_racing.py [--answers 2000] [--quick] [--from FILE [--mix]]
+- --lattice N: the synthetic model on an N-item split (each value a whole number of items), for the null and for
+  true differences exactly at +-margin: equal counts on every seed occur as on a real test split.
+
+Run: python benchmarks/sim_racing.py [--answers 2000] [--quick] [--from FILE [--mix]] [--lattice N]
 """
 
 from __future__ import annotations
@@ -220,6 +223,49 @@ def report_from(path: Path, plan: Plan, pools: Pools, answers: int, rng: np.rand
           f"{at_margin.seeds / answers:.1f} runs per answer (at most {most})")
 
 
+def lattice(plan: Plan, items: int, effects_points: dict[str, float], seed_sd: float, run_sd: float) -> Draw:
+    """The synthetic model on a finite split: each run's accuracy is a whole number of `items` (latent value in
+    points rounded to the nearest item), so equal counts on every seed happen as they do on a real test split."""
+    seeds = plan.seeds[: plan.max_seeds]
+
+    def on_lattice(points: np.ndarray) -> np.ndarray:
+        return np.round(points / 100 * items) / items
+
+    def draw(rng: np.random.Generator) -> Results:
+        shared = rng.normal(0.0, seed_sd, len(seeds))
+        out = {}
+        for loss, eff in effects_points.items():
+            val = on_lattice(95.0 + eff + shared + rng.normal(0.0, run_sd, len(seeds)))
+            test = on_lattice(95.0 + eff + shared + rng.normal(0.0, run_sd, len(seeds)))
+            out[loss] = {s: (float(v), float(t)) for s, v, t in zip(seeds, val, test, strict=True)}
+        return out
+
+    return draw
+
+
+def report_lattice(plan: Plan, items: int, seed_sd: float, run_sd: float, answers: int,
+                   rng: np.random.Generator) -> None:
+    """Two scenarios on an `items`-item split: every loss identical to the baseline (any win/loss is false), and
+    every other loss exactly +-margin from it in the latent metric (any 'equivalent' is false)."""
+    step = 100 / items
+    print(f"lattice: {items} items (one item = {step:.3f} points), run noise {run_sd} points, margin "
+          f"{plan.margin_points:g} points{' (below one item)' if plan.margin_points < step else ''}")
+    null = run(plan, always(lattice(plan, items, dict.fromkeys(plan.losses, 0.0), seed_sd, run_sd)),
+               dict.fromkeys(plan.losses, 0.0), answers, rng)
+    print(f"  null, {len(plan.losses)} identical losses: any false win/loss: {cp(null.wrong_verdicts, answers)}")
+    m = plan.margin_points
+    shift = {loss: 0.0 if loss == plan.baseline else (m if i % 2 else -m) for i, loss in enumerate(plan.losses)}
+    draw = lattice(plan, items, shift, seed_sd, run_sd)
+    false_eq = decided = rows = 0
+    for _ in range(answers):
+        answer = decide(draw(rng), plan)
+        false_eq += any(r.verdict == "equivalent" for r in answer.rows)
+        decided += sum(r.verdict != "undecided" for r in answer.rows)
+        rows += len(answer.rows)
+    print(f"  true differences exactly ±{m:g} points: false 'equivalent' in {cp(false_eq, answers)}; "
+          f"decided {decided / rows:.3f} of the verdicts")
+
+
 def always(draw: Draw) -> Callable[[int], Draw]:
     return lambda _answer: draw
 
@@ -277,6 +323,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--from", dest="from_file", type=Path, default=None, metavar="FILE",
                    help="real per-seed results: JSON, or bench_efficiency.py's runs.jsonl (read_pools)")
     p.add_argument("--mix", action="store_true", help="with --from: resample all pools, centred, as one")
+    p.add_argument("--lattice", type=int, default=None, metavar="N",
+                   help="values on an N-item split (whole items, e.g. 359 for digits' test split): the null and "
+                        "the at-margin scenarios only")
     p.add_argument("--seed-sd", type=float, default=0.3, help="seed effect shared by all losses, points")
     p.add_argument("--run-sd", type=float, default=0.3, help="run-to-run noise of one loss, points")
     p.add_argument("--margin", type=float, default=0.5, help="equivalence margin, points (default 0.5)")
@@ -293,7 +342,8 @@ def main(argv: list[str] | None = None) -> None:
     answers = 300 if args.quick else args.answers
     losses = ("baseline", *(f"loss{i:02d}" for i in range(1, args.losses)))
     plan = Plan(losses, "baseline", tuple(range(1000, 1000 + args.max_seeds)), first=args.first, step=args.step,
-                max_seeds=args.max_seeds, alpha=args.alpha, margin_points=args.margin, best_rule=args.best_rule)
+                max_seeds=args.max_seeds, alpha=args.alpha, margin_points=args.margin, best_rule=args.best_rule,
+                resolution_points=100 / args.lattice if args.lattice else 0.0)
     fixed = Plan.fixed(losses, "baseline", plan.seeds, args.max_seeds, alpha=args.alpha,
                        margin_points=args.margin, best_rule=args.best_rule)
     rng = np.random.default_rng(args.seed)
@@ -302,7 +352,9 @@ def main(argv: list[str] | None = None) -> None:
           f"seed {args.seed}")
     started = time.perf_counter()
     others = losses[1:]
-    if args.from_file is not None:
+    if args.lattice is not None:
+        report_lattice(plan, args.lattice, args.seed_sd, args.run_sd, answers, rng)
+    elif args.from_file is not None:
         pools = read_pools(args.from_file)
         report_from(args.from_file, plan, centred(pools) if args.mix else pools, answers, rng)
     else:

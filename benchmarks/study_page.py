@@ -79,30 +79,34 @@ def verdict(answer: Answer, loss: str) -> str:
     return f"{diff} **{word}**" if unmarked(word) in ("win", "loss", "equivalent") else f"{diff} {word}"
 
 
-def best(answer: Answer) -> tuple[str, str]:
-    line = next((n for n in answer.notes if n.startswith("Best on validation:")), "")
-    m = re.match(r"Best on validation: (\S+?);(?: cannot be told apart from it: (.*?))? ?\(", line + " (")
-    if not m:
-        return "-", "-"
-    return m.group(1), (m.group(2) or "none").rstrip(" ;")
+def best(answer: Answer) -> str:
+    """The best set on validation as the answer's note names it (tied members; older answers named a leader and
+    its company)."""
+    for note in answer.notes:
+        m = re.match(r"Best set on validation \(Hsu's multiple comparisons with the best\): (.*?); its members", note)
+        if m:
+            return m.group(1)
+        m = re.match(r"Best on validation: (\S+?);(?: cannot be told apart from it: (.*?))? ?\(", note + " (")
+        if m:
+            return ", ".join(sorted([m.group(1), *(x.strip() for x in (m.group(2) or "").rstrip(" ;").split(",") if x.strip())]))
+    return "-"
 
 
 def headline(answers: list[Answer]) -> str:
-    out = ["| task (metric, baseline) | AS-Softmax vs baseline | AS-Speed vs baseline | best by validation | "
-           "cannot be told apart from it | wins / losses / equivalent / undecided | compute |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| task (metric, baseline) | AS-Softmax vs baseline | AS-Speed vs baseline | best set by validation (tied) | "
+           "wins / losses / equivalent / undecided | compute |",
+           "| --- | --- | --- | --- | --- | --- |"]
     for a in answers:
         words = [r[next(h for h in a.header if h.startswith("verdict"))] for r in a.rows.values()]
         counts = [sum(unmarked(w) == k for w in words) for k in ("win", "loss", "equivalent")]
         counts.append(sum(w.startswith("undecided") for w in words))
-        leader, company = best(a)
         m = re.search(r"\((\w+), %; ", a.title) or re.search(r"\(([\w-]+)", a.title)
         metric = m.group(1) if m else "?"
         base = next((loss for loss, r in a.rows.items() if r[next(h for h in a.header if h.startswith("verdict"))]
                      == "baseline"), "?")
         compute = re.sub(r"^Compute: ", "", a.compute)
         out.append(f"| {a.task} ({metric}, {base}) | {verdict(a, AS_LOSS.get(a.task, 'as_softmax'))} | "
-                   f"{verdict(a, 'as_speed')} | {leader} | {company} | {' / '.join(map(str, counts))} | {compute} |")
+                   f"{verdict(a, 'as_speed')} | {best(a)} | {' / '.join(map(str, counts))} | {compute} |")
     return "\n".join(out)
 
 

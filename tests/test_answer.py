@@ -166,3 +166,25 @@ def test_a_step_down_claim_is_marked_and_the_note_says_which_look_made_it() -> N
                                     c.run_id for c in confirmations if c.loss in ("softmax", "a")),), failures={}),
                          trials, confirmations)
     assert not any(n.startswith(STEP_DOWN_MARK) for n in plain.table.notes)
+
+
+@pytest.mark.slow
+def test_the_same_race_gives_the_same_table_whatever_the_order_trials_finish_in(tmp_path: Path, mlflow_server,
+                                                                               ray_local) -> None:
+    """One trial at a time, then two at once (trials finish in another order): the answer table is byte-identical.
+    Each trial is seeded and runs on its own CPU, and the answer is a pure function of the runs."""
+    from tune_as.engine import SearchRequest
+    from tune_as.engine.run import run_search
+
+    space = tmp_path / "digits.yaml"
+    space.write_text(RACE_SPACE)
+    tables = []
+    for concurrent in (1, 2):
+        outcome = run_search(SearchRequest(
+            task="digits", search_space=space, mlflow_uri=mlflow_server.uri, experiment=f"same-{concurrent}",
+            storage_path=tmp_path / f"results-{concurrent}", cache_dir=tmp_path / "cache", max_train_samples=600,
+            losses=("softmax", "label_smoothing", "sparsemax"), race=True, max_seeds=5, max_concurrent=concurrent,
+            verbose=0))
+        tables.append(outcome.markdown)
+    assert tables[0] == tables[1]
+    assert all(f"| {loss} |" in tables[0] for loss in ("softmax", "label_smoothing", "sparsemax"))

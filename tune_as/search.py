@@ -66,13 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seeds", type=int, default=D("max_seeds"), help="with --race: the most seeds per loss")
     p.add_argument("--margin", type=float, default=D("margin"),
                    help="equivalence margin in points of the metric (default %(default)s): 'equivalent' means the "
-                        "difference to the baseline is proven inside ±margin")
+                        "difference to the baseline is proven inside ±margin; at least one item of the test "
+                        "split (a smaller margin is refused)")
     p.add_argument("--baseline", default=None,
                    help="the loss every verdict compares with (default: softmax, multilabel_softmax for "
                         "multi-label tasks)")
     p.add_argument("--budget", type=float, default=None, metavar="E",
                    help="trial-epochs for the whole answer, split by the engine: the first confirmation round is "
-                        "reserved (at most half the budget; the losses best on validation first), a loss with nothing to tune gets one search trial, the losses with parameters get "
+                        "reserved (at most a quarter of the budget; the losses best on validation first), a loss with nothing to tune gets one search trial, the losses with parameters get "
                         "the search trials the rest pays (unless --trials-per-loss says), later rounds take what is "
                         "left (default: no cap)")
     p.add_argument("--sampler", choices=list(SAMPLERS), default=D("sampler"),
