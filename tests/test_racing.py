@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tune_as.results.racing import Answer, Plan, Results, alpha_schedule, decide, look_schedule
+from tune_as.results.racing import Answer, Plan, Results, alpha_schedule, decidable, decide, look_schedule
 
 SEEDS = tuple(range(100, 110))
 LOSSES = ("softmax", "good", "bad", "unsure")
@@ -342,3 +342,18 @@ def test_null_simulation_from_per_seed_results_is_the_same_for_the_same_seed(tmp
     _write_pools(path, np.random.default_rng(4))
     first, again = _simulate(path, 30), _simulate(path, 30)
     assert first.splitlines()[:-1] == again.splitlines()[:-1], "the last line is the time taken"
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_decidable_is_the_smallest_difference_a_look_can_claim(n: int) -> None:
+    """racing.decidable's multiplier k: a mean difference of 1.01·k·s over n seeds is a win, 0.99·k·s is not."""
+    plan = Plan.fixed(("softmax", "x"), "softmax", tuple(range(n)), n, margin_points=0.0)
+    ((looks, k),) = decidable(plan)
+    assert looks == n
+    z = np.linspace(-1.0, 1.0, n)
+    z = (z - z.mean()) / z.std(ddof=1)  # mean 0, sd 1 exactly
+    s = 0.01
+    for factor, word in ((1.01, "win"), (0.99, "undecided")):
+        d = factor * k * s + s * z
+        results = {"softmax": {i: (0.5, 0.5) for i in range(n)}, "x": {i: (0.5, 0.5 + d[i]) for i in range(n)}}
+        assert decide(results, plan).row("x").verdict == word, (factor, k)

@@ -318,6 +318,8 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
     if not r.confirm and last < r.max_seeds:
         notes.append(f"--budget {r.budget:g}: the race's last look is at {last} seeds per loss, what the budget "
                      f"left after the search pays for every loss (--max-seeds {r.max_seeds}); its alpha goes there.")
+    notes.append(reach(race, plan.baseline, search_epochs, per_run))
+    print(notes[-1])
     attempted: set[tuple[str, int]] = set()
     for round_no in range(1, len(race.looks) + 1):
         left = None if r.budget is None else max(0, int((r.budget - search_epochs - epochs) // per_run))
@@ -341,6 +343,21 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
         notes.append(f"--budget {r.budget:g} trial-epochs spent before every verdict was decided.")
     return Confirmed(runs, epochs, race, tuple(notes), tuple(rounds))
 
+
+
+def reach(race: racing.Plan, baseline: str, search_epochs: float, per_run: float, more: int = 10) -> str:
+    """What the race's looks can decide, said before its first seed (racing.decidable), and, when its last look is
+    below `more` seeds, what `more` would allow and the budget that pays it."""
+    fixed = race.first == race.max_seeds
+    line = (f"What the confirmation can decide: a claim needs |Δ| >= "
+            f"{', '.join(f'{k:.3g}·s at {n} seeds' for n, k in racing.decidable(race))} (s: the spread over seeds "
+            f"of a loss's difference to {baseline}, in points; Holm's first step).")
+    if race.max_seeds < more:
+        wider = dataclasses.replace(race, seeds=tuple(range(more)), max_seeds=more, first=more if fixed else race.first)
+        budget = search_epochs + per_run * len(race.losses) * more
+        line += (f" {'--confirm' if fixed else '--max-seeds'} {more} (a --budget of at most {budget:g} trial-epochs "
+                 f"in all) would need {racing.decidable(wider)[-1][1]:.3g}·s at its last look.")
+    return line
 
 
 def _settings(cell: Cell) -> TrialSettings:

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from scipy import stats
+
 from tune_as.results.verdicts import (
     Best,
     BestRule,
@@ -130,6 +132,17 @@ class Plan:
     def alphas_best(self) -> tuple[float, ...]:
         """Per look: the best set's half of alpha, spread the same way."""
         return alpha_schedule(self.looks, self.alpha / 2)
+
+
+def decidable(plan: Plan) -> tuple[tuple[int, float], ...]:
+    """Per look: (seeds per loss, the smallest |mean difference| a claim can rest on there, in units of s, the
+    seed-to-seed spread of a loss's paired differences to the baseline). That is Holm's first step, the loosest
+    a look gets for its first claim: a one-sided t-test at the look's verdict alpha / (3m), m the comparisons,
+    needs |mean| >= t(1 - alpha_k / (3m), n - 1) * s / sqrt(n). Said before the race runs, so a budget whose
+    looks cannot decide the differences a user cares about is seen before it is spent."""
+    m = len(plan.losses) - 1
+    return tuple((n, float(stats.t.ppf(1 - a / (3 * m), n - 1)) / math.sqrt(n))
+                 for n, a in zip(plan.looks, plan.alphas_verdicts, strict=True) if n >= 2)
 
 
 @dataclass(frozen=True)
