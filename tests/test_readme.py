@@ -92,3 +92,9 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (tmp_path / "report").is_dir() and any((tmp_path / "report").glob("*.md"))
+    # the report prints the search's own answer, replayed from its runs: the same table, byte for byte
+    (parent,) = client.search_runs([client.get_experiment_by_name("digits").experiment_id],
+                                   "tags.`tune_as.role` = 'search'")
+    logged = Path(client.download_artifacts(parent.info.run_id, "ranking.csv", str(tmp_path))).read_text()
+    (answer,) = (tmp_path / "report").glob("answer_*.csv")
+    assert answer.read_text() == logged

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -55,7 +56,20 @@ from tune_as.space.strict_yaml import clip as _clip
 from tune_as.space.strict_yaml import read_yaml
 from tune_as.space.strict_yaml import show as _show
 
-SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+
+def _spaces_dir() -> Path:
+    """The shipped search spaces: the repository keeps them in its top-level `search_spaces/` (the layout users
+    know), and pyproject.toml maps that folder into the package as `tune_as.search_spaces`, so a wheel carries
+    them and an editable install finds them where they are (importlib's own finders, no path arithmetic)."""
+    spec = importlib.util.find_spec("tune_as.search_spaces")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise RuntimeError("tune_as.search_spaces is not installed with tune_as: reinstall the package "
+                           "(pip install tune_as, or pip install -e . in a checkout)")
+    return Path(locations[0])
+
+
+SPACES_DIR = _spaces_dir()
 # Settings a loss may search or fix (per loss): trial settings only. The data is prepared once per search.
 TRIAL_KEYS = frozenset(TRIAL_FIELDS) - {"loss"}
 # Data settings the file's top-level `fixed` may set for the whole search (the others have command-line options).
