@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -83,3 +84,16 @@ def absolute_sqlite(uri: str | None) -> str | None:
     if uri.startswith(prefix) and not uri.startswith(prefix + "/") and ":memory:" not in uri:
         return prefix + str(Path(uri[len(prefix):]).expanduser().resolve())
     return uri
+
+
+def shipped_spaces() -> Path:
+    """The shipped search spaces: the repository keeps them in its top-level `search_spaces/` (the layout users
+    know), and pyproject.toml maps that folder into the package as `tune_as.search_spaces`, so a wheel carries
+    them and an editable install finds them where they are (importlib's own finders, no path arithmetic)."""
+    spec = importlib.util.find_spec("tune_as.search_spaces")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise RuntimeError("tune_as.search_spaces is not installed with tune_as: reinstall the package "
+                           "(pip install tune_as, or pip install -e . in a checkout)")
+    return Path(locations[0])
+

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import itertools
 import json
 import math
@@ -48,6 +47,7 @@ from optuna.distributions import (
 )
 
 from tune_as.errors import UserError, first_line
+from tune_as.paths import shipped_spaces
 from tune_as.settings import DATA_FIELDS, LOSS_PREFIX, TRIAL_FIELDS, trial_problem
 from tune_as.settings import EXPECTED as _EXPECTED
 from tune_as.settings import coerce_finite as _coerce
@@ -56,20 +56,7 @@ from tune_as.space.strict_yaml import clip as _clip
 from tune_as.space.strict_yaml import read_yaml
 from tune_as.space.strict_yaml import show as _show
 
-
-def _spaces_dir() -> Path:
-    """The shipped search spaces: the repository keeps them in its top-level `search_spaces/` (the layout users
-    know), and pyproject.toml maps that folder into the package as `tune_as.search_spaces`, so a wheel carries
-    them and an editable install finds them where they are (importlib's own finders, no path arithmetic)."""
-    spec = importlib.util.find_spec("tune_as.search_spaces")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    if not locations:
-        raise RuntimeError("tune_as.search_spaces is not installed with tune_as: reinstall the package "
-                           "(pip install tune_as, or pip install -e . in a checkout)")
-    return Path(locations[0])
-
-
-SPACES_DIR = _spaces_dir()
+SPACES_DIR = shipped_spaces()
 # Settings a loss may search or fix (per loss): trial settings only. The data is prepared once per search.
 TRIAL_KEYS = frozenset(TRIAL_FIELDS) - {"loss"}
 # Data settings the file's top-level `fixed` may set for the whole search (the others have command-line options).
