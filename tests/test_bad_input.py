@@ -321,3 +321,25 @@ def test_wider_dashboard_binding_warns(ray_local, capsys: pytest.CaptureFixture[
     assert "warning" not in capsys.readouterr().err
     init_ray(None, "0.0.0.0")
     assert "warning: --dashboard-host 0.0.0.0 makes the Ray dashboard reachable beyond this machine" in capsys.readouterr().err
+
+
+def test_a_failure_inside_tune_as_is_a_bug_with_its_traceback_not_bad_input(monkeypatch, capsys) -> None:
+    """Bad input is one line and exit 2; anything else that breaks inside tune_as (here: the engine raising an
+    unexpected exception) is a traceback, a line saying it is a bug to report, and exit 1."""
+    import tune_as.engine.run as engine
+
+    def broken(request: object) -> None:
+        raise ZeroDivisionError("an internal failure")
+
+    monkeypatch.setattr(engine, "run_search", broken)
+    assert main(["--task", "digits"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ZeroDivisionError: an internal failure" in err
+    assert "a bug, not your input" in err.splitlines()[-1]
+    monkeypatch.undo()
+    # a bad flag: still one line and exit 2; --debug adds the traceback of a refused input
+    assert main(["--task", "digits", "--trials-per-loss", "0"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert main(["--task", "digits", "--trials-per-loss", "0", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.splitlines()[-1].startswith("error: --trials-per-loss")

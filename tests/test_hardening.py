@@ -97,15 +97,15 @@ def test_resume_refuses_a_search_folder_that_others_can_write_to(case: str, tmp_
 
 
 def test_resume_accepts_group_writable_files_in_a_folder_closed_to_others(tmp_path: Path) -> None:
-    from tune_as.engine.state import check_private
+    from tune_as.engine.state import check_ownership
 
     folder, _ = saved_search(tmp_path)
     (folder / "tuner.pkl").chmod(0o664)  # umask 002 makes files like this
     folder.chmod(0o700)  # nobody else can reach them: how a new search creates its folder
-    check_private(folder)
+    check_ownership(folder)
     folder.chmod(0o755)
     (folder / "tuner.pkl").chmod(0o644)
-    check_private(folder)
+    check_ownership(folder)
     claim(tmp_path / "new", resume=False).close()
     assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
 

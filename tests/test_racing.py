@@ -97,7 +97,7 @@ def test_round_one_asks_every_loss_for_the_first_seeds() -> None:
     answer = decide({}, plan())
     assert (answer.look, answer.done, answer.alpha_spent) == (0, False, 0.0)
     assert answer.next_seeds == dict.fromkeys(LOSSES, (100, 101, 102))
-    assert answer.runs_needed == 12
+    assert sum(len(s) for s in answer.next_seeds.values()) == 12
     assert [r.verdict for r in answer.rows] == ["undecided"] * 3
 
 

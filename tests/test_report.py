@@ -19,7 +19,6 @@ from tune_as.report.cli import build_report, main
 from tune_as.report.tables import table2, table3, table4, table6
 from tune_as.results.selection import (
     TrialRun,
-    paired_diff,
     row_of,
     select,
     unmatched_confirmations,
@@ -307,20 +306,6 @@ def test_bad_input_one_line_exit_2(case, argv, expected, store: Store, tmp_path:
     assert err.startswith(f"error: {expected}") and err.count("\n") == 1, err
     assert ("received" in err or "got" in err) and "s3cret" not in err
     assert not out.exists()  # nothing written on bad input
-
-
-def test_paired_difference_t_interval() -> None:
-    a = {"0": 0.60, "1": 0.70, "2": 0.65}
-    b = {"0": 0.50, "1": 0.62, "2": 0.60, "9": 0.99}  # seed 9 has no pair and is ignored
-    d = paired_diff(a, b)
-    diffs = [0.10, 0.08, 0.05]
-    mean, sd = sum(diffs) / 3, float(np.std(diffs, ddof=1))
-    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, df=2)
-    assert (d.n, d.mean) == (3, pytest.approx(mean))
-    assert (d.low, d.high) == (pytest.approx(mean - half), pytest.approx(mean + half))
-    assert d.verdict == "better"
-    assert paired_diff({"0": 0.5}, {"0": 0.4}).verdict == "too few seeds"
-    assert paired_diff({"0": 0.5, "1": 0.4}, {"0": 0.45, "1": 0.45}).verdict == "no significant difference"
 
 
 def test_multilabel_losses_share_the_paper_rows() -> None:

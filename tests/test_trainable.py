@@ -276,3 +276,21 @@ def test_a_finished_trials_checkpoint_keeps_no_weights_and_restores_to_nothing_l
     again = Recorder(tmp_path / "again")
     run_trial(config(), data, task, again, restore_dir=final)
     assert again.reports == []
+
+
+def test_a_cycle_cut_at_an_epoch_end_steps_on_the_mean_gradient(digits, tmp_path: Path) -> None:
+    """AS-Speed plans 4 micro-batches a cycle; an epoch that ends after 2 closes the cycle there. Its gradient must
+    be the mean of those 2 (as a 2-step cycle gives), not their sum divided by the planned 4."""
+    idx = torch.arange(64)
+    grads = []
+    for steps, close in ((4, True), (2, False)):
+        trial = eval_mode_trial(digits, tmp_path, "as_speed", False)
+        trial.micro_step(idx[:32], steps)
+        trial.micro_step(idx[32:], steps)
+        if close:
+            trial.close_cycle(2, steps)
+        grads.append({name: p.grad.clone() for name, p in trial.model.named_parameters() if p.grad is not None})
+    cut, full = grads
+    assert cut.keys() == full.keys() and cut
+    for name, grad in full.items():
+        torch.testing.assert_close(cut[name], grad, rtol=1e-6, atol=1e-8, msg=name)

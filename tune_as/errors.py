@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 import socket
 
+# Printed under the traceback of anything that is not bad input (exit code 1): the user's input was fine.
+BUG = ("error: tune_as failed in a way it does not expect (a bug, not your input): please report it with the "
+       "traceback above and the command you ran")
+
 
 class UserError(ValueError):
     """Bad input: the message names what was expected and what was received. Always one line: messages

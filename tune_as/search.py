@@ -8,13 +8,14 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from tune_as.engine.request import SAMPLERS, SearchRequest
-from tune_as.errors import UserError
-from tune_as.paths import OneLineParser
+from tune_as.errors import BUG, UserError
+from tune_as.paths import OneLineParser, loopback_ray
 
 
 def D(name: str) -> Any:  # noqa: N802 - reads as a marker in the option table below
@@ -114,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bind the local Ray dashboard here (binding wider than loopback prints a warning)")
     p.add_argument("--verbose", action="store_const", const=2, default=D("verbose"),
                    help="Ray's per-trial progress table (one column per parameter) instead of one line per loss")
+    p.add_argument("--debug", action="store_true",
+                   help="print the traceback of a refused input too (an unexpected failure always prints one)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny backbone, small data, few steps: the whole pipeline in well under a minute")
     return p
@@ -146,7 +149,7 @@ def request_from_args(args: argparse.Namespace) -> SearchRequest:
         task_args.append((key.strip(), value.strip()))
     overrides = tuple(parse_overrides(args.overrides).items())
     fields = {k: v for k, v in vars(args).items() if k not in ("losses", "task_arg", "overrides", "no_asha",
-                                                                  "no_warm_start")}
+                                                                  "no_warm_start", "debug")}
     return SearchRequest(**{**fields, "task": args.task or "", "losses": losses, "task_args": tuple(task_args),
                             "overrides": overrides, "asha": not args.no_asha,
                             "warm_start": not args.no_warm_start})
@@ -168,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad option (2, its line already printed)
         return int(exc.code or 0)
+    loopback_ray(args.address)
     from tune_as.engine.run import NoResult, SearchInterrupted, run_search
 
     # MLflow logs its schema creation on the first use of an SQLite file at INFO ("Creating initial MLflow
@@ -178,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_search(request_from_args(args))
     except UserError as exc:
+        if args.debug:
+            traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         code = 2
     except NoResult as exc:  # the search ran, and no loss has a result: the parent run is FAILED
@@ -189,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted before the search started: nothing to resume", file=sys.stderr)
         code = 130
+    except Exception:  # noqa: BLE001 - not bad input: a bug, shown as one
+        traceback.print_exc()
+        print(BUG, file=sys.stderr)
+        code = 1
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 143 if code == 130 and _TERMINATED else code

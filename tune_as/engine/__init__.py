@@ -1,9 +1,11 @@
 """The search engine: the only package (with the CLIs) that imports Ray.
 
     request (SearchRequest, validated once) -> plan (no Ray: task, space, base TrialSettings, data)
-      -> run (one Tuner: PerLossSearcher + PerLossASHA, MlflowCallback) -> confirmation -> ranking
+      -> run (one Tuner: PerLossSearcher + PerLossASHA, MlflowCallback) -> confirmation -> record (the answer's
+      record, replayed by the report; the answer itself: tune_as.results)
 
-Modules: request, plan, searcher, schedulers, callbacks, cluster, run, ranking (docs/architecture.md).
+Modules: request, plan, searcher, schedulers, callbacks, cluster, folder, progress, state, record, run
+(docs/architecture.md).
 """
 
 from tune_as.engine.request import SearchRequest

@@ -82,8 +82,11 @@ def init_ray(address: str | None, dashboard_host: str) -> None:
     on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ctx = ray.init(address=address, log_to_driver=False) if address else _init_local(dashboard_host)
-    except Exception as exc:  # noqa: BLE001 - every failure to connect is the user's to fix
-        raise UserError(f"--address: expected a reachable Ray cluster at {address!r}, got "
+    except (ConnectionError, TimeoutError, ValueError, RuntimeError, OSError) as exc:
+        # Ray's own reason, whoever's it is: an address that does not answer, or a local start that failed (no
+        # free port, a full or missing temp folder); anything else is not a known way to fail and stays a traceback
+        what = f"a reachable Ray cluster at {address}" if address else "a local Ray to start on this machine"
+        raise UserError(f"{'--address' if address else 'Ray'}: expected {what}, but Ray failed: "
                         f"{type(exc).__name__}: {first_line(exc)[:300]}") from None
     finally:
         if callable(on_sigterm) and threading.current_thread() is threading.main_thread():
@@ -98,17 +101,10 @@ def _init_local(dashboard_host: str) -> Any:
     """A local Ray whose servers (GCS, raylet, workers, dashboard agent, runtime-env agent, metrics) all listen
     on 127.0.0.1 only. Each binds loopback when the node's IP is 127.0.0.1, but `ray.init` swaps a loopback
     `_node_ip_address` for the machine's routable IP unless Ray's single-machine mode is on (its default on
-    macOS and Windows; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once, when Ray is imported). So that mode is
-    on for this one call: the processes it starts get 127.0.0.1 on their command lines and keep it."""
-    from ray._private import ray_constants
-
-    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        return ray.init(include_dashboard=True, dashboard_host=dashboard_host, log_to_driver=False,
-                        _node_ip_address="127.0.0.1")
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
+    macOS and Windows): the CLIs turn it on with Ray's documented switch, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0,
+    before Ray is imported (`loopback_ray` in tune_as.paths)."""
+    return ray.init(include_dashboard=True, dashboard_host=dashboard_host, log_to_driver=False,
+                    _node_ip_address="127.0.0.1")
 
 
 def resources(cpus_per_trial: float, gpus_per_trial: float | None) -> dict[str, float]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
-from tune_as.engine.state import check_private
+from tune_as.engine.state import check_ownership
 from tune_as.errors import UserError, first_line
 from tune_as.paths import absolute_sqlite, check_tracking_store, check_writable_folder
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
@@ -304,7 +304,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         if name is None:
             raise UserError(f"--resume: expected a previous {r.task or ''} search under {storage}, found none")
         if (storage / name).is_dir():  # before anything in it is read: Ray's resume unpickles its state
-            check_private(storage / name)
+            check_ownership(storage / name)
         state = read_state(storage / name)
         if state is None:
             raise UserError(f"--resume: expected a search to resume at {storage / name}, found nothing there")

@@ -12,39 +12,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-# Set before Ray Tune is imported. A diverged trial ends with an error result that has no validation metric
-# (none exists): Tune's strict check would reject that result; the searcher and the callback read `error`.
-os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-# Ray warns whenever two such forced snapshots fall within 5 s. Its cause was a checkpoint at every evaluation
-# (one snapshot per epoch per trial, 104 warnings in the README's search); trials now checkpoint at most every
-# --checkpoint-interval seconds and at their end, and the snapshot at a trial's end is wanted (above): short
-# trials ending together would still trip the warning, so it is off for that case only.
-os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-# Progress goes through our ProgressReporter (engine.progress); Ray's newer output engine would ignore it.
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from ray import tune  # noqa: E402
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # noqa: E402
-from ray.tune.search import ConcurrencyLimiter, Searcher  # noqa: E402
-
-from tune_as.engine import cluster  # noqa: E402
-from tune_as.engine.callbacks import DropFinishedWeights, MlflowCallback, completed, trainable, trial_name  # noqa: E402
-from tune_as.engine.folder import claim, resume_hint, write_state  # noqa: E402
-from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of  # noqa: E402
-from tune_as.engine.progress import reporter  # noqa: E402
-from tune_as.engine.record import answer_record  # noqa: E402
-from tune_as.engine.request import SearchRequest  # noqa: E402
-from tune_as.engine.schedulers import PerLossASHA, default_grace_period  # noqa: E402
-from tune_as.engine.searcher import FixedConfigs, PerLossSearcher  # noqa: E402
-from tune_as.engine.state import CONFIRM_DIR  # noqa: E402
-from tune_as.errors import UserError  # noqa: E402
-from tune_as.results import racing, ranking  # noqa: E402
-from tune_as.results.answer import answer_table  # noqa: E402
-from tune_as.results.budget import last_look  # noqa: E402
-from tune_as.results.selection import Cell, TrialRun  # noqa: E402
-from tune_as.settings import DataSettings, TrialSettings  # noqa: E402
-from tune_as.tracking import schema  # noqa: E402
-from tune_as.tracking import tracker as tracking  # noqa: E402
+from tune_as.engine import cluster
+from tune_as.engine.callbacks import DropFinishedWeights, MlflowCallback, completed, trainable, trial_name
+from tune_as.engine.folder import claim, resume_hint, write_state
+from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
+from tune_as.engine.progress import reporter
+from tune_as.engine.record import answer_record
+from tune_as.engine.request import SearchRequest
+from tune_as.engine.schedulers import PerLossASHA, default_grace_period
+from tune_as.engine.searcher import FixedConfigs, PerLossSearcher
+from tune_as.engine.state import CONFIRM_DIR
+from tune_as.errors import UserError
+from tune_as.results import racing, ranking
+from tune_as.results.answer import answer_table
+from tune_as.results.budget import last_look
+from tune_as.results.selection import Cell, TrialRun
+from tune_as.settings import DataSettings, TrialSettings
+from tune_as.tracking import schema
+from tune_as.tracking import tracker as tracking
 
 SCHEDULER_STATE = "scheduler.json"
 
@@ -171,6 +160,18 @@ def _results(grid: tune.ResultGrid, plan: SearchPlan) -> list[TrialRun]:
     return runs
 
 
+def _tune_environment() -> None:
+    """Ray Tune's switches this engine needs, read by Tune when a run starts (not when it is imported), so they are
+    set here, as a search starts, and never on import. A diverged trial ends with an error result that has no
+    validation metric: Tune's strict check would reject it (the searcher and the callback read `error`). Trials
+    checkpoint at most every --checkpoint-interval seconds and at their end, so short trials ending together
+    would trip Tune's excessive-snapshot warning: off. Progress goes through our reporter (engine.progress), which
+    Tune's newer output engine would ignore."""
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+
+
 # -- the search -----------------------------------------------------------------------------------------------
 @contextmanager
 def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
@@ -178,6 +179,7 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     """The outside world, checked in order of cost before anything is written, then the search's folder (held
     for the block), its saved `state` and its parent MLflow run, closed FINISHED, KILLED or FAILED at the end."""
     r = plan.request
+    _tune_environment()
     if r.address:  # before the tracking store: a first use of an SQLite file creates it
         cluster.check_address(r.address)
     tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id)

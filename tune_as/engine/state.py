@@ -4,7 +4,7 @@ that the search's folder is the user's own.
 Reading a pickle runs whatever code it names, so a state file planted in a search folder would run in the driver.
 tune_as's own state (the searcher's, the early-stopping brackets, the saved request) is therefore JSON. Ray Tune's
 own experiment state (`tuner.pkl`, `experiment_state-*.json` with cloudpickled parts, `search_gen_state-*`) is
-unpickled by Ray on every resume: that is why `check_private` refuses a folder someone else could have written to.
+unpickled by Ray on every resume: that is why `check_ownership` refuses a folder someone else could have written to.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _refusal(path: Path, st: os.stat_result, uid: int, check_mode: bool) -> str 
     return None
 
 
-def check_private(search_dir: Path) -> None:
+def check_ownership(search_dir: Path) -> None:
     """Refuse to resume a search whose folder another user could have written to: with `os.stat`, the search
     folder (and its `confirm*` round folders) must be owned by this process's user and not writable by group or others,
     and every file directly in them owned by this user and, unless its folder is closed to group and others

@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import tempfile
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tune_as.engine.request import SearchRequest
-from tune_as.errors import UserError
-from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder
+from tune_as.errors import BUG, UserError
+from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder, loopback_ray
 from tune_as.report.answers import Replayed, column_labels, replay, search_name
 from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
 from tune_as.results.render import Table
@@ -355,9 +356,11 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad option (2, its line already printed)
         return int(exc.code or 0)
+    loopback_ray(args.address)
     try:
-        if args.confirm < 0:
-            raise UserError(f"expected --confirm N with N >= 0, received {args.confirm}")
+        if args.confirm < 0 or args.confirm == 1:
+            raise UserError(f"--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), received "
+                            f"{args.confirm}")
         placement = SearchRequest(task="", address=args.address, storage_path=args.storage_path,
                                   cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                                   max_concurrent=args.max_concurrent)
@@ -367,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception:  # noqa: BLE001 - not bad input: a bug, shown as one
+        traceback.print_exc()
+        print(BUG, file=sys.stderr)
+        return 1
     show(report)
     return 0
 

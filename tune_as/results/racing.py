@@ -183,11 +183,6 @@ class Answer:
         """The race is over: nothing left to run; rows, leader and best are final."""
         return not self.next_seeds
 
-    @property
-    def runs_needed(self) -> int:
-        """Runs in next_seeds (what the budget must allow)."""
-        return sum(len(s) for s in self.next_seeds.values())
-
     def row(self, loss: str) -> Comparison:
         return next(r for r in self.rows if r.loss == loss)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -227,42 +226,6 @@ class Confirmation:
     @property
     def std(self) -> float:
         return statistics.stdev(self.by_seed.values()) if len(self.by_seed) > 1 else math.nan
-
-
-@dataclass(frozen=True)
-class PairedDiff:
-    """Mean over shared seeds of (loss - softmax), with a 95% Student-t interval."""
-
-    n: int
-    mean: float
-    low: float
-    high: float
-
-    @property
-    def verdict(self) -> str:
-        if math.isnan(self.low):
-            return "too few seeds"
-        if self.low > 0:
-            return "better"
-        return "worse" if self.high < 0 else "no significant difference"
-
-
-def paired_diff(a: dict[str, float], b: dict[str, float], level: float = 0.95) -> PairedDiff:
-    """Paired by seed: the same seed gives both losses the same data order and initialisation. The interval
-    is scipy's paired t-test interval: mean ± t(0.5 + level/2, n-1) * sd / sqrt(n) of the differences."""
-    from scipy import stats
-
-    seeds = sorted(set(a) & set(b))
-    d = [a[s] - b[s] for s in seeds]
-    if len(d) < 2:
-        m = d[0] if d else math.nan
-        return PairedDiff(len(d), m, math.nan, math.nan)
-    with warnings.catch_warnings():
-        # Equal differences on every seed are legitimate (the interval shrinks to the mean); scipy warns of
-        # precision loss for them.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        interval = stats.ttest_rel([a[s] for s in seeds], [b[s] for s in seeds]).confidence_interval(level)
-    return PairedDiff(len(d), statistics.fmean(d), float(interval.low), float(interval.high))
 
 
 def new_seeds(used: Iterable[str], n: int) -> list[int]:

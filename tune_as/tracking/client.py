@@ -12,17 +12,13 @@ import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import requests  # MLflow's HTTP transport: its exception types tell an outage
+from mlflow.environment_variables import MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_USERNAME
+from mlflow.exceptions import MlflowException
+from mlflow.protos import databricks_pb2 as codes
+from mlflow.tracking import MlflowClient
+
 from tune_as.errors import UserError, first_line, tcp_unreachable
-
-# Fail fast instead of MLflow's default minutes of blocking retries: our own queue retries instead.
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-
-import requests  # noqa: E402  (MLflow's HTTP transport: its exception types tell an outage)
-from mlflow.environment_variables import MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_USERNAME  # noqa: E402
-from mlflow.exceptions import MlflowException  # noqa: E402
-from mlflow.protos import databricks_pb2 as codes  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
 
 log = logging.getLogger(__name__)
 DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
@@ -159,6 +155,10 @@ def open_client(uri: str) -> MlflowClient:
     check_database_port(uri)
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # Fail fast instead of MLflow's default minutes of blocking retries: our own queue retries instead (MLflow
+    # reads both at each request, so setting them here, before the first, is enough).
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     target = _credentials_to_env(uri)
     try:
         with _first_use_lock(target):

@@ -206,6 +206,7 @@ class Trial:
             if self.loss_fn.masks_rows:
                 rows, masked = (int(v) for v in self.window[1:].tolist())
                 cycle, seen = (rows - seen[0], masked - seen[1]), (rows, masked)
+            self.close_cycle(micro, steps)
             stepped = self.optimizer_step(skip=cycle[0] == cycle[1])
             if accumulator:
                 accumulator.observe(*cycle)
@@ -262,6 +263,14 @@ class Trial:
             scaled = loss / steps
             (self.parts.scaler.scale(scaled) if self.parts.scaler else scaled).backward()
         return StepStats(torch.stack([loss.detach().double(), rows, masked]), len(batch["labels"]))
+
+    def close_cycle(self, micro: int, steps: int) -> None:
+        """A cycle cut short at an epoch's end ran `micro` of its planned `steps` micro-batches, each of whose
+        gradients was divided by `steps`: rescaled, the accumulated gradient is their mean, as in a full cycle."""
+        if micro < steps:  # a GradScaler's scale is one constant factor: the rescaling commutes with it
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(steps / micro)
 
     def optimizer_step(self, skip: bool) -> bool:
         """Clip and step, unless every row of the cycle was masked: the accumulated gradient is then exactly zero
@@ -357,7 +366,10 @@ class Trial:
         torch.save({"model": self.model.state_dict(), "optimizer": parts.optimizer.state_dict(),
                     "scaler": parts.scaler.state_dict() if parts.scaler else None,
                     "accumulator": parts.accumulator.state_dict() if parts.accumulator else None,
-                    "loop": asdict(self.counts), "rng": torch.get_rng_state()}, path / STATE_FILE)
+                    "loop": asdict(self.counts), "rng": torch.get_rng_state(),
+                    # dropout on a GPU draws from the CUDA generators: saved too, so a resume continues exactly
+                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
+                   path / STATE_FILE)
         if self.pmargin is not None:
             np.save(path / PMARGIN_FILE, self.pmargin)
 
@@ -380,6 +392,8 @@ class Trial:
         loop = {k: v for k, v in saved["loop"].items() if k != "window"}  # "window": checkpoints before issue 21
         self.counts = Counts(**loop)
         torch.set_rng_state(saved["rng"])
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
         if (path / PMARGIN_FILE).exists():
             self.pmargin = np.load(path / PMARGIN_FILE)
 
