@@ -119,9 +119,21 @@ LAYERS = [
     ("tune_as.training", ("ray", "mlflow", "tune_as.engine", "tune_as.report"), "the loop knows no Ray nor MLflow"),
     ("tune_as.tasks", ("ray", "mlflow", "tune_as.engine", "tune_as.report", "tune_as.training"), "tasks are data"),
     ("tune_as.space", ("ray", "mlflow", "tune_as.engine", "tune_as.report"), "spaces are data"),
-    ("tune_as.settings", ("ray", "mlflow", "optuna", "tune_as.engine", "tune_as.report", "tune_as.space"),
-     "settings are the bottom layer"),
+    # settings -> losses is the one edge up: a loss's registry types the parameters MLflow logged (from_params)
+    ("tune_as.settings", ("ray", "mlflow", "optuna", "tune_as.engine", "tune_as.report", "tune_as.space",
+                          "tune_as.tasks", "tune_as.training", "tune_as.tracking", "tune_as.results"),
+     "settings are the bottom layer (but for the loss registry)"),
+    ("tune_as.tracking", ("ray", "torch", "optuna", "tune_as.engine", "tune_as.report", "tune_as.training",
+                          "tune_as.tasks", "tune_as.losses", "tune_as.results", "tune_as.space"),
+     "tracking is MLflow and the run schema only"),
+    ("tune_as.report", ("ray", "tune_as.training", "tune_as.tasks"),
+     "the report reads MLflow and draws; it starts Ray only through the engine's confirm_settings"),
+    ("tune_as.errors", ("tune_as", "ray", "mlflow", "torch", "optuna"), "errors import nothing of ours"),
+    ("tune_as.paths", ("tune_as.engine", "tune_as.report", "tune_as.training", "ray", "mlflow", "torch"),
+     "paths check places, before anything heavy is imported"),
 ]
+# Third-party modules a loss may import: torch, and the entmax package (torch too) for sparsemax and entmax15.
+LOSS_LIBRARIES = ("torch", "entmax")
 # The report reaches the engine only through these public modules (the request it fills, confirm_settings).
 REPORT_MAY_USE = {"tune_as.engine.request", "tune_as.engine.run"}
 
@@ -131,6 +143,14 @@ def test_layering(layer: str, forbidden: tuple[str, ...], why: str) -> None:
     bad = {f"{name} imports {imp}" for name, path in modules().items() if _under(name, layer)
            for imp in external_imports(path, name) if _under(imp, *forbidden)}
     assert not bad, f"{why}: {sorted(bad)}"
+
+
+def test_losses_import_torch_and_entmax_only() -> None:
+    third_party = {imp.split(".")[0] for name, path in modules().items() if _under(name, "tune_as.losses")
+                   for imp in external_imports(path, name) if not _under(imp, "tune_as", "__future__")}
+    stdlib = set(sys.stdlib_module_names)
+    assert third_party - stdlib <= set(LOSS_LIBRARIES), sorted(third_party - stdlib)
+    assert "torch" in third_party
 
 
 def test_the_report_reaches_the_engine_only_through_its_public_modules() -> None:

@@ -1,5 +1,6 @@
-"""Pieces of the training loop that hold no trial state: seeding, the learning-rate schedule, mixed precision,
-the p_margin measure of the paper's Section 4.5, and an optional phase timer (tune_as.training.trial uses them)."""
+"""Pieces of the training loop (tune_as.training.trial uses them): seeding, the learning-rate schedule, mixed
+precision, the p_margin measure of the paper's Section 4.5, an optional phase timer, the loop's counts and the
+micro-batches of a split."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from tune_as.settings import TrialSettings
 
@@ -76,3 +79,46 @@ def p_margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     probs, flat = probs[keep], flat[keep]
     p_t = probs.gather(1, flat[:, None]).squeeze(1)
     return p_t - probs.scatter(1, flat[:, None], -math.inf).amax(1)
+
+
+RESIDENT_BYTES = 1 << 30  # training inputs up to 1 GiB are widened once per trial and kept on the device
+
+
+@dataclass
+class Counts:
+    """The loop's one record of counts: with the model, optimizer and RNG, all a checkpoint needs to resume."""
+
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    samples_seen: int = 0
+    backward_rows: int = 0  # examples that went through a backward pass (== samples_seen unless rows are skipped)
+    optimizer_steps: int = 0
+    train_seconds: float = 0.0
+    best_val: float = -math.inf
+    best: dict[str, float] = field(default_factory=dict)  # test_<m> and best_val_<m> of the best-val model
+
+
+class Batches:
+    """Micro-batches of a split. The training order of an epoch depends on (seed, epoch) only, drawn once per
+    epoch; inputs are widened once and kept on the device when they fit (`Split.widened`), else per batch."""
+
+    def __init__(self, split: Any, device: torch.device, resident_bytes: int = RESIDENT_BYTES) -> None:
+        self.split, self.device = split, device
+        self.resident = split.widened(device, resident_bytes)
+
+    def get(self, idx: Tensor) -> dict[str, Tensor]:
+        if self.resident is not None:
+            return self.resident.batch(idx.to(self.device))
+        return {k: v.to(self.device, non_blocking=True) for k, v in self.split.batch(idx.cpu()).items()}
+
+    def training_order(self, counts: Counts, batch_size: int, seed: int, total: int) -> Iterator[Tensor]:
+        """Micro-batch indices from the position in `counts` to `total` samples; moves `counts.epoch`."""
+        n = len(self.split)
+        while counts.samples_seen < total:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + counts.epoch))
+            for start in range(counts.batch_in_epoch * batch_size, n, batch_size):
+                if counts.samples_seen >= total:
+                    return
+                yield order[start:start + batch_size]
+            counts.epoch += 1
+            counts.batch_in_epoch = 0

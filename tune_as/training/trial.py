@@ -31,9 +31,8 @@ import pickle
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -45,14 +44,21 @@ from tune_as.losses import Loss, build_loss, row_skipping_problem
 from tune_as.losses.accumulation import AdaptiveAccumulation
 from tune_as.settings import TrialSettings
 from tune_as.tracking.schema import PMARGIN_FILE
-from tune_as.training.tools import PhaseTimer, autocast_for, lr_factor, p_margin, seed_everything
+from tune_as.training.tools import (
+    Batches,
+    Counts,
+    PhaseTimer,
+    autocast_for,
+    lr_factor,
+    p_margin,
+    seed_everything,
+)
 
 __all__ = ["FINISHED_FILE", "PMARGIN_FILE", "STATE_FILE", "Counts", "PhaseTimer", "Reporter", "StepStats", "Trial",
            "drop_weights", "lr_factor", "p_margin", "run_trial"]
 
 STATE_FILE = "trial_state.pt"
 FINISHED_FILE = "trial_finished"  # in a checkpoint whose weights `drop_weights` removed: the trial has ended
-RESIDENT_BYTES = 1 << 30  # training inputs up to 1 GiB are widened once per trial and kept on the device
 EVAL_ROWS = 2048  # evaluation batch where batches are plain indexes (frozen features, pixels): no gradients kept
 
 
@@ -64,20 +70,6 @@ class Reporter(Protocol):
         ...
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None: ...
-
-
-@dataclass
-class Counts:
-    """The loop's one record of counts: with the model, optimizer and RNG, all a checkpoint needs to resume."""
-
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    samples_seen: int = 0
-    backward_rows: int = 0  # examples that went through a backward pass (== samples_seen unless rows are skipped)
-    optimizer_steps: int = 0
-    train_seconds: float = 0.0
-    best_val: float = -math.inf
-    best: dict[str, float] = field(default_factory=dict)  # test_<m> and best_val_<m> of the best-val model
 
 
 class StepStats(NamedTuple):
@@ -126,32 +118,6 @@ def build_parts(cfg: TrialSettings, data: Any, device: torch.device) -> Parts:
     autocast, use_scaler = autocast_for(cfg, device)
     scaler = torch.amp.GradScaler(device.type) if use_scaler else None
     return Parts(model, optimizer, loss_fn, loss_fn.make_accumulator(), scaler, autocast)
-
-
-class Batches:
-    """Micro-batches of a split. The training order of an epoch depends on (seed, epoch) only, drawn once per
-    epoch; inputs are widened once and kept on the device when they fit (`Split.widened`), else per batch."""
-
-    def __init__(self, split: Any, device: torch.device, resident_bytes: int = RESIDENT_BYTES) -> None:
-        self.split, self.device = split, device
-        self.resident = split.widened(device, resident_bytes)
-
-    def get(self, idx: Tensor) -> dict[str, Tensor]:
-        if self.resident is not None:
-            return self.resident.batch(idx.to(self.device))
-        return {k: v.to(self.device, non_blocking=True) for k, v in self.split.batch(idx.cpu()).items()}
-
-    def training_order(self, counts: Counts, batch_size: int, seed: int, total: int) -> Iterator[Tensor]:
-        """Micro-batch indices from the position in `counts` to `total` samples; moves `counts.epoch`."""
-        n = len(self.split)
-        while counts.samples_seen < total:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + counts.epoch))
-            for start in range(counts.batch_in_epoch * batch_size, n, batch_size):
-                if counts.samples_seen >= total:
-                    return
-                yield order[start:start + batch_size]
-            counts.epoch += 1
-            counts.batch_in_epoch = 0
 
 
 class Trial:
