@@ -22,6 +22,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from tune_as.results import racing
+from tune_as.results.answer import AnswerRecord
 
 pytestmark = pytest.mark.slow
 
@@ -355,11 +356,16 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
         loss, seed = pair[run.data.tags["tune_as.trial_id"]]
         results.setdefault(loss, {})[seed] = (run.data.metrics["best_val_accuracy"], run.data.metrics["test_accuracy"])
     seeds = sorted(results["softmax"])
-    plan = racing.Plan(("softmax", "as_softmax"), "softmax", tuple(seeds), max_seeds=5)
+    # the search's own verdict plan (its answer record): 100 test items, so the default margin is one item
+    record = AnswerRecord.from_json(Path(client.download_artifacts(parents[0].info.run_id, "answer.json",
+                                                                   str(tmp_path))).read_text())
+    plan = record.race
+    assert plan is not None and plan.seeds[:5] == tuple(seeds) and plan.max_seeds == 5
+    assert (plan.margin_points, plan.resolution_points) == (1.0, 1.0)
     round_one = {loss: {s: v for s, v in by_seed.items() if s in seeds[:3]} for loss, by_seed in results.items()}
     assert racing.decide(round_one, plan).next_seeds == {"softmax": tuple(seeds[3:]), "as_softmax": tuple(seeds[3:])}
     answer = racing.decide(results, plan)
     assert answer.done and answer.seeds_used == {"softmax": 5, "as_softmax": 5}
     row = answer.row("as_softmax")
     word = row.verdict if row.verdict != "undecided" else f"undecided ({row.n} seeds)"
-    assert f"| {word} |" in out and "alpha spent over 2 look(s)" in out, out[-3000:]
+    assert f"| {word} |" in out and "looks at 3, 5 seeds, 2 taken" in out, out[-3000:]
