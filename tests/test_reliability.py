@@ -187,17 +187,25 @@ def test_ctrl_c_stops_trials_marks_runs_killed_and_prints_resume_hint(tmp_path: 
     assert any(c.info.status == "KILLED" for c in children)
 
 
-def test_mlflow_outage_of_30s_loses_nothing(tmp_path: Path) -> None:
+def test_an_mlflow_outage_while_trials_start_report_and_end_loses_nothing(tmp_path: Path) -> None:
+    """The tracking server goes away after the first child run exists and comes back once two more trials' worth of
+    evaluations (8 reports: at least one trial started, reported and ended) were made without it: a condition on
+    the trials' own reports (tests/faults.py), not a sleep. Every write reaches MLflow, once, in order."""
     server = MlflowServer(tmp_path / "mlflow")
     server.root.mkdir()
     server.start()
     space = write_space(tmp_path, trials=5, epochs=4)
+    fault_dir = tmp_path / "faults"
+    fault_dir.mkdir()
     try:
         proc = start_cli(tmp_path, server.uri, ["--search-space", str(space), "--experiment", "rel-outage",
-                                                "--max-concurrent", "1", "--no-asha"])
+                                                "--max-concurrent", "1", "--no-asha"],
+                         env={"TUNE_AS_FAULT_DIR": str(fault_dir)})
         wait_for(lambda: len(runs(server.uri, "rel-outage")[1]) >= 1, 300, "the first child run")
         server.stop()
-        time.sleep(30)
+        before = len(faults.reports(fault_dir))
+        wait_for(lambda: len(faults.reports(fault_dir)) >= before + 8 or proc.poll() is not None, 300,
+                 "8 evaluations made while MLflow is away")
         restarted = MlflowServer(server.root)
         restarted.port, restarted.uri = server.port, server.uri
         restarted.start()
