@@ -50,6 +50,9 @@ def perfect_preds(split: Split, size: int = 16) -> list[torch.Tensor]:
 
 # -- registry ---------------------------------------------------------------------------------------------
 def test_registry_has_every_task_and_unknown_names_fail_listing_them() -> None:
+    from tune_as.engine.request import TASK_NAMES  # what the CLI refuses before importing any task
+
+    assert set(TASK_NAMES) == set(TASKS)
     expected = {"sst5", "clinc_oos", "conll2003", "sighan2015", "eurlex", "wos46985", "goemotions", "mnli", "mrpc",
                 "qnli", "qqp", "rte", "sst2", "cola", "mnist", "cifar10", "cifar100", "digits", "jsonl"}
     assert set(TASKS) == expected

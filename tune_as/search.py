@@ -171,6 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad option (2, its line already printed)
         return int(exc.code or 0)
+    try:  # what the arguments alone can refuse, before Ray, torch and transformers are imported
+        request = request_from_args(args)
+        request.check()
+    except UserError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     loopback_ray(args.address)
     from tune_as.engine.run import NoResult, SearchInterrupted, run_search
 
@@ -180,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     code = 0
     try:
-        run_search(request_from_args(args))
+        run_search(request)
     except UserError as exc:
         if args.debug:
             traceback.print_exc()
