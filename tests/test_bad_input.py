@@ -357,3 +357,14 @@ def test_a_mistyped_task_or_option_is_refused_before_torch_and_ray_are_imported(
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.stdout.split("\n")[0] == "2 2 []", run.stdout + run.stderr
     assert run.stderr.splitlines()[0].startswith("error: unknown task 'nosuchtask': expected one of cifar10")
+
+
+def test_a_margin_below_one_test_item_is_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:
+    """digits' test split has 359 images (one is 0.279 points): a 0.1-point margin cannot be measured on it."""
+    storage, db = tmp_path / "results", tmp_path / "m.db"
+    code = main(["--task", "digits", "--race", "--margin", "0.1", "--storage-path", str(storage), "--mlflow-uri",
+                 f"sqlite:///{db}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: --margin: expected 0 or at least one item of the test split (0.279 points), got 0.1")
+    assert not storage.exists() and not db.exists()

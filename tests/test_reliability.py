@@ -300,7 +300,7 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     first report (mid-epoch): two runs of the round have ended, this one has not, the fourth has not started. Once
     Ray's persisted snapshot of the round shows that state, the driver and Ray are killed (SIGKILL) and the search
     resumed: every (loss, seed) is trained to its end exactly once, in one run, and the answer is the race's on 5
-    seeds each, as without the kill.
+    seeds each: the same table, byte for byte, as the same race run again without a kill.
 
     The test waits for the snapshot (a condition, not a sleep) because Ray persists it in a background thread: a
     driver killed in the moment between a trial's new checkpoint (Ray deletes the older one, num_to_keep=1) and the
@@ -377,3 +377,16 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     row = answer.row("as_softmax")
     word = row.verdict if row.verdict != "undecided" else f"undecided ({row.n} seeds)"
     assert f"| {word} |" in out and "looks at 3, 5 seeds, 2 taken" in out, out[-3000:]
+
+    # and the table is the one the same race prints when nothing kills it, byte for byte
+    (tmp_path / "k").mkdir()
+    (tmp_path / "c").mkdir()
+    killed_table = Path(client.download_artifacts(parents[0].info.run_id, "ranking.md", str(tmp_path / "k")))
+    clean_args = [a if a != "race-kill" else "race-clean" for a in args]
+    code, clean_out = finish(start_cli(tmp_path, uri, clean_args))
+    assert code == 0, clean_out[-3000:]
+    (clean_parent,) = [r for r in client.search_runs([client.get_experiment_by_name("rel-race").experiment_id])
+                       if r.data.tags.get("tune_as.search_id") == "race-clean"
+                       and r.data.tags.get("tune_as.role") == "search"]
+    clean_table = Path(client.download_artifacts(clean_parent.info.run_id, "ranking.md", str(tmp_path / "c")))
+    assert clean_table.read_text() == killed_table.read_text()

@@ -58,7 +58,6 @@ class SearchPlan:
     search_dir: Path
     experiment: str
     search_id: str
-    notes: tuple[str, ...] = ()  # what planning changed that the answer says (a margin raised to one item)
 
     @property
     def losses(self) -> list[str]:
@@ -107,10 +106,6 @@ class SearchPlan:
     def max_epochs(self, loss: str) -> float:
         return max_epochs(self.space, self.base, loss)
 
-    @property
-    def resolution_points(self) -> float:
-        """One item of the verdicts' split (test where it has labels), in points: accuracy's step on it."""
-        return 100.0 / max(len(self.data.test if self.data.test is not None else self.data.validation), 1)
 
 
 def max_epochs(space: SearchSpace, base: TrialSettings, loss: str) -> float:
@@ -355,17 +350,8 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         raise UserError(str(exc)) from None
     data = prepare(data_settings, task)
     space.check_classes(data.num_labels)
-    plan = SearchPlan(r, task, space, data_settings, base, data, name, storage / name, r.experiment or task.name,
+    return SearchPlan(r, task, space, data_settings, base, data, name, storage / name, r.experiment or task.name,
                       state["search_id"] if state else name)
-    step, split = plan.resolution_points, f"{'test' if data.test is not None else 'validation'} split"
-    if plan.confirming and 0 < r.margin < step and "margin" in r.given():
-        raise UserError(f"--margin: expected 0 or at least one item of the {split} ({step:.3g} points), got "
-                        f"{r.margin:g}: a smaller difference cannot be measured on it")
-    if plan.confirming and 0 < r.margin < step:  # the default margin, raised to what the split can measure
-        plan = dataclasses.replace(plan, request=dataclasses.replace(r, margin=step), notes=(
-            f"Margin: the default {r.margin:g} points is less than one item of the {split}; equivalence is judged "
-            f"within ±{step:.3g} points (one item) instead.",))
-    return plan
 
 
 def plan_confirmation(r: SearchRequest, data_settings: DataSettings, configs: list[TrialSettings]) -> SearchPlan:

@@ -1,10 +1,12 @@
-"""The answer's record, built from a finished search (tune_as.results.answer says what it holds and why)."""
+"""The answer's record, built from a finished search (tune_as.results.answer says what it holds and why), and the
+verdicts' margin and resolution, derived from the plan (never saved: a resume derives the same and says the same)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from tune_as.engine.plan import SearchPlan
+from tune_as.errors import UserError
 from tune_as.results import racing
 from tune_as.results.answer import AnswerRecord, Mode
 from tune_as.results.selection import TrialRun
@@ -23,9 +25,10 @@ def answer_record(plan: SearchPlan, trials: Sequence[TrialRun], race: racing.Pla
         how = f"{r.confirm} confirmation seeds" + (f" for the top {r.confirm_top} and {plan.baseline}, single runs "
                                                    "below" if r.confirm_top else "")
     title = f"{plan.task.name}: which loss wins ({plan.metric}, %; {epochs_title(plan)}; {how})"
-    lines = [f"Data: {w}" for w in plan.data.warnings] + list(plan.notes) + list(notes) + plan.quota_notes()
+    lines = [f"Data: {w}" for w in plan.data.warnings] + plan_notes(plan) + list(notes) + plan.quota_notes()
     mode: Mode = "none" if race is None else "race" if r.race else "fixed"
-    return AnswerRecord(plan.task.name, plan.metric, title, tuple(plan.losses), plan.baseline, r.margin, mode, race,
+    return AnswerRecord(plan.task.name, plan.metric, title, tuple(plan.losses), plan.baseline, margin_points(plan),
+                        mode, race,
                         {t.run_id: not t.stopped_early for t in trials}, rounds, failures, tuple(lines))
 
 
@@ -35,3 +38,36 @@ def epochs_title(plan: SearchPlan) -> str:
         (each,) = set(epochs.values())  # the losses' own epochs, which need not be the base's
         return f"{each:g} epoch{'s' if each != 1 else ''} each"
     return "epochs per loss: " + ", ".join(f"{loss} {e:g}" for loss, e in epochs.items())
+
+
+def resolution_points(plan: SearchPlan) -> float:
+    """One item of the verdicts' split (test where it has labels), in points: accuracy's step on it."""
+    return 100.0 / max(len(plan.data.test if plan.data.test is not None else plan.data.validation), 1)
+
+
+def margin_points(plan: SearchPlan) -> float:
+    """The verdicts' margin: --margin, or one item of the split where the default is smaller (a difference the
+    split cannot measure)."""
+    r, step = plan.request, resolution_points(plan)
+    return step if plan.confirming and 0 < r.margin < step else r.margin
+
+
+def _split(plan: SearchPlan) -> str:
+    return f"{'test' if plan.data.test is not None else 'validation'} split"
+
+
+def check_margin(plan: SearchPlan) -> None:
+    """A --margin a user gave below one item of the split is refused before anything runs."""
+    r = plan.request
+    if margin_points(plan) != r.margin and "margin" in r.given():
+        raise UserError(f"--margin: expected 0 or at least one item of the {_split(plan)} "
+                        f"({resolution_points(plan):.3g} points), got {r.margin:g}: a smaller difference cannot be "
+                        "measured on it")
+
+
+def plan_notes(plan: SearchPlan) -> list[str]:
+    """What planning decided that the answer must say: the default margin raised to one item."""
+    if margin_points(plan) == plan.request.margin:
+        return []
+    return [f"Margin: the default {plan.request.margin:g} points is less than one item of the {_split(plan)}; "
+            f"equivalence is judged within ±{margin_points(plan):.3g} points (one item) instead."]

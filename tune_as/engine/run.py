@@ -21,7 +21,7 @@ from tune_as.engine.callbacks import DropFinishedWeights, MlflowCallback, comple
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
 from tune_as.engine.progress import reporter
-from tune_as.engine.record import answer_record
+from tune_as.engine.record import answer_record, check_margin, margin_points, resolution_points
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher
@@ -209,12 +209,13 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
 def run_search(r: SearchRequest) -> Outcome:
     """Plan and validate (nothing written on bad input), search, confirm, rank. Returns the answer."""
     plan = plan_search(r)
+    check_margin(plan)
     r = plan.request
     state = state_of(plan)
     params = {"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.search_trials,
               "backbone": plan.data_settings.backbone, "encoder": plan.data_settings.encoder,
               "epochs": plan.base.epochs, "seed": r.seed, "confirm": r.confirm, "race": r.race,
-              "max_seeds": r.max_seeds if r.race else None, "margin_points": r.margin, "baseline": plan.baseline,
+              "max_seeds": r.max_seeds if r.race else None, "margin_points": margin_points(plan), "baseline": plan.baseline,
               "budget": r.budget, "git_commit": git_commit(), "search_space": str(plan.space.path)}
     params = {k: v for k, v in params.items() if v is not None}
     tags = {schema.DATA_WARNINGS: " | ".join(plan.data.warnings)[:5000]} if plan.data.warnings else {}
@@ -309,10 +310,10 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
     seeds = ranking.confirmation_seeds(trials, r.confirm or r.max_seeds)
     per_run = max(plan.max_epochs(loss) for loss in losses)
     last = last_look(r.max_seeds, r.budget, search_epochs, len(losses), per_run)  # fixed before any seed
-    step = plan.resolution_points
-    race = (racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=r.margin,
+    step = resolution_points(plan)
+    race = (racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=margin_points(plan),
                               resolution_points=step) if r.confirm
-            else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=last, margin_points=r.margin,
+            else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=last, margin_points=margin_points(plan),
                              resolution_points=step))
     runs: list[TrialRun] = []
     rounds: list[tuple[str, ...]] = []
