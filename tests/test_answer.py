@@ -123,6 +123,16 @@ def test_a_race_is_reproducible_replayed_exactly_and_never_pooled(tmp_path: Path
     assert rows["am_softmax"]["selected setting"].startswith("no result: failed or diverged")
     assert rows["label_smoothing"]["test mean ± std"] != "-"
     assert parent.data.params["race"] == "True" and parent.data.params["margin_points"] == "0.5"
+    # MLflow opens on the runs table, and the parent run holds the answer as tags and metrics
+    assert exp.tags[schema.EXPERIMENT_KIND] == schema.MODEL_RUNS
+    tags, metrics = parent.data.tags, parent.data.metrics
+    assert unmarked(tags["tune_as.verdict.sparsemax"]) == "loss" and metrics["delta_sparsemax"] < -10
+    assert metrics["delta_low_sparsemax"] < metrics["delta_sparsemax"] < metrics["delta_high_sparsemax"]
+    assert tags["tune_as.verdict.label_smoothing"] == unmarked(rows["label_smoothing"][verdict])
+    assert "sparsemax" not in tags["tune_as.best_set"] and tags["tune_as.winner"]
+    # confirmation runs are named by the seed they confirm: every run name of the search is unique
+    names = [r.info.run_name for r in client.search_runs([exp.experiment_id], f"tags.`{schema.SEARCH}` = 'race'")]
+    assert len(names) == len(set(names)) and "softmax_seed5" in names
 
     report = build_report([experiment], tmp_path / "out", mlflow_server.uri)
     answers = _answers(report)

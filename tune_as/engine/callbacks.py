@@ -94,7 +94,10 @@ class MlflowCallback(tune.Callback):
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         config = {**self.data_params, **trial.config, "git_commit": git_commit()}
-        self.tracker.trial_started(trial.trial_id, config, name=trial_name(trial), tags={
+        # a search trial is `<loss>_<number>`; a confirmation run says which seed it confirms: `<loss>_seed<seed>`
+        name = trial_name(trial) if self.role != schema.ROLE_CONFIRMATION else \
+            f"{trial.config.get('loss', 'trial')}_seed{trial.config.get('seed')}"
+        self.tracker.trial_started(trial.trial_id, config, name=name, tags={
             schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]), schema.LOSS: str(trial.config["loss"]),
             schema.METRIC: f"val_{self.metric}"})
 

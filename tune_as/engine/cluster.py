@@ -93,8 +93,9 @@ def init_ray(address: str | None, dashboard_host: str) -> None:
             signal.signal(signal.SIGTERM, on_sigterm)
     url = getattr(ctx, "dashboard_url", None)
     if url:
+        port = str(url).rsplit(":", 1)[-1]  # the port Ray bound (8265, or the next free one)
         print(f"Ray dashboard: http://{url}  (token auth: the token is in ~/.ray/auth_token locally, or "
-              "RAY_AUTH_TOKEN on a cluster; from a laptop: ssh -L 8265:127.0.0.1:8265 HEAD)")
+              f"RAY_AUTH_TOKEN on a cluster; from a laptop: ssh -L {port}:127.0.0.1:{port} HEAD)")
 
 
 def _init_local(dashboard_host: str) -> Any:

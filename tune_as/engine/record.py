@@ -3,6 +3,7 @@ verdicts' margin and resolution, derived from the plan (never saved: a resume de
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from tune_as.engine.plan import SearchPlan
@@ -71,3 +72,18 @@ def plan_notes(plan: SearchPlan) -> list[str]:
         return []
     return [f"Margin: the default {plan.request.margin:g} points is less than one item of the {_split(plan)}; "
             f"equivalence is judged within ±{margin_points(plan):.3g} points (one item) instead."]
+
+
+def reach(race: racing.Plan, baseline: str, search_epochs: float, per_run: float, more: int = 10) -> str:
+    """What the race's looks can decide, said before its first seed (racing.decidable), and, when its last look is
+    below `more` seeds, what `more` would allow and the budget that pays it."""
+    fixed = race.first == race.max_seeds
+    line = (f"What the confirmation can decide: a claim needs |Δ| >= "
+            f"{', '.join(f'{k:.3g}·s at {n} seeds' for n, k in racing.decidable(race))} (s: the spread over seeds "
+            f"of a loss's difference to {baseline}, in points; Holm's first step).")
+    if race.max_seeds < more:
+        wider = dataclasses.replace(race, seeds=tuple(range(more)), max_seeds=more, first=more if fixed else race.first)
+        budget = search_epochs + per_run * len(race.losses) * more
+        line += (f" {'--confirm' if fixed else '--max-seeds'} {more} (a --budget of at most {budget:g} trial-epochs "
+                 f"in all) would need {racing.decidable(wider)[-1][1]:.3g}·s at its last look.")
+    return line

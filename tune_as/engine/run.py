@@ -4,6 +4,7 @@ the answer: a ranking of the losses (tune_as.results.ranking), printed and logge
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import tempfile
 import time
@@ -21,14 +22,14 @@ from tune_as.engine.callbacks import DropFinishedWeights, MlflowCallback, comple
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
 from tune_as.engine.progress import reporter
-from tune_as.engine.record import answer_record, check_margin, margin_points, resolution_points
+from tune_as.engine.record import answer_record, check_margin, margin_points, reach, resolution_points
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher
 from tune_as.engine.state import CONFIRM_DIR
 from tune_as.errors import UserError
 from tune_as.results import racing, ranking
-from tune_as.results.answer import answer_table
+from tune_as.results.answer import answer_table, summary
 from tune_as.results.budget import last_look
 from tune_as.results.selection import Cell, TrialRun
 from tune_as.settings import DataSettings, TrialSettings
@@ -221,8 +222,9 @@ def run_search(r: SearchRequest) -> Outcome:
     tags = {schema.DATA_WARNINGS: " | ".join(plan.data.warnings)[:5000]} if plan.data.warnings else {}
     with _tracked(plan, params, tags, state) as session:
         print(f"MLflow: {session.tracker.shown}  experiment {plan.experiment!r}, parent run {session.tracker.parent_id}")
-        print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  "
-              f"(optuna-dashboard {schema.optuna_url(plan.search_dir)})")
+        viewer = (f"optuna-dashboard {schema.optuna_url(plan.search_dir)}" if importlib.util.find_spec(
+            "optuna_dashboard") else "pip install optuna-dashboard to browse them")
+        print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  ({viewer})")
         outcome = _search_and_confirm(session)
     write_state(plan.search_dir, {**state, "finished": True})
     return outcome
@@ -257,8 +259,10 @@ def _search_and_confirm(session: Session) -> Outcome:
         md.write_text(text)
         csv.write_text(answered.table.csv())
         record_file.write_text(record.to_json())
-        session.tracker.search_artifacts([md, csv, record_file], {schema.SEARCH_EPOCHS: compute.search_epochs,
-                                                                  schema.CONFIRM_EPOCHS: compute.confirm_epochs})
+        metrics, tags = summary(answered, record.margin_points)
+        session.tracker.search_artifacts([md, csv, record_file], {
+            schema.SEARCH_EPOCHS: compute.search_epochs, schema.CONFIRM_EPOCHS: compute.confirm_epochs, **metrics},
+            {schema.ANSWER_TAG_PREFIX + k: v for k, v in tags.items()})
     if not any(row.val for row in rows):
         raise NoResult(f"no loss has a result: every trial failed, diverged or was stopped early "
                        f"({'; '.join(f'{row.loss}: {row.failure}' for row in rows)[:600]})")
@@ -346,21 +350,6 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
         notes.append(f"--budget {r.budget:g} trial-epochs spent before every verdict was decided.")
     return Confirmed(runs, epochs, race, tuple(notes), tuple(rounds))
 
-
-
-def reach(race: racing.Plan, baseline: str, search_epochs: float, per_run: float, more: int = 10) -> str:
-    """What the race's looks can decide, said before its first seed (racing.decidable), and, when its last look is
-    below `more` seeds, what `more` would allow and the budget that pays it."""
-    fixed = race.first == race.max_seeds
-    line = (f"What the confirmation can decide: a claim needs |Δ| >= "
-            f"{', '.join(f'{k:.3g}·s at {n} seeds' for n, k in racing.decidable(race))} (s: the spread over seeds "
-            f"of a loss's difference to {baseline}, in points; Holm's first step).")
-    if race.max_seeds < more:
-        wider = dataclasses.replace(race, seeds=tuple(range(more)), max_seeds=more, first=more if fixed else race.first)
-        budget = search_epochs + per_run * len(race.losses) * more
-        line += (f" {'--confirm' if fixed else '--max-seeds'} {more} (a --budget of at most {budget:g} trial-epochs "
-                 f"in all) would need {racing.decidable(wider)[-1][1]:.3g}·s at its last look.")
-    return line
 
 
 def _settings(cell: Cell) -> TrialSettings:

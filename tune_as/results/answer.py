@@ -157,3 +157,24 @@ def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: S
         notes.append(f"{verdicts.STEP_DOWN_MARK}: the interval shown reaches past the claim ({'; '.join(reasons)}); "
                      "the claim is controlled as stated above (docs/verdicts.md).")
     return notes
+
+
+def summary(answered: Answered, margin_points: float) -> tuple[dict[str, float], dict[str, str]]:
+    """The answer as MLflow metrics and tags of the parent run (names: tune_as.tracking.schema), so the runs table
+    shows it: per loss its difference to the baseline and interval bounds in points, its verdict word; the best
+    set, and the winner when the best set has one member ("tie" otherwise)."""
+    decision = answered.decision
+    if decision is None:
+        return {}, {}
+    metrics: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    for row in decision.rows:
+        if row.mean_diff is not None:
+            metrics[f"delta_{row.loss}"] = 100 * row.mean_diff
+        if row.interval is not None:
+            metrics[f"delta_low_{row.loss}"], metrics[f"delta_high_{row.loss}"] = (100 * x for x in row.interval)
+        tags[f"verdict.{row.loss}"] = verdicts.verdict_word(row, verdicts.points(margin_points))
+    if decision.best:
+        tags["best_set"] = ", ".join(sorted(decision.best))
+        tags["winner"] = decision.best[0] if len(decision.best) == 1 else "tie: " + tags["best_set"]
+    return metrics, tags

@@ -28,6 +28,11 @@ EXPERIMENTS = "tune_as.experiments"  # on a report run: the experiments it read
 ORPHANED = "tune_as.orphaned"
 DATA_WARNINGS = "tune_as.data_warnings"  # on a search's parent run: what in the data could mislead (leakage, ...)
 PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
+# MLflow 3 opens an experiment in its GenAI view (traces) unless this experiment tag says it holds model runs
+EXPERIMENT_KIND, MODEL_RUNS = "mlflow.experimentKind", "custom_model_development"
+# On a search's parent run, from its answer (tune_as.results.answer.summary): tags tune_as.winner, tune_as.best_set
+# and tune_as.verdict.<loss>; metrics delta_<loss>, delta_low_<loss>, delta_high_<loss> (points).
+ANSWER_TAG_PREFIX = "tune_as."
 
 ROLE_SEARCH, ROLE_TRIAL, ROLE_CONFIRMATION, ROLE_REPORT = "search", "trial", "confirmation", "report"
 

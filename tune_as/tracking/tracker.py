@@ -23,7 +23,19 @@ from mlflow.tracking import MlflowClient
 
 from tune_as.errors import UserError
 from tune_as.tracking.client import DEFAULT_URI, failure_reason, is_outage, open_client, redact_uri, scrub
-from tune_as.tracking.schema import ERROR, LAST_STEP, NODE, ORPHANED, PARENT, ROLE, ROLE_SEARCH, SEARCH, TRIAL
+from tune_as.tracking.schema import (
+    ERROR,
+    EXPERIMENT_KIND,
+    LAST_STEP,
+    MODEL_RUNS,
+    NODE,
+    ORPHANED,
+    PARENT,
+    ROLE,
+    ROLE_SEARCH,
+    SEARCH,
+    TRIAL,
+)
 
 log = logging.getLogger(__name__)
 NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", "hostname", "node_ip", "pid",
@@ -83,7 +95,10 @@ class MlflowTracker:
     def start_search(self, params: dict[str, Any], tags: dict[str, str]) -> str:
         """Find (on resume) or create the experiment and the parent run of this search."""
         exp = self.client.get_experiment_by_name(self.experiment)
-        self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(self.experiment)
+        self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(
+            self.experiment, tags={EXPERIMENT_KIND: MODEL_RUNS})
+        if exp is not None and exp.tags.get(EXPERIMENT_KIND) != MODEL_RUNS:
+            self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND, MODEL_RUNS)
         found = self.client.search_runs([self.experiment_id], max_results=1,
                                         filter_string=f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` = 'search'")
         if found:
@@ -215,9 +230,10 @@ class MlflowTracker:
             self.client.set_terminated(run_id, status)
         self._enqueue(f"end of {trial_id}", op)
 
-    def search_artifacts(self, paths: list[Path], metrics: dict[str, float] | None = None) -> None:
-        """Log files (the search's ranking) and metrics (its compute) to the parent run; files are copied now,
-        and both are delivered through the queue."""
+    def search_artifacts(self, paths: list[Path], metrics: dict[str, float] | None = None,
+                         tags: dict[str, str] | None = None) -> None:
+        """Log files (the search's ranking), metrics (its compute, each loss's difference) and tags (verdicts, the
+        winner) to the parent run; files are copied now, and all is delivered through the queue."""
         staged = Path(tempfile.mkdtemp(prefix="tune_as_art_"))
         for path in paths:
             shutil.copy2(path, staged / path.name)
@@ -225,8 +241,9 @@ class MlflowTracker:
         def op() -> None:
             for path in sorted(staged.iterdir()):
                 self.client.log_artifact(str(self.parent_id), str(path))
-            for key, value in (metrics or {}).items():
-                self.client.log_metric(str(self.parent_id), key, value)
+            self.client.log_batch(str(self.parent_id), metrics=[
+                Metric(k, float(v), int(time.time() * 1000), 0) for k, v in (metrics or {}).items()],
+                tags=[RunTag(k, v[:5000]) for k, v in (tags or {}).items()])
             shutil.rmtree(staged, ignore_errors=True)
         self._enqueue("search artifacts", op)
 
