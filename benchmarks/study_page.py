@@ -83,7 +83,8 @@ def best(answer: Answer) -> str:
     """The best set on validation as the answer's note names it (tied members; older answers named a leader and
     its company)."""
     for note in answer.notes:
-        m = re.match(r"Best set on validation \(Hsu's multiple comparisons with the best\): (.*?); its members", note)
+        m = re.match(r"Best set on validation \(Hsu's multiple comparisons with the best\): (.*?)(; its members| "
+                     r"alone\.)", note)
         if m:
             return m.group(1)
         m = re.match(r"Best on validation: (\S+?);(?: cannot be told apart from it: (.*?))? ?\(", note + " (")

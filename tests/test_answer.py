@@ -175,7 +175,7 @@ def test_a_step_down_claim_is_marked_and_the_note_says_which_look_made_it() -> N
     notes = " ".join(answered.table.notes)
     assert f"{STEP_DOWN_MARK}: the interval shown reaches past the claim (x: made at look 1 by Holm's step-down" in notes
     assert "Claims made at look 1 (5 seeds): a loss, b loss, c loss, x loss." in notes
-    assert "family-wise error of 5.0%" in notes and "members are tied, not ranked" in notes
+    assert "family-wise error of 5.0%" in notes and "softmax alone" in notes
     assert "training seeds on this test split" in notes
     plain = answer_table(record(losses=("softmax", "a"), race=racing.Plan.fixed(("softmax", "a"), "softmax", seeds, 5),
                                 mode="fixed", trials={"tsoftmax": True, "ta": True}, rounds=(tuple(

@@ -234,3 +234,15 @@ def run_hint(hint: str, cwd: Path) -> tuple[int, str]:
     proc = subprocess.Popen([sys.executable, *argv[1:]], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     return finish(proc)
+
+
+def test_the_loopback_switch_is_set_for_importing_ray_only() -> None:
+    """The CLIs put Ray in its single-machine mode (every local server on 127.0.0.1) through Ray's documented
+    switch, read when Ray is imported; the switch must not stay in the environment, where a `ray start` of a
+    multi-node cluster started later by the same process (or a test after it) would refuse to run."""
+    code = ("import os, sys; from tune_as.engine.cluster import SINGLE_MACHINE_SWITCH, loopback_ray; "
+            "assert 'ray' not in sys.modules; loopback_ray(None); "
+            "print('ray' in sys.modules, os.environ.get(SINGLE_MACHINE_SWITCH))")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert run.stdout.strip() == "True None", run.stdout + run.stderr

@@ -14,7 +14,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tune_as.results.racing import Answer, Plan, Results, alpha_schedule, decidable, decide, look_schedule
+from tune_as.results.racing import (
+    Answer,
+    Plan,
+    Results,
+    alpha_schedule,
+    decidable,
+    decide,
+    look_schedule,
+    seeds_to_decide,
+)
 
 SEEDS = tuple(range(100, 110))
 LOSSES = ("softmax", "good", "bad", "unsure")
@@ -357,3 +366,24 @@ def test_decidable_is_the_smallest_difference_a_look_can_claim(n: int) -> None:
         d = factor * k * s + s * z
         results = {"softmax": {i: (0.5, 0.5) for i in range(n)}, "x": {i: (0.5, 0.5 + d[i]) for i in range(n)}}
         assert decide(results, plan).row("x").verdict == word, (factor, k)
+
+
+def test_seeds_to_decide_is_the_fewest_seeds_a_fixed_design_needs() -> None:
+    """At the estimate n, paired differences with exactly that mean and spread are decided; at n - 1 they are not.
+    Zero spread (equal values) and an effect no number of seeds can show give None."""
+    losses = ("softmax", "x", "y")
+    probe = Plan.fixed(losses, "softmax", tuple(range(100)), 100, margin_points=0.0)
+    n = seeds_to_decide(probe, 0.004, 0.005)
+    assert n is not None and 4 < n < 100
+
+    def verdict(k: int) -> str:
+        plan = Plan.fixed(losses, "softmax", tuple(range(k)), k, margin_points=0.0)
+        z = np.linspace(-1.0, 1.0, k)
+        d = 0.004 + 0.005 * (z - z.mean()) / z.std(ddof=1)  # mean 0.004, sd 0.005 exactly
+        results = {"softmax": {i: (0.5, 0.5) for i in range(k)}, "x": {i: (0.5, 0.5 + d[i]) for i in range(k)},
+                   "y": {i: (0.5, 0.5) for i in range(k)}}
+        return decide(results, plan).row("x").verdict
+
+    assert verdict(n) == "win" and verdict(n - 1) == "undecided"
+    assert seeds_to_decide(probe, 0.004, 0.0) is None
+    assert seeds_to_decide(probe, 0.00001, 0.01) is None

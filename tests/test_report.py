@@ -286,7 +286,8 @@ BAD_INPUT = [
      "MLflow tracking URI postgresql+psycopg2://alice:***@127.0.0.1:"),
     ("missing sqlite file", lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"sqlite:///{tmp}/none.db"],
      "expected an MLflow SQLite store"),
-    ("negative --confirm", lambda s, tmp: ["--experiment", "x", "--confirm", "-1"], "expected --confirm N with N >= 0"),
+    ("negative --confirm", lambda s, tmp: ["--experiment", "x", "--confirm", "-1"],
+     "--confirm: expected 0 or at least 2 seeds"),
 ]
 
 

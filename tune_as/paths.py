@@ -96,11 +96,3 @@ def shipped_spaces() -> Path:
         raise RuntimeError("tune_as.search_spaces is not installed with tune_as: reinstall the package "
                            "(pip install tune_as, or pip install -e . in a checkout)")
     return Path(locations[0])
-
-
-def loopback_ray(address: str | None) -> None:
-    """For a local Ray (no --address): Ray's single-machine mode, so that every server it starts listens on
-    127.0.0.1 (tune_as.engine.cluster._init_local). Ray reads the switch once, when it is imported: the CLIs call
-    this first thing, before anything imports Ray; a cluster (--address) is left as Ray's defaults make it."""
-    if not address:
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

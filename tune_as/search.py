@@ -15,7 +15,7 @@ from typing import Any
 
 from tune_as.engine.request import SAMPLERS, SearchRequest
 from tune_as.errors import BUG, UserError
-from tune_as.paths import OneLineParser, loopback_ray
+from tune_as.paths import OneLineParser
 
 
 def D(name: str) -> Any:  # noqa: N802 - reads as a marker in the option table below
@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from tune_as.engine.cluster import loopback_ray
+
     loopback_ray(args.address)
     from tune_as.engine.run import NoResult, SearchInterrupted, run_search
 

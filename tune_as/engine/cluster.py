@@ -3,6 +3,7 @@ seconds when its address does not answer, or answers but is no Ray (ray.init wou
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import socket
@@ -10,8 +11,6 @@ import sys
 import threading
 import urllib.parse
 from typing import Any
-
-import ray
 
 from tune_as.errors import UserError, excerpt, first_line
 from tune_as.tracking.client import redact_uri
@@ -75,6 +74,8 @@ def init_ray(address: str | None, dashboard_host: str) -> None:
     if dashboard_host not in LOOPBACK:
         print(f"warning: --dashboard-host {dashboard_host} makes the Ray dashboard reachable beyond this machine; "
               "token authentication stays on", file=sys.stderr)
+    import ray
+
     if ray.is_initialized():
         return
     # Ray's core worker puts a C++ handler on SIGTERM that dumps a stack and aborts the driver: give the
@@ -102,13 +103,16 @@ def _init_local(dashboard_host: str) -> Any:
     """A local Ray whose servers (GCS, raylet, workers, dashboard agent, runtime-env agent, metrics) all listen
     on 127.0.0.1 only. Each binds loopback when the node's IP is 127.0.0.1, but `ray.init` swaps a loopback
     `_node_ip_address` for the machine's routable IP unless Ray's single-machine mode is on (its default on
-    macOS and Windows): the CLIs turn it on with Ray's documented switch, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0,
-    before Ray is imported (`loopback_ray` in tune_as.paths)."""
+    macOS and Windows): the CLIs turn it on for their own process (`loopback_ray`) before Ray is imported."""
+    import ray
+
     return ray.init(include_dashboard=True, dashboard_host=dashboard_host, log_to_driver=False,
                     _node_ip_address="127.0.0.1")
 
 
 def resources(cpus_per_trial: float, gpus_per_trial: float | None) -> dict[str, float]:
+    import ray
+
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     max_gpus = max((n["Resources"].get("GPU", 0.0) for n in nodes), default=0.0)
     gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if max_gpus >= 1 else 0.0)
@@ -124,6 +128,27 @@ def resources(cpus_per_trial: float, gpus_per_trial: float | None) -> dict[str, 
 def concurrency(max_concurrent: int | None, res: dict[str, float]) -> int:
     if max_concurrent:
         return max_concurrent
+    import ray
+
     total = ray.cluster_resources()
     fits = total.get("GPU", 0) / res["gpu"] if res["gpu"] else total.get("CPU", 1) / res["cpu"]
     return max(1, min(8, int(fits)))
+
+
+# Ray's documented switch for its single-machine mode, read once, when Ray is imported.
+SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def loopback_ray(address: str | None) -> None:
+    """For a local Ray (no --address), Ray's single-machine mode in this process, so that every server
+    `_init_local` starts listens on 127.0.0.1. Ray reads the switch when it is imported: the CLIs call this before
+    anything imports Ray; it is set for that import only and then removed, so that no process started later (a
+    `ray start` of a multi-node cluster, which refuses that mode) inherits it. Where Ray is already imported, or a
+    cluster is named, nothing changes."""
+    if address or "ray" in sys.modules or SINGLE_MACHINE_SWITCH in os.environ:
+        return
+    os.environ[SINGLE_MACHINE_SWITCH] = "0"
+    try:
+        importlib.import_module("ray")
+    finally:
+        del os.environ[SINGLE_MACHINE_SWITCH]

@@ -26,7 +26,7 @@ import numpy as np
 
 from tune_as.engine.request import SearchRequest
 from tune_as.errors import BUG, UserError
-from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder, loopback_ray
+from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder
 from tune_as.report.answers import Replayed, column_labels, replay, search_name
 from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
 from tune_as.results.render import Table
@@ -356,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad option (2, its line already printed)
         return int(exc.code or 0)
+    from tune_as.engine.cluster import loopback_ray
+
     loopback_ray(args.address)
     try:
         if args.confirm < 0 or args.confirm == 1:

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from tune_as.results import racing, ranking, verdicts
 from tune_as.results.render import Table
 from tune_as.results.selection import TrialRun
@@ -104,8 +106,34 @@ def answer_table(record: AnswerRecord, trials: Sequence[TrialRun], confirmations
         decision = racing.decide(ranking.race_results(confirmed, record.metric), record.race, 0)
     rows = ranking.rank(mine, confirmed, record.metric, record.losses, decision, record.race, record.failures)
     notes = [*record.notes, *_verdict_notes(record, decision, rows)]
+    if record.race is not None and decision is not None:
+        notes += _what_it_takes(record.race, decision, ranking.race_results(confirmed, record.metric))
     table = ranking.table(rows, record.title, record.baseline, record.margin_points, record.alpha, notes)
     return Answered(rows, table, decision)
+
+
+def _what_it_takes(plan: racing.Plan, decision: racing.Answer, results: racing.Results) -> list[str]:
+    """For every undecided loss, the seeds a fixed design would need at its observed difference and spread
+    (racing.seeds_to_decide), or why no number of seeds would decide it."""
+    on = 0 if decision.metric == "val" else 1
+    base = {s: v[on] for s, v in results.get(plan.baseline, {}).items()}
+    parts = []
+    for row in decision.rows:
+        if row.verdict != "undecided" or row.mean_diff is None:
+            continue
+        used = plan.seeds[: decision.seeds_used.get(row.loss, 0)]
+        mine = {s: v[on] for s, v in results.get(row.loss, {}).items() if s in used}
+        d = verdicts.paired_differences(
+            {s: float(v) for s, v in mine.items() if v is not None},
+            {s: float(v) for s, v in base.items() if v is not None})
+        sd = float(np.std(d, ddof=1)) if len(d) > 1 else 0.0
+        n = racing.seeds_to_decide(plan, row.mean_diff, sd)
+        parts.append(f"{row.loss} ≈ {n} seeds" if n is not None else f"{row.loss}: not within 100 seeds" + (
+            " (equal values on every seed so far)" if sd == 0 else f" at Δ {100 * row.mean_diff:+.2f}"))
+    if not parts:
+        return []
+    return ["What would decide the undecided (a fixed design of n new seeds at each loss's observed Δ and spread, "
+            "Holm's first step; an estimate that new seeds will move): " + "; ".join(parts) + "."]
 
 
 def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: Sequence[ranking.Row]) -> list[str]:
@@ -116,10 +144,10 @@ def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: S
     notes = []
     if decision.leader is not None:
         tied = sorted(decision.best)
-        notes.append(f"Best set on validation (Hsu's multiple comparisons with the best): {', '.join(tied)}; its "
-                     "members are tied, not ranked. A truly best loss is in it with probability >= "
-                     f"{1 - plan.alpha / 2:.1%}; when several losses tie for best, each is kept with that "
-                     "probability, not all of them together.")
+        members = f"{', '.join(tied)}; its members are tied, not ranked" if len(tied) > 1 else f"{tied[0]} alone"
+        notes.append(f"Best set on validation (Hsu's multiple comparisons with the best): {members}. A truly best "
+                     f"loss is in it with probability >= {1 - plan.alpha / 2:.1%}; when several losses tie for best, "
+                     "each is kept with that probability, not all of them together.")
     looks = {look.index: look for look in decision.looks}
     made: dict[int, list[str]] = {}
     for row in decision.rows:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 from scipy import stats
 
 from tune_as.results.verdicts import (
@@ -143,6 +144,21 @@ def decidable(plan: Plan) -> tuple[tuple[int, float], ...]:
     m = len(plan.losses) - 1
     return tuple((n, float(stats.t.ppf(1 - a / (3 * m), n - 1)) / math.sqrt(n))
                  for n, a in zip(plan.looks, plan.alphas_verdicts, strict=True) if n >= 2)
+
+
+def seeds_to_decide(plan: Plan, mean: float, sd: float, limit: int = 100) -> int | None:
+    """The fewest seeds (2..limit) with which a fixed design (one look spending the verdicts' whole alpha) would
+    decide a loss whose paired differences have this mean and spread, at Holm's first step: a win or loss once
+    |mean| > t(1 - a / (3m), n - 1) * sd / sqrt(n), equivalence once |mean| plus that is inside the margin. None when
+    no number up to `limit` would (or sd is 0: equal values are no evidence). An estimate at the observed effect,
+    which new seeds will move, not a promise."""
+    if not (sd > 0 and math.isfinite(mean)):
+        return None
+    m = len(plan.losses) - 1
+    n = np.arange(2, limit + 1)
+    half = stats.t.ppf(1 - plan.alpha / 2 / (3 * m), n - 1) * sd / np.sqrt(n)
+    ok = (abs(mean) > half) | (abs(mean) + half < plan.margin)
+    return int(n[np.argmax(ok)]) if ok.any() else None
 
 
 @dataclass(frozen=True)
