@@ -107,7 +107,6 @@ class SearchPlan:
         return max_epochs(self.space, self.base, loss)
 
 
-
 def max_epochs(space: SearchSpace, base: TrialSettings, loss: str) -> float:
     """The most epochs a trial of `loss` can train: its own `fixed`/searched epochs, else the base's.
     Early stopping's max_t and "completed" are judged per trial against the trial's own epochs."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from tune_as.engine.plan import SearchPlan
 from tune_as.errors import UserError
@@ -41,9 +42,14 @@ def epochs_title(plan: SearchPlan) -> str:
     return "epochs per loss: " + ", ".join(f"{loss} {e:g}" for loss, e in epochs.items())
 
 
+def _verdict_split(plan: SearchPlan) -> tuple[str, Any]:
+    """The split the verdicts are computed on: test where it has labels, else validation (racing's "auto")."""
+    return ("test", plan.data.test) if plan.data.test is not None else ("validation", plan.data.validation)
+
+
 def resolution_points(plan: SearchPlan) -> float:
-    """One item of the verdicts' split (test where it has labels), in points: accuracy's step on it."""
-    return 100.0 / max(len(plan.data.test if plan.data.test is not None else plan.data.validation), 1)
+    """One item of the verdicts' split, in points: accuracy's step on it."""
+    return 100.0 / max(len(_verdict_split(plan)[1]), 1)
 
 
 def margin_points(plan: SearchPlan) -> float:
@@ -53,15 +59,11 @@ def margin_points(plan: SearchPlan) -> float:
     return step if plan.confirming and 0 < r.margin < step else r.margin
 
 
-def _split(plan: SearchPlan) -> str:
-    return f"{'test' if plan.data.test is not None else 'validation'} split"
-
-
 def check_margin(plan: SearchPlan) -> None:
     """A --margin a user gave below one item of the split is refused before anything runs."""
     r = plan.request
     if margin_points(plan) != r.margin and "margin" in r.given():
-        raise UserError(f"--margin: expected 0 or at least one item of the {_split(plan)} "
+        raise UserError(f"--margin: expected 0 or at least one item of the {_verdict_split(plan)[0]} split "
                         f"({resolution_points(plan):.3g} points), got {r.margin:g}: a smaller difference cannot be "
                         "measured on it")
 
@@ -70,7 +72,7 @@ def plan_notes(plan: SearchPlan) -> list[str]:
     """What planning decided that the answer must say: the default margin raised to one item."""
     if margin_points(plan) == plan.request.margin:
         return []
-    return [f"Margin: the default {plan.request.margin:g} points is less than one item of the {_split(plan)}; "
+    return [f"Margin: the default {plan.request.margin:g} points is less than one item of the {_verdict_split(plan)[0]} split; "
             f"equivalence is judged within ±{margin_points(plan):.3g} points (one item) instead."]
 
 

@@ -351,7 +351,6 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
     return Confirmed(runs, epochs, race, tuple(notes), tuple(rounds))
 
 
-
 def _settings(cell: Cell) -> TrialSettings:
     settings = cell.runs[0].settings
     assert settings is not None, "a search's trial runs carry their typed settings"

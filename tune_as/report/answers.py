@@ -4,8 +4,8 @@ other rules: a report and its search print the same Δ, intervals, verdicts, mar
 
 from __future__ import annotations
 
-import math
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,9 +46,7 @@ def column_labels(parents: list[Run]) -> dict[str, str]:
     several searches of one task (their trials are never pooled: a 3-epoch and an 8-epoch search are two
     answers)."""
     task = {p.info.run_id: p.data.tags.get(schema.TASK, "") for p in parents}
-    count: dict[str, int] = {}
-    for t in task.values():
-        count[t] = count.get(t, 0) + 1
+    count = Counter(task.values())
     return {p.info.run_id: task[p.info.run_id] if count[task[p.info.run_id]] == 1
             else f"{task[p.info.run_id]}@{search_name(p)}" for p in parents}
 
@@ -88,14 +86,12 @@ def replay(client: MlflowClient, parent: Run) -> Replayed | str:
     children = client.search_runs([parent.info.experiment_id], max_results=5000, filter_string=(
         f"tags.`{schema.SEARCH}` = '{name}' and tags.`{schema.ROLE}` != '{schema.ROLE_SEARCH}'"))
     runs: dict[str, list[TrialRun]] = {schema.ROLE_TRIAL: [], schema.ROLE_CONFIRMATION: []}
-    for run in children:
+    for run in children:  # a run without a finite best validation metric has no result (ranking.trial_run)
         role = run.data.tags.get(schema.ROLE, "")
-        best = run.data.metrics.get(f"best_val_{record.metric}")
-        if role in runs and best is not None and not math.isnan(best):
-            trial_id = run.data.tags.get(schema.TRIAL, "")
-            made = engine_run(run, record.metric, record.trials.get(trial_id, True))
-            if made is not None:
-                runs[role].append(made)
+        made = engine_run(run, record.metric, record.trials.get(run.data.tags.get(schema.TRIAL, ""), True)) \
+            if role in runs else None
+        if made is not None:
+            runs[role].append(made)
     answered = answer_table(record, runs[schema.ROLE_TRIAL], runs[schema.ROLE_CONFIRMATION])
     same = None if logged is None else logged == answered.table.csv()
     return Replayed(name, parent.info.run_id, answered, same)

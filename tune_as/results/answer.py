@@ -101,13 +101,12 @@ def answer_table(record: AnswerRecord, trials: Sequence[TrialRun], confirmations
     mine = [r for r in trials if r.run_id in record.trials]
     named = {run_id for round_ids in record.rounds for run_id in round_ids}
     confirmed = [r for r in confirmations if r.run_id in named]
-    decision = None
-    if record.race is not None:
-        decision = racing.decide(ranking.race_results(confirmed, record.metric), record.race, 0)
+    results = ranking.race_results(confirmed, record.metric)
+    decision = None if record.race is None else racing.decide(results, record.race, 0)
     rows = ranking.rank(mine, confirmed, record.metric, record.losses, decision, record.race, record.failures)
     notes = [*record.notes, *_verdict_notes(record, decision, rows)]
     if record.race is not None and decision is not None:
-        notes += _what_it_takes(record.race, decision, ranking.race_results(confirmed, record.metric))
+        notes += _what_it_takes(record.race, decision, results)
     table = ranking.table(rows, record.title, record.baseline, record.margin_points, record.alpha, notes)
     return Answered(rows, table, decision)
 

@@ -141,9 +141,15 @@ def decidable(plan: Plan) -> tuple[tuple[int, float], ...]:
     a look gets for its first claim: a one-sided t-test at the look's verdict alpha / (3m), m the comparisons,
     needs |mean| >= t(1 - alpha_k / (3m), n - 1) * s / sqrt(n). Said before the race runs, so a budget whose
     looks cannot decide the differences a user cares about is seen before it is spent."""
+    return tuple((n, float(_first_step(plan, a, n))) for n, a in zip(plan.looks, plan.alphas_verdicts, strict=True)
+                 if n >= 2)
+
+
+def _first_step(plan: Plan, alpha: float, n: int | np.ndarray) -> np.ndarray:
+    """Holm's first step over the plan's 3m verdict hypotheses at `alpha`, with n seeds: the smallest |mean| / s a
+    one-sided t-test rejects at, t(1 - alpha / (3m), n - 1) / sqrt(n)."""
     m = len(plan.losses) - 1
-    return tuple((n, float(stats.t.ppf(1 - a / (3 * m), n - 1)) / math.sqrt(n))
-                 for n, a in zip(plan.looks, plan.alphas_verdicts, strict=True) if n >= 2)
+    return stats.t.ppf(1 - alpha / (3 * m), np.asarray(n) - 1) / np.sqrt(n)
 
 
 def seeds_to_decide(plan: Plan, mean: float, sd: float, limit: int = 100) -> int | None:
@@ -154,9 +160,8 @@ def seeds_to_decide(plan: Plan, mean: float, sd: float, limit: int = 100) -> int
     which new seeds will move, not a promise."""
     if not (sd > 0 and math.isfinite(mean)):
         return None
-    m = len(plan.losses) - 1
     n = np.arange(2, limit + 1)
-    half = stats.t.ppf(1 - plan.alpha / 2 / (3 * m), n - 1) * sd / np.sqrt(n)
+    half = _first_step(plan, plan.alpha / 2, n) * sd
     ok = (abs(mean) > half) | (abs(mean) + half < plan.margin)
     return int(n[np.argmax(ok)]) if ok.any() else None
 
