@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from tune_as.results import racing
+from tune_as.results import racing, ranking
 from tune_as.results.answer import AnswerRecord, answer_table
 from tune_as.results.ranking import exact_value
 from tune_as.results.selection import TrialRun
@@ -210,3 +210,29 @@ def test_the_report_replays_a_clinc_oos_race_and_its_raised_margin(tmp_path: Pat
     report = build_report([experiment], tmp_path / "out", mlflow_server.uri)
     (answer,) = [t for t in report.tables if t.name.startswith("answer_")]
     assert answer.csv() == logged
+
+
+def test_the_answer_fits_a_terminal_of_100_columns_and_keeps_every_cell() -> None:
+    """The printed answer: at 100 columns no line is wider, no word of a cell is cut (a setting's long number folds
+    onto the next line of its row), and the rows are in the CSV and JSON forms too."""
+    import json
+
+    rows = [ranking.Row("sm_softmax", {"loss.m": "0.8963863270334698", "loss.n": "6", "loss.backward": "inf"}, 2, 2,
+                        [0.8, 0.81, 0.82], [0.79, 0.8, 0.83], True, diff="+5.07 [+2.79, +7.35]",
+                        verdict="undecided (5 seeds)", best=True),
+            ranking.Row("multilabel_sparse_softmax", {"loss.k": "5"}, 2, 2, [0.8, 0.81], [0.79, 0.8], True,
+                        diff="-1.00 [-2.69, +0.69]", verdict="equivalent\u2020"),
+            ranking.Row("bce", {}, 2, 0, [], [], False, failure="failed or diverged: nan loss at step 3")]
+    table = ranking.table(rows, "digits: which loss wins", "softmax", 0.5, 0.05, ["Best set on validation {x}."])
+    text = table.terminal(100)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 100
+    flat = " ".join(text.split())
+    for word in ("multilabel_sparse_softmax", "undecided", "equivalent\u2020", "[+2.79,", "+7.35]", "81.00", "±"):
+        assert word in flat, word
+    assert "m=0.8963" in text and "Holm, family-wise 2.5%, margin ±0.5 points" in flat
+    assert [line.split()[:2] for line in lines if line.split()[:2] in (["1", "sm_softmax"], ["-", "bce"])]
+    wide = table.terminal(200)
+    assert "backward=inf, m=0.8963863270334698, n=6" in wide, "on a wide terminal a row is one line"
+    assert json.loads(table.render("json"))["rows"][0]["loss"] == "sm_softmax"
+    assert table.render("csv") == table.csv() and table.render("markdown") == table.markdown()

@@ -1,9 +1,10 @@
-"""Fast tests of the search engine's parts, without a Ray cluster: the per-loss scheduler (Ray's own ASHA
-behind it, real Tune `Trial` objects), the per-loss Optuna searcher (in-memory SQLite), the ranking rules and
+"""Fast tests of the search engine's parts, without a Ray cluster: the per-loss scheduler (its rungs checked
+against Ray's own ASHA, real Tune `Trial` objects), the per-loss Optuna searcher (in-memory SQLite), the ranking rules and
 request validation."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,18 @@ def test_a_slow_loss_is_judged_only_against_its_own_trials() -> None:
     assert set(s.by_loss) == {"softmax", "slow"}
 
 
+def test_one_set_of_rungs_for_every_loss_cuts_the_slow_loss() -> None:
+    """The ablation (--asha-scope search): the slow loss's good setting is judged against softmax and cut."""
+    s = PerLossASHA("epoch", 4.0, 1.0, 2.0, 6, scope="search")
+    s.set_search_properties(METRIC, "max")
+    fast, slow_good = [trial("softmax") for _ in range(3)], trial("slow")
+    for t in [*fast, slow_good]:
+        s.on_trial_add(None, t)
+    for t in fast:
+        result(s, t, 1.0, 0.9)
+    assert result(s, slow_good, 1.0, 0.3) == TrialScheduler.STOP
+
+
 def test_a_loss_with_fewer_trials_than_the_reduction_factor_is_never_stopped() -> None:
     s = scheduler(trials_per_loss=2, rf=3.0)
     a, b = trial("softmax"), trial("softmax")
@@ -75,6 +88,44 @@ def test_brackets_survive_a_restart_of_the_driver(tmp_path: Path) -> None:
     fresh = scheduler()
     fresh.on_trial_add(None, bad)
     assert result(fresh, bad, 1.0, 0.1) == TrialScheduler.CONTINUE  # what a lost state would have decided
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_rungs_decide_as_rays_own_asha_decides(seed: int) -> None:
+    """Our rungs (kept by us so that a resume reads them back) against Ray's `ASHAScheduler` with one bracket, the
+    oracle: the same stream of results (trials interleaved, fractional epochs, ties, completions, a mode "min"
+    search) gets the same decision every time."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    rng = random.Random(seed)
+    rf, grace, max_t = rng.choice([2.0, 3.0, 4.0]), rng.choice([0.5, 1.0, 4 / 3]), rng.choice([4.0, 10.0])
+    mode = rng.choice(["max", "min"])
+    ours = PerLossASHA("epoch", max_t, grace, rf, trials_per_loss=99)
+    ours.set_search_properties(METRIC, mode)
+    ray_asha = ASHAScheduler(time_attr="epoch", metric=METRIC, mode=mode, max_t=max_t,  # type: ignore[arg-type]
+                             grace_period=grace, reduction_factor=rf)  # type: ignore[arg-type]
+    trials = [trial("softmax") for _ in range(12)]
+    epoch = dict.fromkeys(trials, 0.0)
+    live = list(trials)
+    cut = 0
+    for t in trials:
+        ours.on_trial_add(None, t)
+        ray_asha.on_trial_add(None, t)
+    while live:
+        t = rng.choice(live)
+        epoch[t] += rng.choice([0.25, 0.5, 1.0])
+        metrics = {"epoch": epoch[t], METRIC: rng.choice([0.1, 0.5, 0.5, 0.9, rng.random()])}
+        if rng.random() < 0.05:  # the trial ends on its own (Tune calls on_trial_complete)
+            ours.on_trial_complete(None, t, metrics)
+            ray_asha.on_trial_complete(None, t, metrics)
+            live.remove(t)
+            continue
+        decision = ours.on_trial_result(None, t, metrics)
+        assert decision == ray_asha.on_trial_result(None, t, metrics), (t, metrics)
+        if decision == TrialScheduler.STOP:
+            cut += epoch[t] < max_t
+            live.remove(t)
+    assert cut  # the stream makes ASHA cut trials before max_t (the test would be vacuous without)
 
 
 @pytest.mark.parametrize(("epochs", "rf", "grace"), [(10, 3, 10 / 3), (2, 3, 1.0), (1, 3, 1.0), (30, 3, 10.0)])
@@ -418,3 +469,12 @@ def test_a_finite_space_gets_at_most_one_search_trial_per_setting(tmp_path: Path
     assert plan.n_trials == sum(quota.values())
     assert plan.quota_notes() == [f"{loss}: {n} search trials, every setting of its space once (a setting is never "
                                   "trained twice)." for loss, n in (("sparse_softmax", 8), ("taylor_softmax", 10))]
+
+
+def test_the_formats_the_cli_offers_are_the_renderers() -> None:
+    from tune_as.engine.request import OUTPUT_FORMATS
+    from tune_as.results.render import FORMATS
+
+    assert OUTPUT_FORMATS == FORMATS
+    with pytest.raises(UserError, match="--format: expected one of table, markdown, csv, json, got 'html'"):
+        SearchRequest(task="digits", output_format="html").check()

@@ -86,6 +86,7 @@ TAMPERED = {  # how another user could have planted Ray's pickled state, and wha
 def test_resume_refuses_a_search_folder_that_others_can_write_to(case: str, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     folder, argv = saved_search(tmp_path)
+    capsys.readouterr()  # what the search that made the folder printed
     tamper, where = TAMPERED[case]
     tamper(folder)
     assert main(argv) == 2

@@ -60,7 +60,7 @@ def test_a_wheel_installed_alone_runs_a_search_and_a_report_from_another_folder(
                              "softmax,sparsemax", "--trials-per-loss", "1", "--max-epochs", "1", "--confirm", "2"],
                             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
     assert search.returncode == 0, search.stdout[-3000:] + search.stderr[-3000:]
-    assert "### digits: which loss wins" in search.stdout
+    assert "digits: which loss wins" in search.stdout
     report = subprocess.run([str(site / "bin" / "tune-as-report"), "--experiment", "digits", "--out", "report"],
                             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]

@@ -3,6 +3,7 @@ folder), and every other `python -m tune_as.*` command parses with the real CLI.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shlex
@@ -55,7 +56,7 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     """The first command's search and the report, verbatim, in an empty folder: local Ray, SQLite MLflow."""
     search_argv = next(a for a in _commands("tune_as.search") if a[:2] == ["--task", "digits"])
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0",
-           "TUNE_AS_CACHE": str(tmp_path / "cache")}
+           "TUNE_AS_CACHE": str(tmp_path / "cache"), "COLUMNS": "100"}
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("RAY_ADDRESS", None)
     run = subprocess.run([sys.executable, "-m", "tune_as.search", *search_argv], cwd=tmp_path, env=env,
@@ -66,11 +67,22 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     blocks = [b for b in run.stdout.split("\n\n") if re.match(r"\s*digits (search|confirmation): \d+/\d+ trials", b)]
     assert blocks and all(len(line) <= 100 for b in blocks for line in b.strip().splitlines()), blocks[:1]
     assert "| Trial name" not in run.stdout, "Ray's per-trial table is for --verbose"
-    # The answer: every loss ranked on 3 or 5 confirmation seeds (the race); none judged on fewer epochs than another.
-    table = run.stdout[run.stdout.index("### digits: which loss wins"):]
-    rows = {cells[1]: cells for cells in (
-        [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| ")
-    ) if re.fullmatch(r"\d+=?", cells[0])}
+    # The answer: printed as a table that fits the terminal (COLUMNS=100: no line of the search's output is wider,
+    # Ray's included), and logged as ranking.csv: every loss ranked on 3 or 5 confirmation seeds (the race); none
+    # judged on fewer epochs than another.
+    wide = [line for line in (run.stdout + run.stderr).splitlines() if len(line) > 100]
+    assert not wide, wide[:5]
+    table = run.stdout[run.stdout.index("digits: which loss wins"):]
+    assert "Holm, family-wise 2.5%, margin ±0.5 points" in table
+    assert "Best set on validation " in table and "Compute: " in table
+    from mlflow import MlflowClient
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (parent,) = client.search_runs([client.get_experiment_by_name("digits").experiment_id],
+                                   "tags.`tune_as.role` = 'search'")
+    logged = Path(client.download_artifacts(parent.info.run_id, "ranking.csv", str(tmp_path))).read_text()
+    rows = {cells[1]: cells for cells in csv.reader(logged.splitlines()[1:]) if re.fullmatch(r"\d+=?", cells[0])}
+    for loss, cells in rows.items():  # each row of the answer is in the printed table, its loss first on a line
+        assert re.search(rf"^ {re.escape(cells[0])} +{loss} ", table, re.MULTILINE), (loss, table)
     from tune_as.losses import LOSSES
     assert set(rows) == {name for name, cls in LOSSES.items() if "multiclass" in cls.kinds}
     # every trial completes its epochs; a loss with nothing to tune has one search trial (confirmation brings seeds)
@@ -79,10 +91,7 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     assert all(cells[5].count("±") == 1 for cells in rows.values()), "test mean ± std over the seeds"
     words = ("win", "loss", "equivalent", "undecided (3 seeds)", "undecided (5 seeds)")
     assert all(unmarked(cells[7]) in words for loss, cells in rows.items() if loss != "softmax"), rows
-    assert rows["softmax"][7] == "baseline" and "Holm, family-wise 2.5%, margin ±0.5 pts" in table.splitlines()[2]
-    assert "Best set on validation " in table and "Compute: " in table
-    from mlflow import MlflowClient
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert rows["softmax"][7] == "baseline"
     confirmations = client.search_runs([client.get_experiment_by_name("digits").experiment_id],
                                        "tags.`tune_as.role` = 'confirmation'", max_results=500)
     per_loss = {loss: sum(r.data.tags["tune_as.loss"] == loss for r in confirmations) for loss in rows}
@@ -93,8 +102,5 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (tmp_path / "report").is_dir() and any((tmp_path / "report").glob("*.md"))
     # the report prints the search's own answer, replayed from its runs: the same table, byte for byte
-    (parent,) = client.search_runs([client.get_experiment_by_name("digits").experiment_id],
-                                   "tags.`tune_as.role` = 'search'")
-    logged = Path(client.download_artifacts(parent.info.run_id, "ranking.csv", str(tmp_path))).read_text()
     (answer,) = (tmp_path / "report").glob("answer_*.csv")
     assert answer.read_text() == logged

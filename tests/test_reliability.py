@@ -235,7 +235,8 @@ losses:
 def test_nan_loss_fails_the_trial_clearly_and_tells_the_searcher(tmp_path: Path, mlflow_server) -> None:
     space = write_space(tmp_path, trials=2, epochs=2, text=NAN_SPACE)
     code, out = finish(start_cli(tmp_path, mlflow_server.uri, [
-        "--search-space", str(space), "--experiment", "rel-nan", "--name", "digits-nan", "--max-failures", "3"]))
+        "--search-space", str(space), "--experiment", "rel-nan", "--name", "digits-nan", "--max-failures", "3",
+        "--format", "markdown"]))
     # no failure is silent: the loss is in the answer with why, the parent run FAILED, exit code 3
     assert code == 3, out[-3000:]
     assert "| - | softmax | no result: failed or diverged: non-finite training loss" in out, out[-3000:]
@@ -329,7 +330,7 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
                     and r["epoch"] >= 1.0}
     assert ended_before, "the kill should come after a run of round 2 ended"
 
-    code, out = finish(start_cli(tmp_path, uri, ["--name", "race-kill", "--resume"],
+    code, out = finish(start_cli(tmp_path, uri, ["--name", "race-kill", "--resume", "--format", "markdown"],
                                  env={"TUNE_AS_FAULT_DIR": str(fault_dir)}))
     assert code == 0, out[-3000:]
     client = MlflowClient(uri)

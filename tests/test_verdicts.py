@@ -16,9 +16,7 @@ from tune_as.results.verdicts import (
     best_set,
     compare_with_baseline,
     holm,
-    hypothesis_pvalues,
     interval_shows,
-    one_sided_p,
     paired_differences,
     points,
     simultaneous_interval,
@@ -32,18 +30,24 @@ def by_seed(values: list[float] | np.ndarray, first_seed: int = 0) -> dict[int, 
     return {first_seed + i: float(v) for i, v in enumerate(values)}
 
 
-def test_one_sided_p_is_scipys_paired_t_test() -> None:
+def smallest_raw_p(base: np.ndarray, other: np.ndarray, margin: float) -> float:
+    """The smallest raw p of one loss's three nulls: Holm over a family of 3 multiplies it by 3."""
+    row = compare_with_baseline({"softmax": by_seed(base), "x": by_seed(other)}, "softmax", margin, 0.05)[0]
+    assert row.p_adjusted < 1.0
+    return row.p_adjusted / 3
+
+
+def test_the_directional_tests_are_scipys_paired_t_tests() -> None:
     rng = np.random.default_rng(7)
     a = rng.normal(0.80, 0.01, 8)
-    b = a + rng.normal(0.004, 0.006, 8)
-    for alternative in ("greater", "less"):
-        assert one_sided_p(b - a, 0.0, alternative) == pytest.approx(
+    better = a + rng.normal(0.004, 0.003, 8)
+    worse = a - rng.normal(0.004, 0.003, 8)
+    # margin 0: no equivalence claim can compete, so the smallest p is the directional one
+    for b, alternative in ((better, "greater"), (worse, "less")):
+        assert smallest_raw_p(a, b, 0.0) == pytest.approx(
             stats.ttest_rel(b, a, alternative=alternative).pvalue, rel=1e-12)
-        assert one_sided_p(b - a, 0.003, alternative) == pytest.approx(
-            stats.ttest_1samp(b - a, 0.003, alternative=alternative).pvalue, rel=1e-12)
 
 
-@pytest.mark.slow
 def test_holm_hand_computed_and_equal_to_statsmodels() -> None:
     # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 -> running max 0.06;
     # steps: 0.005 <= 0.05/4 reject, 0.01 <= 0.05/3 reject, 0.03 > 0.05/2 stop
@@ -95,11 +99,11 @@ def test_verdicts_follow_holm_over_all_three_m_hypotheses() -> None:
 def test_tost_equivalence_is_the_larger_one_sided_p() -> None:
     rng = np.random.default_rng(11)
     d = rng.normal(0.001, 0.001, 7)
-    p = hypothesis_pvalues(d, M)
+    base = rng.normal(0.8, 0.01, 7)
     expected = max(stats.ttest_1samp(d, -M, alternative="greater").pvalue,
                    stats.ttest_1samp(d, M, alternative="less").pvalue)
-    assert p["equivalent"] == pytest.approx(expected, rel=1e-12)
-    base = rng.normal(0.8, 0.01, 7)
+    assert expected < stats.ttest_1samp(d, 0.0, alternative="greater").pvalue  # so TOST's p is the smallest
+    assert smallest_raw_p(base, base + d, M) == pytest.approx(expected, rel=1e-9)
     tight = {"softmax": by_seed(base), "x": by_seed(base + d)}
     assert compare_with_baseline(tight, "softmax", M, 0.05)[0].verdict == "equivalent"
     loose = {"softmax": by_seed(base), "x": by_seed(base + rng.normal(0, 0.01, 7))}
@@ -132,8 +136,6 @@ def test_equal_counts_and_a_constant_difference_are_no_evidence() -> None:
     up[1] += 0.001
     assert compare_with_baseline({"softmax": base, "up": up}, "softmax", M, 0.05)[0].verdict == "win"
     assert compare_with_baseline({"softmax": base, "copy": dict(base)}, "softmax", 0.0, 0.05)[0].verdict == "undecided"
-    assert one_sided_p([0.0, 0.0, 0.0], 0.0, "greater") == 1.0  # on the boundary: not inside the alternative
-    assert one_sided_p([0.02, 0.02, 0.02], 0.0, "greater") == 1.0
 
 
 def test_fewer_than_two_paired_seeds_is_undecided() -> None:
@@ -192,8 +194,7 @@ def test_earlier_claims_are_kept_and_leave_the_family() -> None:
     # sticky: "a" keeps its claim, its p and its look, with today's data
     assert (rows["a"].verdict, rows["a"].p_adjusted, rows["a"].decided_at, rows["a"].n) == ("win", 0.001, 1, 5)
     # the family: a's two open nulls (p = 1, they keep their place) and b's three -> 5 hypotheses
-    d = np.array(list(values["b"].values())) - base
-    smallest = min(hypothesis_pvalues(d, M).values())
+    smallest = smallest_raw_p(base, np.array(list(values["b"].values())), M)
     assert rows["b"].p_adjusted == pytest.approx(min(1.0, smallest * 5))
     # a loss not tested at this look keeps its place with p = 1 (a, 3 points worse, is tested: a loss)
     untested = compare_with_baseline(values, "softmax", M, 0.05, testable={"a"})
@@ -227,7 +228,6 @@ def test_best_set_level_is_alpha_over_k_minus_one() -> None:
     assert "b" in best_set(values, 0.9, testable={"a", "c"}).members
 
 
-@pytest.mark.slow
 def test_best_set_holm_rule_steps_down_over_the_losses() -> None:
     """rule="holm": q_i = (k - 1) * min_j p(j better than i), Holm over the open losses. c is exactly 50
     points below a (q = 0, out at the first step, alpha / 3); then b needs q_b = 2p <= alpha / 2."""
@@ -243,7 +243,6 @@ def test_best_set_holm_rule_steps_down_over_the_losses() -> None:
         best_set(values, 0.05, rule="nope")  # type: ignore[arg-type]
 
 
-@pytest.mark.slow
 def test_bad_input_is_an_error() -> None:
     with pytest.raises(ValueError, match="finite"):
         compare_with_baseline({"softmax": {1: 0.8, 2: math.nan}, "x": {1: 0.8, 2: 0.8}}, "softmax", M, 0.05)

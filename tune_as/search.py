@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tune_as.engine.request import SAMPLERS, SearchRequest
+from tune_as.engine.request import OUTPUT_FORMATS, SAMPLERS, SearchRequest
 from tune_as.errors import BUG, UserError
 from tune_as.paths import OneLineParser
 
@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search-space", type=Path, default=None,
                    help="search space YAML (default: search_spaces/<task>.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override a fixed trial setting, repeatable: lr, batch_size, epochs, max_length, "
-                        "weight_decay, lr_warmup, eval_every_steps, skip_masked_rows, ... (docs/search_spaces.md)")
+                   help="override a fixed trial setting, repeatable: lr, batch_size, weight_decay, lr_warmup, "
+                        "warmup_r, max_grad_norm, precision, skip_masked_rows (docs/search_spaces.md)")
     p.add_argument("--seed", type=int, default=D("seed"), help="seed for Optuna, data order and model init")
     p.add_argument("--confirm", type=_count, default=D("confirm"), metavar="N",
                    help="after the search, re-run each loss's selected setting with exactly N new seeds (no early "
@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bind the local Ray dashboard here (binding wider than loopback prints a warning)")
     p.add_argument("--verbose", action="store_const", const=2, default=D("verbose"),
                    help="Ray's per-trial progress table (one column per parameter) instead of one line per loss")
+    p.add_argument("--format", choices=list(OUTPUT_FORMATS), default=D("output_format"), dest="output_format",
+                   help="how the answer is printed: a table fitted to the terminal (default), markdown (as logged in "
+                        "ranking.md), csv or json (for scripts)")
     p.add_argument("--debug", action="store_true",
                    help="print the traceback of a refused input too (an unexpected failure always prints one)")
     p.add_argument("--smoke", action="store_true",
@@ -155,6 +158,27 @@ def request_from_args(args: argparse.Namespace) -> SearchRequest:
                             "warm_start": not args.no_warm_start})
 
 
+class _Fitted(logging.Handler):
+    """tune_as's own log lines (data notes, cache and encoding messages) on the current stderr, wrapped to the
+    terminal's width."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tune_as.results.render import fit
+
+        try:
+            print(fit(self.format(record)), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - logging's own contract: a failed emit is reported, never raised
+            self.handleError(record)
+
+
+def _fit_log_lines() -> None:
+    log = logging.getLogger("tune_as")
+    if not any(isinstance(h, _Fitted) for h in log.handlers):  # main() may run many times in one process (tests)
+        log.addHandler(_Fitted())
+    log.propagate = False  # one copy of each line (not Python's last-resort handler too)
+    log.setLevel(logging.WARNING)
+
+
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGTERM (a scheduler or `kill`) stops the search like Ctrl-C: Ray Tune saves its state and stops the
     trials, the runs are closed as KILLED and the resume hint is printed."""
@@ -187,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     # MLflow logs its schema creation on the first use of an SQLite file at INFO ("Creating initial MLflow
     # database tables..."): the CLI prints its own lines, and an error stays one line. Warnings still show.
     logging.getLogger("mlflow").setLevel(logging.WARNING)
+    _fit_log_lines()
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     code = 0
     try:

@@ -4,6 +4,7 @@ seconds when its address does not answer, or answers but is no Ray (ray.init wou
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import signal
 import socket
@@ -70,7 +71,10 @@ def _described(answer: bytes | None) -> str:
     return f"a server that answered {excerpt(answer, 40)}"
 
 
-def init_ray(address: str | None, dashboard_host: str) -> None:
+def init_ray(address: str | None, dashboard_host: str, quiet: bool = True) -> None:
+    """Ray for this process: joined at `address`, or started locally. `quiet`: Ray's own log lines below ERROR
+    (start-up, the token notice, Tune's "wrote the latest version", "total run time", its restore hint on an
+    interruption: tune_as prints its own) stay out of the terminal; `--verbose` shows them."""
     if dashboard_host not in LOOPBACK:
         print(f"warning: --dashboard-host {dashboard_host} makes the Ray dashboard reachable beyond this machine; "
               "token authentication stays on", file=sys.stderr)
@@ -82,7 +86,9 @@ def init_ray(address: str | None, dashboard_host: str) -> None:
     # process's own handler back (the CLI's stops the search like Ctrl-C), if it has one
     on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        ctx = ray.init(address=address, log_to_driver=False) if address else _init_local(dashboard_host)
+        level = logging.ERROR if quiet else logging.INFO
+        ctx = (ray.init(address=address, log_to_driver=False, logging_level=level) if address
+               else _init_local(dashboard_host, level))
     except (ConnectionError, TimeoutError, ValueError, RuntimeError, OSError) as exc:
         # Ray's own reason, whoever's it is: an address that does not answer, or a local start that failed (no
         # free port, a full or missing temp folder); anything else is not a known way to fail and stays a traceback
@@ -95,18 +101,21 @@ def init_ray(address: str | None, dashboard_host: str) -> None:
     url = getattr(ctx, "dashboard_url", None)
     if url:
         port = str(url).rsplit(":", 1)[-1]  # the port Ray bound (8265, or the next free one)
-        print(f"Ray dashboard: http://{url}  (token auth: the token is in ~/.ray/auth_token locally, or "
-              f"RAY_AUTH_TOKEN on a cluster; from a laptop: ssh -L {port}:127.0.0.1:{port} HEAD)")
+        print(f"Ray dashboard: http://{url}  (from a laptop: ssh -L {port}:127.0.0.1:{port} HEAD)\n"
+              f"  token auth: the token is in ~/.ray/auth_token locally, RAY_AUTH_TOKEN on a cluster")
 
 
-def _init_local(dashboard_host: str) -> Any:
+def _init_local(dashboard_host: str, logging_level: int) -> Any:
     """A local Ray whose servers (GCS, raylet, workers, dashboard agent, runtime-env agent, metrics) all listen
     on 127.0.0.1 only. Each binds loopback when the node's IP is 127.0.0.1, but `ray.init` swaps a loopback
     `_node_ip_address` for the machine's routable IP unless Ray's single-machine mode is on (its default on
-    macOS and Windows): the CLIs turn it on for their own process (`loopback_ray`) before Ray is imported."""
+    macOS and Windows): the CLIs turn it on for their own process (`loopback_ray`) before Ray is imported.
+    `address="local"`: a new instance even when a `ray start` cluster runs on this machine (without it `ray.init`
+    joins that cluster: a search without --address would land on a cluster nobody named)."""
     import ray
 
-    return ray.init(include_dashboard=True, dashboard_host=dashboard_host, log_to_driver=False,
+    return ray.init(address="local", include_dashboard=True, dashboard_host=dashboard_host, log_to_driver=False,
+                    logging_level=logging_level,
                     _node_ip_address="127.0.0.1")
 
 

@@ -122,13 +122,14 @@ def search_trials(r: SearchRequest, space: SearchSpace, base: TrialSettings) -> 
     if r.budget is None:
         return space.trials_per_loss
     from tune_as.results.budget import search_trials as split
+    from tune_as.results.racing import FIRST_LOOK
 
     losses = list(space.losses)
     confirmed = losses if r.confirm_top is None else losses[: r.confirm_top + 1]  # at most these are confirmed
     asked = space.trials_per_loss if r.trials_per_loss or r.smoke else None  # else: what the budget pays
     return split(r.budget, {loss: max_epochs(space, base, loss) for loss in losses},
                  [loss for loss in losses if space.losses[loss].params], confirmed if (r.confirm or r.race) else [],
-                 r.confirm or (3 if r.race else 0), asked)
+                 r.confirm or (FIRST_LOOK if r.race else 0), asked)
 
 def build(name: str, task_args: tuple[tuple[str, str], ...] = ()) -> Task:
     try:

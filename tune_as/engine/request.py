@@ -23,13 +23,14 @@ RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone",
                   "confirm_top", "sampler", "warm_start", "race", "max_seeds", "margin", "baseline", "budget")
 # Options whose CLI flag is not "--" + the name with '-' (messages name the flag a user typed).
 FLAGS = {"overrides": "--set", "task_args": "--task-arg", "asha": "--no-asha", "warm_start": "--no-warm-start",
-         "checkpoint_interval_s": "--checkpoint-interval"}
+         "checkpoint_interval_s": "--checkpoint-interval", "output_format": "--format"}
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # The registered tasks (tune_as.tasks.TASKS, which a test keeps equal to this), named here so that a mistyped
 # --task is refused before torch, Ray and transformers are imported (in well under 2 s, not ~4 s).
 TASK_NAMES = ("cifar10", "cifar100", "clinc_oos", "cola", "conll2003", "digits", "eurlex", "goemotions", "jsonl",
               "mnist", "mnli", "mrpc", "qnli", "qqp", "rte", "sighan2015", "sst2", "sst5", "wos46985")
 SAMPLERS = ("tpe", "random")
+OUTPUT_FORMATS = ("table", "markdown", "csv", "json")  # tune_as.results.render.FORMATS (a test keeps them equal)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class SearchRequest:
     smoke: bool = False
     cache_dir: Path | None = None
     verbose: int = 1
+    output_format: str = "table"  # how the answer is printed: tune_as.results.render.FORMATS
 
     def check(self) -> None:
         """Every check that needs nothing but the request; UserError names the option."""
@@ -117,6 +119,8 @@ class SearchRequest:
                             "decided losses itself)")
         if self.confirm == 1:
             raise UserError("--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), got 1")
+        if self.output_format not in OUTPUT_FORMATS:
+            raise UserError(f"--format: expected one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}")
         if self.sampler not in SAMPLERS:
             raise UserError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if not 0 <= self.seed <= SEED_MAX:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from tune_as.engine import cluster
@@ -31,6 +31,7 @@ from tune_as.errors import UserError
 from tune_as.results import racing, ranking
 from tune_as.results.answer import answer_table, summary
 from tune_as.results.budget import last_look
+from tune_as.results.render import fit
 from tune_as.results.selection import Cell, TrialRun
 from tune_as.settings import DataSettings, TrialSettings
 from tune_as.tracking import schema
@@ -120,11 +121,10 @@ def _scheduler(plan: SearchPlan) -> TrialScheduler:
     epochs = min(max_t.values())  # the grace period must fit the shortest loss's budget
     grace = min(r.grace_period, epochs) if r.grace_period else default_grace_period(epochs, r.reduction_factor)
     metric = f"val_{plan.metric}"
-    if r.asha_scope == "search":  # the ablation: every loss in one set of brackets
-        return ASHAScheduler(time_attr="epoch", max_t=max(max_t.values()), grace_period=grace,  # type: ignore[arg-type]
-                             reduction_factor=r.reduction_factor, metric=metric, mode="max")
-    scheduler = PerLossASHA("epoch", max_t, grace, r.reduction_factor, plan.search_trials,
-                            plan.search_dir / SCHEDULER_STATE)
+    # scope "search" is the ablation: every loss's trials in one set of rungs
+    compared = plan.search_trials * (len(plan.losses) if r.asha_scope == "search" else 1)
+    scheduler = PerLossASHA("epoch", max_t, grace, r.reduction_factor, compared,
+                            plan.search_dir / SCHEDULER_STATE, scope=r.asha_scope)
     scheduler.set_search_properties(metric, "max")
     return scheduler
 
@@ -187,7 +187,7 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     tracker.check_reachable()
     # a resume finds a search that another process runs before it starts Ray (its folder exists already)
     lock = claim(plan.search_dir, resume=True) if r.resume else None
-    cluster.init_ray(r.address, r.dashboard_host)
+    cluster.init_ray(r.address, r.dashboard_host, quiet=r.verbose < 2)
     res = cluster.resources(r.cpus_per_trial, r.gpus_per_trial)
     lock = lock or claim(plan.search_dir, resume=False)  # a new search writes its folder only now
     if state is not None:
@@ -207,6 +207,14 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
         lock.close()
 
 
+def _shown(path: Path) -> Path:
+    """A path as printed: relative to the working folder when inside it (a line a terminal can hold)."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def run_search(r: SearchRequest) -> Outcome:
     """Plan and validate (nothing written on bad input), search, confirm, rank. Returns the answer."""
     plan = plan_search(r)
@@ -221,10 +229,10 @@ def run_search(r: SearchRequest) -> Outcome:
     params = {k: v for k, v in params.items() if v is not None}
     tags = {schema.DATA_WARNINGS: " | ".join(plan.data.warnings)[:5000]} if plan.data.warnings else {}
     with _tracked(plan, params, tags, state) as session:
-        print(f"MLflow: {session.tracker.shown}  experiment {plan.experiment!r}, parent run {session.tracker.parent_id}")
-        viewer = (f"optuna-dashboard {schema.optuna_url(plan.search_dir)}" if importlib.util.find_spec(
-            "optuna_dashboard") else "pip install optuna-dashboard to browse them")
-        print(f"Optuna studies: {schema.optuna_url(plan.search_dir)}  ({viewer})")
+        print(f"MLflow: {session.tracker.shown}\n  experiment {plan.experiment!r}, parent run {session.tracker.parent_id}")
+        studies = schema.optuna_url(_shown(plan.search_dir))
+        print(f"Optuna studies: {studies}" if importlib.util.find_spec("optuna_dashboard") is None else
+              f"Optuna studies: optuna-dashboard {studies}")
         outcome = _search_and_confirm(session)
     write_state(plan.search_dir, {**state, "finished": True})
     return outcome
@@ -252,7 +260,7 @@ def _search_and_confirm(session: Session) -> Outcome:
     compute = Compute(search_epochs, confirmed.epochs, len(grid), len(confirmed.runs), time.monotonic() - tic,
                       r.budget)
     text = answered.table.markdown()
-    print("\n" + text + "\n" + compute.line())
+    print("\n" + answered.table.render(r.output_format) + "\n" + compute.line())
     with tempfile.TemporaryDirectory() as tmp:
         md, csv, record_file = (Path(tmp) / name for name in (schema.RANKING_MD, schema.RANKING_CSV,
                                                               schema.ANSWER_JSON))
@@ -326,7 +334,7 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
         notes.append(f"--budget {r.budget:g}: the race's last look is at {last} seeds per loss, what the budget "
                      f"left after the search pays for every loss (--max-seeds {r.max_seeds}); its alpha goes there.")
     notes.append(reach(race, plan.baseline, search_epochs, per_run))
-    print(notes[-1])
+    print(fit(notes[-1]))
     attempted: set[tuple[str, int]] = set()
     for round_no in range(1, len(race.looks) + 1):
         left = None if r.budget is None else max(0, int((r.budget - search_epochs - epochs) // per_run))

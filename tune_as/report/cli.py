@@ -307,14 +307,10 @@ def write(report: Report) -> list[Path]:
 def show(report: Report) -> None:
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table as RichTable
 
-    console = Console()
+    console = Console(highlight=False)
     for table in report.tables:
-        rich_table = RichTable(*map(escape, table.header), title=table.title)
-        for row in table.rows:
-            rich_table.add_row(*map(escape, row))
-        console.print(rich_table)
+        print(table.terminal())
     for note in report.notes:
         console.print(f"note: {escape(note)}")
     console.print(f"wrote {len(report.tables)} tables and {len(report.figures)} figures to {report.out}; "

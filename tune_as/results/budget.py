@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from tune_as.results.racing import look_schedule
+from tune_as.results.racing import FIRST_LOOK, LOOK_STEP, look_schedule
 
 # At most this share of a --budget is reserved for the first confirmation round. Measured on digits at 15% of the
 # grid (docs/bench_efficiency.md): reserving every loss's whole first round (79% of that budget) left one search
@@ -69,7 +69,7 @@ def search_trials(budget: float, epochs: Mapping[str, float], tunable: Sequence[
 
 
 def last_look(max_seeds: int, budget: float | None, spent: float, losses: int, epochs_per_run: float,
-              first: int = 3, step: int = 2) -> int:
+              first: int = FIRST_LOOK, step: int = LOOK_STEP) -> int:
     """The race's last look (seeds per loss): the largest of its looks (first, first + step, ..., max_seeds)
     that the budget left after `spent` pays for all `losses`, or the first look when none is paid in full."""
     looks = look_schedule(first, step, max_seeds)

@@ -31,6 +31,11 @@ from tune_as.results.verdicts import (
     points,
 )
 
+# A race's looks: FIRST_LOOK seeds per loss, then LOOK_STEP more each round (3, 5, 7, 9, 10 up to --max-seeds 10).
+# Declared here only: the plan, the budget's split and its last look read them.
+FIRST_LOOK = 3
+LOOK_STEP = 2
+
 # loss -> seed -> (validation metric, test metric or None when the task has no test labels)
 Results = Mapping[str, Mapping[int, tuple[float, float | None]]]
 Metric = Literal["test", "val"]
@@ -74,8 +79,8 @@ class Plan:
     losses: tuple[str, ...]
     baseline: str
     seeds: tuple[int, ...]
-    first: int = 3
-    step: int = 2
+    first: int = FIRST_LOOK
+    step: int = LOOK_STEP
     max_seeds: int = 10
     alpha: float = 0.05
     margin_points: float = 0.5

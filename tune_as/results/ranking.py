@@ -173,4 +173,10 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
 def table(rows: Sequence[Row], title: str, baseline: str, margin_points: float, alpha: float,
           notes: Sequence[str] = ()) -> Table:
     """The answer's table; `notes` (tune_as.results.answer) say what its verdicts and marks claim."""
-    return Table("ranking", title, list(header(baseline, margin_points, alpha)), table_rows(rows), list(notes))
+    return Table("ranking", title, list(header(baseline, margin_points, alpha)), table_rows(rows), list(notes),
+                 short_header=["#", "loss", "selected setting", "trials", "val %", "test %", f"Δ vs {baseline}",
+                               "verdict", "best"],
+                 key=(f"trials: search trials (completed their epochs); val %, test %: mean ± std over the seeds; "
+                      f"Δ vs {baseline}: test points [simultaneous interval] (val where no test); verdict: Holm, "
+                      f"family-wise {alpha / 2:.1%}, margin ±{margin_points:g} points; best: in the best set (tied)"),
+                 keep_whole=(0, 1), fold=(2,))

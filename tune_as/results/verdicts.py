@@ -94,24 +94,6 @@ def _matrix(values: Mapping[str, SeedValues], names: Sequence[str]) -> np.ndarra
     return x
 
 
-def one_sided_p(d: Sequence[float] | np.ndarray, shift: float = 0.0,
-                alternative: Literal["greater", "less"] = "greater") -> float:
-    """p of the one-sided paired t-test on differences `d`: H0 mean <= shift against mean > shift
-    ("greater"), or H0 mean >= shift against mean < shift ("less"). With shift 0 it equals
-    scipy.stats.ttest_rel(a, b, alternative=...) for d = a - b; zero spread and n < 2 as in `_pvalues`."""
-    n, mean, sd = _summary(np.asarray(d, dtype=float))
-    return float(_pvalues(np.array(n), np.array(mean), np.array(sd), shift, alternative == "greater"))
-
-
-def hypothesis_pvalues(d: Sequence[float] | np.ndarray, margin: float) -> dict[Hypothesis, float]:
-    """Raw p-values of H_win (mean <= 0), H_loss (mean >= 0) and H_eq (|mean| >= margin, TOST: the larger
-    p of the two one-sided tests against -margin and +margin) for differences d (loss minus baseline)."""
-    _check_margin(margin)
-    n, mean, sd = _summary(np.asarray(d, dtype=float))
-    three = _three(np.array([n]), np.array([mean]), np.array([sd]), margin)
-    return {h: float(p[0]) for h, p in zip(HYPOTHESES, three, strict=True)}
-
-
 def _three(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, margin: float) -> tuple[np.ndarray, ...]:
     """p of H_win, H_loss and H_eq (TOST: the larger of the two one-sided p's), element-wise."""
     above = _pvalues(np.stack([n, n]), np.stack([mean, mean]), np.stack([sd, sd]),

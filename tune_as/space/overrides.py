@@ -13,15 +13,18 @@ from tune_as.space.strict_yaml import clip as _clip
 from tune_as.space.strict_yaml import show as _show
 
 # Settings with their own command-line option: --set refuses them, so each has one way in.
-OWN_OPTION_KEYS = frozenset({"backbone", "encoder", "data_dir", "max_train_samples", "max_eval_samples", "seed"})
-OVERRIDE_KEYS = frozenset((TRIAL_KEYS | {"max_length"}) - OWN_OPTION_KEYS)
+OWN_OPTIONS = {"backbone": "--backbone", "encoder": "--encoder", "data_dir": "--data-dir", "seed": "--seed",
+               "max_train_samples": "--max-train-samples", "max_eval_samples": "--max-eval-samples",
+               "epochs": "--max-epochs", "max_length": "--max-length", "eval_every_steps": "--eval-every-steps"}
+OVERRIDE_KEYS = frozenset(TRIAL_KEYS - set(OWN_OPTIONS))
 
 
 def _check_override_key(key: str) -> None:
     if key in OVERRIDE_KEYS:
         return
-    what = f"{_show(key)} has its own command-line option" if key in OWN_OPTION_KEYS else f"unknown key {_show(key)}"
-    raise UserError(f"--set: {what}; expected one of {sorted(OVERRIDE_KEYS)}")
+    if key in OWN_OPTIONS:
+        raise UserError(f"--set: expected a key without its own option, got {_show(key)} (use {OWN_OPTIONS[key]})")
+    raise UserError(f"--set: expected one of {sorted(OVERRIDE_KEYS)}, got unknown key {_show(key)}")
 
 
 def check_overrides(overrides: dict[str, str], fixed: dict[str, Any]) -> dict[str, Any]:
