@@ -54,7 +54,7 @@ for task in $TASKS; do
   args=(--task "$task" --max-epochs "$(epochs_for "$task")" --trials-per-loss "$TRIALS" --race
         --max-seeds "$MAX_SEEDS" --budget "$(budget_for "$task")"
         --storage-path "$STORE" --mlflow-uri "$MLFLOW" --experiment "$task" --cpus-per-trial 1 --max-concurrent 2
-        --name "$task-study")
+        --name "$task-study" --format markdown)  # study_page.py reads the Markdown answer
   if [ "$task" != digits ]; then
     args+=(--backbone minilm --encoder frozen --data-dir "$DATA/$task")
   fi
@@ -62,7 +62,7 @@ for task in $TASKS; do
     grep -q '"finished": true' "$STORE/$task-study/tune_as_search.json" && continue
     echo "== $task $(date -u +%H:%M:%S) resume"
     $PY -m tune_as.search --resume --name "$task-study" --storage-path "$STORE" --mlflow-uri "$MLFLOW" \
-      | tee "$OUT/$task.out"
+      --format markdown | tee "$OUT/$task.out"
   else
     echo "== $task $(date -u +%H:%M:%S) search of every loss, $TRIALS trials each, racing up to $MAX_SEEDS seeds"
     $PY -m tune_as.search "${args[@]}" | tee "$OUT/$task.out"

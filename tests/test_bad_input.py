@@ -216,6 +216,42 @@ def test_resume_with_changed_space(tmp_path: Path, mlflow_server, ray_local,
     assert sorted(p.name for p in (storage / "d1").iterdir()) == before
 
 
+RACE_SPACE = "task: digits\ntrials_per_loss: 1\nfixed: {epochs: 1}\nlosses:\n  softmax: {}\n  sparsemax: {}\n"
+
+
+@pytest.mark.slow
+def test_resume_compares_every_typed_option_and_a_finished_search_is_left_alone(
+        tmp_path: Path, mlflow_server, ray_local, capsys: pytest.CaptureFixture[str]) -> None:
+    """A race with --max-seeds 3, finished. Resumed with --max-seeds 10 (the default: typed, so compared) or a
+    fixed --confirm 3: refused, saying why (the race's looks were fixed in advance). Resumed with nothing new: it
+    says there is nothing to resume, exits 0 and leaves its runs as they were."""
+    from mlflow import MlflowClient
+
+    storage = tmp_path / "results"
+    common = ["--storage-path", str(storage), "--mlflow-uri", mlflow_server.uri, "--max-train-samples", "64",
+              "--max-eval-samples", "64"]
+    argv = ["--task", "digits", "--search-space", str(_space(tmp_path, RACE_SPACE)), "--name", "r1",
+            "--experiment", "finished-resume", "--race", "--max-seeds", "3", "--margin", "2", *common]
+    assert main(argv) == 0
+    capsys.readouterr()
+    client = MlflowClient(mlflow_server.uri)
+    experiment = client.get_experiment_by_name("finished-resume").experiment_id
+
+    def runs() -> list[tuple[str, str, int | None]]:
+        return sorted((r.info.run_id, r.info.status, r.info.end_time) for r in client.search_runs([experiment]))
+    before, files = runs(), sorted(p.name for p in (storage / "r1").iterdir())
+    for extra, why in ((["--max-seeds", "10"], "--max-seeds: expected r1's own 3 (or nothing), got 10: the race's "
+                                               "looks and the alpha each spends were fixed"),
+                       (["--confirm", "3"], "--confirm: expected r1's own 0 (or nothing), got 3: the race's looks")):
+        assert main(["--resume", "--name", "r1", *common, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and why in err[0], err
+    assert main(["--resume", "--name", "r1", *common]) == 0
+    out = capsys.readouterr().out
+    assert "r1 has finished: nothing to resume" in out and "--search r1" in out
+    assert runs() == before and sorted(p.name for p in (storage / "r1").iterdir()) == files
+
+
 def test_password_in_tracking_uri_is_never_printed_or_stored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     uri = "postgresql+psycopg2://tune:s3cr3t-pw@127.0.0.1:9/mlflow"
     assert redact_uri(uri) == "postgresql+psycopg2://tune:***@127.0.0.1:9/mlflow"

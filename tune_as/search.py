@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tune_as.engine import interrupt
 from tune_as.engine.request import OUTPUT_FORMATS, SAMPLERS, SearchRequest
 from tune_as.errors import BUG, UserError
 from tune_as.paths import OneLineParser
@@ -136,7 +137,7 @@ def _count(text: str) -> int:
     return value
 
 
-def request_from_args(args: argparse.Namespace) -> SearchRequest:
+def request_from_args(args: argparse.Namespace, typed: frozenset[str] | None = None) -> SearchRequest:
     from tune_as.space.overrides import parse_overrides
 
     if not args.task and not args.resume:
@@ -155,7 +156,21 @@ def request_from_args(args: argparse.Namespace) -> SearchRequest:
                                                                   "no_warm_start", "debug")}
     return SearchRequest(**{**fields, "task": args.task or "", "losses": losses, "task_args": tuple(task_args),
                             "overrides": overrides, "asha": not args.no_asha,
-                            "warm_start": not args.no_warm_start})
+                            "warm_start": not args.no_warm_start, "typed": typed})
+
+
+# argparse destinations whose SearchRequest field has another name
+FIELD_OF_DEST = {"task_arg": "task_args", "no_asha": "asha", "no_warm_start": "warm_start"}
+
+
+def typed_options(args: argparse.Namespace, argv: list[str] | None) -> frozenset[str]:
+    """The SearchRequest fields of the options on the command line, whatever their value: parsed again with every
+    default suppressed, so that only typed options are in the namespace (`--max-seeds 10` is typed although 10 is
+    the default: a resume must compare it with the saved value)."""
+    parser = build_parser()
+    for action in parser._actions:  # noqa: SLF001 - argparse lists its actions nowhere public
+        action.default = argparse.SUPPRESS
+    return frozenset(FIELD_OF_DEST.get(dest, dest) for dest in vars(parser.parse_args(argv)))
 
 
 class _Fitted(logging.Handler):
@@ -183,6 +198,8 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGTERM (a scheduler or `kill`) stops the search like Ctrl-C: Ray Tune saves its state and stops the
     trials, the runs are closed as KILLED and the resume hint is printed."""
     global _TERMINATED  # noqa: PLW0603 - a signal handler can only talk to main() through module state
+    if not _TERMINATED:  # Ray may have got the signal too: give up on it if it cannot stop the search
+        interrupt.watch(143)
     _TERMINATED = True
     signal.raise_signal(signal.SIGINT)
 
@@ -196,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a bad option (2, its line already printed)
         return int(exc.code or 0)
     try:  # what the arguments alone can refuse, before Ray, torch and transformers are imported
-        request = request_from_args(args)
+        request = request_from_args(args, typed_options(args, argv))
         request.check()
     except UserError as exc:
         if args.debug:
@@ -206,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     from tune_as.engine.cluster import loopback_ray
 
     loopback_ray(args.address)
+    from tune_as.engine.resume import SearchFinished
     from tune_as.engine.run import NoResult, SearchInterrupted, run_search
 
     # MLflow logs its schema creation on the first use of an SQLite file at INFO ("Creating initial MLflow
@@ -221,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         code = 2
+    except SearchFinished as exc:
+        print(str(exc))
     except NoResult as exc:  # the search ran, and no loss has a result: the parent run is FAILED
         print(f"error: {exc}", file=sys.stderr)
         code = 3

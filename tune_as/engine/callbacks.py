@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -14,6 +16,7 @@ from typing import Any
 import ray
 from ray import tune
 
+from tune_as.engine import interrupt
 from tune_as.engine.plan import git_commit
 from tune_as.tracking import schema
 from tune_as.tracking import tracker as tracking
@@ -133,6 +136,28 @@ class DropFinishedWeights(tune.Callback):
         checkpoint = trial.checkpoint
         if checkpoint is not None and Path(checkpoint.path).is_dir():
             drop_weights(Path(checkpoint.path))
+
+
+class NoticeInterrupt(tune.Callback):
+    """Notes that Ray Tune's run was interrupted (Ctrl-C, or SIGTERM turned into it) in `interrupt.noticed`. Tune
+    stops on the first SIGINT and returns its results as if done, and the trials its workers lost to the same
+    signal look failed, so the count of ended trials cannot tell. Tune installs its SIGINT handler as a run starts
+    (before `setup`), so this chains one in front of it. The flag is the module's, not this object's: a restored
+    Tuner brings its own unpickled copy of the callbacks."""
+
+    def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None,
+              **info: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        tunes = signal.getsignal(signal.SIGINT)
+
+        def noted(signum: int, frame: Any) -> None:
+            interrupt.noticed.set()
+            if callable(tunes):
+                tunes(signum, frame)
+            else:
+                raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, noted)
 
 
 def completed(result: dict[str, Any], epochs: float) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import subprocess
 import time
@@ -20,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
+from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
+from tune_as.engine.resume import latest_search, read_state, restore_request
 from tune_as.engine.state import check_ownership
 from tune_as.errors import UserError, first_line
 from tune_as.paths import absolute_sqlite, check_tracking_store, check_writable_folder
@@ -33,7 +33,6 @@ from tune_as.space.search_space import (
     load_search_space,
 )
 from tune_as.tasks import PreparedData, Task, build_task
-from tune_as.tracking import schema
 
 # --smoke: a tiny random backbone and little data, so the whole pipeline runs in well under a minute.
 SMOKE: dict[str, Any] = {"backbone": "tiny", "max_train_samples": 256, "max_eval_samples": 128, "max_length": 32,
@@ -154,16 +153,6 @@ def check_storage(storage: Path) -> None:
     check_writable_folder(storage, "--storage-path")
 
 
-def read_state(search_dir: Path) -> dict[str, Any] | None:
-    path = search_dir / schema.SEARCH_STATE_FILE
-    if not path.is_file():
-        return None
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: expected the search's saved state (JSON), got {first_line(exc)[:200]}") from None
-
-
 def state_of(plan: SearchPlan) -> dict[str, Any]:
     """What the search folder keeps: enough to resume from `--name` and `--storage-path` alone."""
     r = plan.request
@@ -175,46 +164,6 @@ def state_of(plan: SearchPlan) -> dict[str, Any]:
             "losses": plan.losses, "experiment": plan.experiment, "request": saved, "finished": False,
             "mlflow_uri": redact_uri(r.mlflow_uri) if r.mlflow_uri else None,  # never a password
             "mlflow_uri_redacted": r.mlflow_uri is not None and redact_uri(r.mlflow_uri) != r.mlflow_uri}
-
-
-def _restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
-    """The saved request with this process's runtime options; refuse a changed option that changes results."""
-    saved = dict(state["request"])
-    for key, value in r.given().items():
-        old = saved.get(key)
-        mine = str(value) if isinstance(value, Path) else (list(map(list, value)) if key in ("task_args", "overrides")
-                                                          else (list(value) if key == "losses" else value))
-        if key != "task" and mine != old and key != "confirm":
-            raise UserError(f"--resume: {flag(key)} changes what the trials compute: {name} was started with "
-                            f"{old!r}, got {mine!r}; resume without it, or start a new search")
-    if r.task and r.task != state["task"]:  # "": no --task given (the CLI's value when resuming)
-        raise UserError(f"--resume: {name} is a {state['task']} search, got --task {r.task}")
-    fields = {**saved, "task": state["task"]}
-    fields["losses"] = tuple(fields["losses"]) if fields["losses"] else None
-    fields["task_args"] = tuple(tuple(x) for x in fields["task_args"])
-    fields["overrides"] = tuple(tuple(x) for x in fields["overrides"])
-    for key in ("data_dir", "search_space"):
-        fields[key] = Path(fields[key]) if fields[key] else None
-    if r.confirm:  # more confirmation seeds can be asked for after the fact
-        fields["confirm"] = r.confirm
-    experiment = r.experiment or state.get("experiment")
-    from tune_as.tracking.client import redact_uri
-
-    given = redact_uri(absolute_sqlite(r.mlflow_uri) or "") if r.mlflow_uri else None
-    if given and state.get("mlflow_uri") and given != state["mlflow_uri"]:
-        raise UserError(f"--resume: --mlflow-uri changes where {name} is tracked (it would split its runs over two "
-                        f"stores): it was started with {state['mlflow_uri']}, got {given}; resume without it")
-    uri = r.mlflow_uri or state.get("mlflow_uri")
-    if uri and not r.mlflow_uri and state.get("mlflow_uri_redacted"):
-        raise UserError(f"--resume: {name} tracked to {uri}; pass --mlflow-uri again (or set "
-                        "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD): a password is never saved")
-    return dataclasses.replace(r, **fields, experiment=experiment, mlflow_uri=uri)
-
-
-def _latest_search(storage: Path, task: str | None) -> str | None:
-    found = [folder / schema.SEARCH_STATE_FILE for folder, state in schema.search_states(storage)
-             if task is None or state.get("task") == task]
-    return max(found, key=lambda p: p.stat().st_mtime).parent.name if found else None
 
 
 def cache_dir(r: SearchRequest) -> Path:
@@ -295,7 +244,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     check_storage(storage)
     state = None
     if r.resume:
-        name = r.name or _latest_search(storage, r.task or None)
+        name = r.name or latest_search(storage, r.task or None)
         if name is None:
             raise UserError(f"--resume: expected a previous {r.task or ''} search under {storage}, found none")
         if (storage / name).is_dir():  # before anything in it is read: Ray's resume unpickles its state
@@ -303,7 +252,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         state = read_state(storage / name)
         if state is None:
             raise UserError(f"--resume: expected a search to resume at {storage / name}, found nothing there")
-        r = _restore_request(r, state, name)
+        r = restore_request(r, state, name)
     r = dataclasses.replace(r, mlflow_uri=absolute_sqlite(r.mlflow_uri))
     check_tracking_store(r.mlflow_uri or "")
     task = build(r.task, r.task_args)
@@ -322,7 +271,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     if r.trials_per_loss or r.smoke:
         space = dataclasses.replace(space, trials_per_loss=int(r.trials_per_loss or SMOKE_TRIALS))
     if state is not None:
-        name = (r.name or _latest_search(storage, task.name)) or ""
+        name = (r.name or latest_search(storage, task.name)) or ""
         if state["fingerprint"] != space.fingerprint() or state["losses"] != list(space.losses):
             raise UserError(f"--resume: the search space of {name} changed since it started (expected fingerprint "
                             f"{state['fingerprint']} for losses {state['losses']}, got {space.fingerprint()} "

@@ -79,6 +79,9 @@ class SearchRequest:
     cache_dir: Path | None = None
     verbose: int = 1
     output_format: str = "table"  # how the answer is printed: tune_as.results.render.FORMATS
+    # the options the user typed (the CLI knows; a value equal to its default is still typed), None: a caller of
+    # the engine's API, whose non-default values count as given
+    typed: frozenset[str] | None = None
 
     def check(self) -> None:
         """Every check that needs nothing but the request; UserError names the option."""
@@ -132,9 +135,11 @@ class SearchRequest:
                             f"not starting with '.', '_' or '-'), got {self.name[:80]!r}")
 
     def given(self) -> dict[str, Any]:
-        """The result options that differ from their defaults (what a user asked for explicitly)."""
+        """The result options the user asked for explicitly: typed on the command line (`typed`), else those that
+        differ from their defaults."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        return {k: getattr(self, k) for k in RESULT_OPTIONS if getattr(self, k) != defaults[k]}
+        return {k: getattr(self, k) for k in RESULT_OPTIONS
+                if (k in self.typed if self.typed is not None else getattr(self, k) != defaults[k])}
 
 
 def flag(option: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -17,8 +16,15 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from tune_as.engine import cluster
-from tune_as.engine.callbacks import DropFinishedWeights, MlflowCallback, completed, trainable, trial_name
+from tune_as.engine import cluster, interrupt
+from tune_as.engine.callbacks import (
+    DropFinishedWeights,
+    MlflowCallback,
+    NoticeInterrupt,
+    completed,
+    trainable,
+    trial_name,
+)
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
 from tune_as.engine.progress import reporter
@@ -103,7 +109,7 @@ def _tuner(session: Session, name: str, role: str, search_alg: Searcher, schedul
     callback = MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
-        callbacks=[callback, DropFinishedWeights()], verbose=min(r.verbose, 1),
+        callbacks=[callback, DropFinishedWeights(), NoticeInterrupt()], verbose=min(r.verbose, 1),
         progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
         # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).
@@ -136,7 +142,8 @@ def _fit(session: Session, tuner: tune.Tuner, expected: int) -> tune.ResultGrid:
         grid = tuner.fit()
     except KeyboardInterrupt:
         raise SearchInterrupted(session.hint) from None
-    if session.tracker.unfinished() or grid.num_terminated + grid.num_errors < expected:
+    if (interrupt.noticed.is_set() or session.tracker.unfinished()
+            or grid.num_terminated + grid.num_errors < expected):
         raise SearchInterrupted(session.hint)
     return grid
 
@@ -161,18 +168,6 @@ def _results(grid: tune.ResultGrid, plan: SearchPlan) -> list[TrialRun]:
     return runs
 
 
-def _tune_environment() -> None:
-    """Ray Tune's switches this engine needs, read by Tune when a run starts (not when it is imported), so they are
-    set here, as a search starts, and never on import. A diverged trial ends with an error result that has no
-    validation metric: Tune's strict check would reject it (the searcher and the callback read `error`). Trials
-    checkpoint at most every --checkpoint-interval seconds and at their end, so short trials ending together
-    would trip Tune's excessive-snapshot warning: off. Progress goes through our reporter (engine.progress), which
-    Tune's newer output engine would ignore."""
-    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-
-
 # -- the search -----------------------------------------------------------------------------------------------
 @contextmanager
 def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
@@ -180,7 +175,7 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     """The outside world, checked in order of cost before anything is written, then the search's folder (held
     for the block), its saved `state` and its parent MLflow run, closed FINISHED, KILLED or FAILED at the end."""
     r = plan.request
-    _tune_environment()
+    cluster.tune_environment()
     if r.address:  # before the tracking store: a first use of an SQLite file creates it
         cluster.check_address(r.address)
     tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id)
@@ -195,16 +190,22 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     tracker.start_search(params=params, tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}",
                                               schema.MODE: "max", **tags})
     MlflowCallback.register(tracker)
+    session = Session(plan, tracker, res, hint or resume_hint(plan))
+    interrupt.register(tracker, session.hint)
     status = "FAILED"
     try:
-        yield Session(plan, tracker, res, hint or resume_hint(plan))
+        yield session
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
-        tracker.search_ended(status)
-        lock.close()
+        interrupt.ending()
+        try:
+            tracker.search_ended(status)
+        finally:
+            interrupt.ended()
+            lock.close()
 
 
 def _shown(path: Path) -> Path:

@@ -1,0 +1,87 @@
+"""What `--resume` may do: read a search folder's saved state, restore the saved request with this call's runtime
+options, and refuse what would change the answer (each refusal says why), or say that a finished search has
+nothing to resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from tune_as.engine.request import SearchRequest, flag
+from tune_as.errors import UserError, first_line
+from tune_as.paths import absolute_sqlite
+from tune_as.tracking import schema
+
+
+def read_state(search_dir: Path) -> dict[str, Any] | None:
+    path = search_dir / schema.SEARCH_STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: expected the search's saved state (JSON), got {first_line(exc)[:200]}") from None
+
+
+class SearchFinished(Exception):
+    """`--resume` of a search that has finished, with nothing new asked: the CLI says so and exits 0."""
+
+
+def _why_fixed(key: str, saved: dict[str, Any]) -> str:
+    """Why a result option cannot change when a search resumes."""
+    if key in ("confirm", "max_seeds") and saved.get("race"):
+        return (f"the race's looks and the alpha each spends were fixed for --max-seeds {saved.get('max_seeds')} "
+                "before its first seed (more seeds, or a fixed number, after a look would break its error control)")
+    if key == "confirm":
+        return (f"its verdicts were planned for {saved.get('confirm')} seeds; more seeds after its answer would be a "
+                "second look at the same comparison (docs/verdicts.md)")
+    return "it changes what the trials compute or how the answer is decided"
+
+
+def restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
+    """The saved request with this process's runtime options; refuse a changed option that changes results."""
+    saved = dict(state["request"])
+    for key, value in r.given().items():
+        old = saved.get(key)
+        mine = str(value) if isinstance(value, Path) else (list(map(list, value)) if key in ("task_args", "overrides")
+                                                          else (list(value) if key == "losses" else value))
+        if key == "task" or mine == old:
+            continue
+        if key == "confirm" and not saved.get("race") and not old:
+            continue  # a search without confirmation may get one after the fact: its first look at new seeds
+        raise UserError(f"--resume: {flag(key)}: expected {name}'s own {old!r} (or nothing), got {mine!r}: "
+                        f"{_why_fixed(key, saved)}; resume without it, or start a new search")
+    if r.task and r.task != state["task"]:  # "": no --task given (the CLI's value when resuming)
+        raise UserError(f"--resume: {name} is a {state['task']} search, got --task {r.task}")
+    fields = {**saved, "task": state["task"]}
+    fields["losses"] = tuple(fields["losses"]) if fields["losses"] else None
+    fields["task_args"] = tuple(tuple(x) for x in fields["task_args"])
+    fields["overrides"] = tuple(tuple(x) for x in fields["overrides"])
+    for key in ("data_dir", "search_space"):
+        fields[key] = Path(fields[key]) if fields[key] else None
+    if r.confirm:  # a search without confirmation gets one (checked above)
+        fields["confirm"] = r.confirm
+    if state.get("finished") and fields["confirm"] == saved.get("confirm"):
+        raise SearchFinished(f"{name} has finished: nothing to resume (its runs are left as they are; "
+                             f"`python -m tune_as.report --experiment {state.get('experiment')} --search {name}` "
+                             "prints its answer)")
+    experiment = r.experiment or state.get("experiment")
+    from tune_as.tracking.client import redact_uri
+
+    given = redact_uri(absolute_sqlite(r.mlflow_uri) or "") if r.mlflow_uri else None
+    if given and state.get("mlflow_uri") and given != state["mlflow_uri"]:
+        raise UserError(f"--resume: --mlflow-uri changes where {name} is tracked (it would split its runs over two "
+                        f"stores): it was started with {state['mlflow_uri']}, got {given}; resume without it")
+    uri = r.mlflow_uri or state.get("mlflow_uri")
+    if uri and not r.mlflow_uri and state.get("mlflow_uri_redacted"):
+        raise UserError(f"--resume: {name} tracked to {uri}; pass --mlflow-uri again (or set "
+                        "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD): a password is never saved")
+    return dataclasses.replace(r, **fields, experiment=experiment, mlflow_uri=uri)
+
+
+def latest_search(storage: Path, task: str | None) -> str | None:
+    found = [folder / schema.SEARCH_STATE_FILE for folder, state in schema.search_states(storage)
+             if task is None or state.get("task") == task]
+    return max(found, key=lambda p: p.stat().st_mtime).parent.name if found else None
