@@ -64,7 +64,7 @@ def loss_and_grad(fn, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # 
     return out.detach(), grad
 
 
-@pytest.mark.parametrize("c", [1, 2, 9, 300])
+@pytest.mark.parametrize("c", [1, 2, 9, 300, 600])  # 600: the fused softmax path (FUSED_MIN_K)
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_loss_and_backward_equal_autograd_of_the_reference(name: str, c: int) -> None:
     x, y = inputs(8, max(c, 4) if c > 1 else 4, seed=c)
