@@ -1,10 +1,13 @@
 """tune_as.tasks.metrics: hand-computed cases, an independent brute-force reference (plain loops over classes),
-scikit-learn's binary F1, seqeval-style hand-counted entities, and hand-made SIGHAN cases."""
+scikit-learn's binary and multi-label F1 (at EURLEX57K's 6,000 x 4,271 too), seqeval-style hand-counted entities,
+and hand-made SIGHAN cases."""
 
 from __future__ import annotations
 
 import math
+import time
 
+import numpy as np
 import pytest
 import torch
 from sklearn import metrics as skm
@@ -42,10 +45,12 @@ def reference_multiclass(t: list[int], p: list[int]) -> dict[str, float]:
 
 
 def reference_multilabel(t: list[list[bool]], p: list[list[bool]]) -> dict[str, float]:
+    """Brute force over columns; macro over the columns with a gold or predicted positive."""
     pairs = list(zip(t, p, strict=True))
     columns = [(sum(a[j] and b[j] for a, b in pairs), sum(not a[j] and b[j] for a, b in pairs),
                 sum(a[j] and not b[j] for a, b in pairs)) for j in range(len(t[0]))]
-    return {"macro_f1": sum(f1_of(*c) for c in columns) / len(columns),
+    present = [c for c in columns if sum(c)]
+    return {"macro_f1": sum(f1_of(*c) for c in present) / len(present) if present else 0.0,
             "micro_f1": f1_of(*(sum(c[i] for c in columns) for i in range(3)))}
 
 
@@ -88,9 +93,16 @@ def test_mcc_of_a_constant_prediction_is_zero_and_perfect_is_one() -> None:
 def test_multilabel_case_by_hand_with_an_empty_column() -> None:
     y_true = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0]], dtype=torch.bool)
     y_pred = torch.tensor([[1, 0, 0, 0], [0, 1, 1, 0]], dtype=torch.bool)
-    # column 0: tp 1, fn 1 -> 2/3; column 1: 1; column 2: fp 1 -> 0; column 3 never positive -> 0 (not skipped)
-    assert metrics.macro_f1(y_true, y_pred) == pytest.approx((2 / 3 + 1 + 0 + 0) / 4)
-    assert metrics.micro_f1(y_true, y_pred) == pytest.approx(f1_of(2, 1, 1))
+    # column 0: tp 1, fn 1 -> 2/3; column 1: 1; column 2, only predicted: fp 1 -> 0 (counted);
+    # column 3, neither gold nor predicted: not a label of this split (skipped, not 0)
+    for scores in (metrics.MULTILABEL, metrics.MULTICLASS):  # one rule whichever registry names it
+        assert scores["macro_f1"](y_true, y_pred) == pytest.approx((2 / 3 + 1 + 0) / 3)
+        assert scores["micro_f1"](y_true, y_pred) == pytest.approx(f1_of(2, 1, 1))
+    nothing = torch.zeros_like(y_true)
+    assert metrics.macro_f1(nothing, nothing) == metrics.micro_f1(nothing, nothing) == 0.0  # no label present
+    assert metrics.macro_f1(y_true, nothing) == 0.0 and metrics.macro_f1(y_true.float(), y_pred.long()) > 0.5
+    with pytest.raises(ValueError, match=r"expected two multi-hot \(N, C\) inputs of one shape"):
+        metrics.macro_f1(y_true, y_pred[:, :3])
 
 
 # -- against the brute-force reference and scikit-learn's binary F1 ---------------------------------------
@@ -118,6 +130,48 @@ def test_multilabel_f1_matches_a_brute_force_reference(seed: int) -> None:
     y_true[:, 8] = False  # a class with no gold positives
     expected = reference_multilabel(y_true.tolist(), y_pred.tolist())
     assert {name: fn(y_true, y_pred) for name, fn in metrics.MULTILABEL.items()} == pytest.approx(expected)
+
+
+def sparse_multilabel(n: int, c: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Multi-hot gold and predictions (n, c) with EURLEX-like skew: most labels rare, many absent from the
+    split; predictions keep ~60 % of the gold positives and add false ones (some on labels never gold)."""
+    g = torch.Generator().manual_seed(seed)
+    freq = torch.rand(c, generator=g) ** 8 * 0.02  # (c,) per-label rate: a few common, most near 0
+    y_true = torch.rand(n, c, generator=g) < freq
+    y_pred = (torch.rand(n, c, generator=g) < freq * 1.1) | (y_true & (torch.rand(n, c, generator=g) < 0.6))
+    y_true[:, -2:], y_pred[:, -2] = False, False  # label c-2 absent from the split, c-1 only predicted
+    y_pred[0, -1] = True
+    return y_true, y_pred
+
+
+def sklearn_multilabel(y_true: torch.Tensor, y_pred: torch.Tensor) -> dict[str, float]:
+    t, p = y_true.numpy(), y_pred.numpy()
+    present = np.flatnonzero(t.any(axis=0) | p.any(axis=0))  # the labels this split has (gold or predicted)
+    return {"micro_f1": skm.f1_score(t, p, average="micro", zero_division=0),
+            "macro_f1": skm.f1_score(t, p, labels=present, average="macro", zero_division=0)}
+
+
+@pytest.mark.parametrize(("n", "c"), [(40, 12), (300, 50)])
+def test_multilabel_f1_is_sklearns_over_the_labels_present(n: int, c: int) -> None:
+    y_true, y_pred = sparse_multilabel(n, c, seed=c)
+    absent = ~(y_true.any(0) | y_pred.any(0))
+    assert absent[-2] and not absent[-1]
+    got = {name: fn(y_true, y_pred) for name, fn in metrics.MULTILABEL.items()}
+    assert got == pytest.approx(sklearn_multilabel(y_true, y_pred), rel=1e-12)
+    all_columns = skm.f1_score(y_true.numpy(), y_pred.numpy(), average="macro", zero_division=0)
+    assert got["macro_f1"] == pytest.approx(all_columns * c / (c - int(absent.sum())))  # absent: not zeros
+
+
+@pytest.mark.slow
+def test_multilabel_f1_at_eurlex_test_size_is_sklearns_and_fast() -> None:
+    """EURLEX57K's test split: 6,000 documents x 4,271 labels, about 5 gold labels each, most labels absent."""
+    y_true, y_pred = sparse_multilabel(6000, 4271, seed=0)
+    assert 2 < y_true.sum(1).float().mean() < 12 and int((y_true.any(0) | y_pred.any(0)).sum()) < 4271 * 0.9
+    start = time.perf_counter()
+    got = {name: fn(y_true, y_pred) for name, fn in metrics.MULTILABEL.items()}
+    took = time.perf_counter() - start
+    assert got == pytest.approx(sklearn_multilabel(y_true, y_pred), rel=1e-12)
+    assert took < 1.0, f"multi-label F1s took {took:.2f} s at 6,000 x 4,271 (sklearn: ~2.5 s each)"
 
 
 def test_top2_multi_hot_picks_the_two_largest() -> None:

@@ -8,7 +8,7 @@ A row with no term left has loss exactly 0 and gradient exactly 0 (masked). Empt
 positives keeps every negative (nothing to compare with, so its loss is Eq. 14); a row without negatives
 takes p_i^max = 0, the probability of an absent class, so that a class padded with a -inf logit changes
 nothing. delta in [0, 1]. Shapes: x (N, C), y (N, C) multi-hot -> LossOutput. The terms are those of
-Eq. 14 (``multilabel_softmax``'s kernel) with the dropped ones removed before their log-sum-exp.
+Eq. 14 (the ``_su`` kernel) with the dropped ones removed before their log-sum-exp.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ._base import Loss, LossOutput, WarmupDelta
-from .multilabel_softmax import Thresholds, su_loss, su_terms
+from ._su import Thresholds, su_loss, su_masked
 
 
 def as_thresholds(delta: float) -> Thresholds:
@@ -45,7 +45,7 @@ def multilabel_as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) 
 
 def multilabel_as_softmax_masked(logits: Tensor, target: Tensor, *, delta: float) -> Tensor:
     """(N,) bool: the rows ``multilabel_as_softmax_loss`` counts as masked (same kernel, no gradient kept)."""
-    return su_terms(logits, target > 0.5, as_thresholds(delta))[2]
+    return su_masked(logits, target, as_thresholds(delta))
 
 
 class MultilabelASSoftmaxLoss(WarmupDelta, Loss):

@@ -5,28 +5,21 @@
 Omega_neg^k: the k highest-scoring negative classes (all negatives when there are at most k). As in
 Eq. 5, where only the strongest competitors stay in the normalizer, the top-k cut applies to the
 competitors (negatives); every positive keeps its term. k is an int in [1, 100000]; k >= C is
-``multilabel_softmax``. Shapes: x (N, C), y (N, C) multi-hot -> (N,).
+``multilabel_softmax``. Shapes: x (N, C), y (N, C) multi-hot -> LossOutput. Kernel: ``_su`` (the negatives'
+softmax runs over their top k only; backward scatters it back).
 """
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from ._base import Loss, LossOutput, check_int, mean_over_rows
+from ._base import Loss, LossOutput, check_int, zero_count
+from ._su import su_loss
 
 
-def log1p_sum_exp(z: Tensor) -> Tensor:
-    """log(1 + sum_j exp(z_j)) over the last dim of (N, K); -inf entries are absent terms."""
-    return torch.logsumexp(torch.cat([torch.zeros_like(z[:, :1]), z], dim=1), dim=1)
-
-
-def multilabel_sparse_softmax_loss(logits: Tensor, target: Tensor, *, k: int) -> Tensor:
-    pos = target > 0.5  # (N, C)
-    neg = torch.where(pos, -torch.inf, logits)
-    if k < logits.shape[1]:
-        neg = neg.topk(k, dim=1, sorted=False).values  # (N, k); -inf where fewer than k negatives
-    return log1p_sum_exp(neg) + log1p_sum_exp(torch.where(pos, -logits, -torch.inf))
+def multilabel_sparse_softmax_loss(logits: Tensor, target: Tensor, *, k: int) -> LossOutput:
+    out = su_loss(logits, target, k=k)
+    return out._replace(n_masked=zero_count(out.loss.device))  # masks_rows is not declared: the shared zero
 
 
 class MultilabelSparseSoftmaxLoss(Loss):
@@ -38,4 +31,4 @@ class MultilabelSparseSoftmaxLoss(Loss):
         self.k = check_int("k", k, 1, 100_000)
 
     def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return mean_over_rows(multilabel_sparse_softmax_loss(x, target, k=self.k), target)
+        return multilabel_sparse_softmax_loss(x, target, k=self.k)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ._base import Loss, LossOutput, check_range
-from .multilabel_softmax import su_loss
+from ._su import su_loss
 
 
 def multilabel_t_softmax_loss(logits: Tensor, target: Tensor, *, tau: float) -> LossOutput:
