@@ -66,7 +66,9 @@ def lse_softmax(z: Tensor, top: Tensor, out: Tensor | None = None) -> tuple[Tens
     path; such terms are under the dtype's smallest normal number beside the largest, e^0), inv = 1 / sum e."""
     out = z if out is None else out
     if z.shape[1] >= FUSED_MIN_K:
-        p = torch._softmax(z, 1, False, out=out) if z.device.type == "cpu" else torch.softmax(z, dim=1)
+        # torch has no public softmax with out=: ATen's `_softmax.out`, where this torch has it, else a new buffer
+        in_place = getattr(torch, "_softmax", None) if z.device.type == "cpu" else None
+        p = in_place(z, 1, False, out=out) if in_place is not None else torch.softmax(z, dim=1)
         return top - p.amax(dim=1, keepdim=True).log_(), p, None
     low = math.log(torch.finfo(z.dtype).tiny) + 1.0
     e = torch.threshold_(torch.sub(z, top, out=out).clamp_(min=low).exp_(), math.exp(low + 0.5), 0.0)
