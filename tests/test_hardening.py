@@ -157,7 +157,8 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
     args = ["--search-space", str(space), "--experiment", experiment, "--name", "life", "--max-concurrent", "1",
             "--no-asha"]
     # the worker blocks after its first report (tests/faults.py): the search is certainly running, no race
-    search = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_BLOCK_ONCE": "1"})
+    search = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_BLOCK_ONCE": "1"},
+                       dashboard=True)  # its sockets are checked too
     try:
         wait_for(lambda: (faults / "ready_to_kill").exists(), 300, "the first report of the search's trial")
         worker = int((faults / "ready_to_kill").read_text())
@@ -197,8 +198,8 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
         argv = ["--resume", "--name", "life", "--storage-path", str(storage), "--mlflow-uri", uri, *change]
         assert main(argv) == 2, change
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"error: --resume: {change[0]} changes what the trials "
-                                                   "compute: life was started with"), err
+        assert len(err) == 1 and err[0].startswith(f"error: --resume: {change[0]}: expected life's own "), err
+        assert "it changes what the trials compute or how the answer is decided" in err[0], err
     # the tracking store is part of the search: another --mlflow-uri would split its runs over two stores
     other = f"sqlite:///{tmp_path / 'other.db'}"
     assert main(["--resume", "--name", "life", "--storage-path", str(storage), "--mlflow-uri", other]) == 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tune_as.engine.progress import WIDTH, TrialStatus, loss_lines
 
 
@@ -28,3 +30,34 @@ def test_one_line_per_loss_counts_and_the_best_setting_within_100_columns() -> N
     assert rows["softmax"][1:6] == ["1", "0", "0", "0", "98.26"]
     assert rows["t_softmax"][1:6] == ["0", "0", "0", "0", "-"]
     assert any(line.endswith("…") for line in lines), "a setting too long for the line is cut, visibly"
+
+
+def test_the_header_says_time_elapsed_and_left_from_the_epochs_trained_so_far() -> None:
+    from tune_as.engine.progress import clock, time_left
+
+    # 4 trials of 10 epochs planned: one done (10), one stopped early at 3 (nothing left), one at 2 of 10,
+    # one not created yet (mean planned epochs: 10): 15 epochs in 30 s -> 0.5 epoch/s, 8 + 10 left -> 36 s
+    trials = [TrialStatus("a", "TERMINATED", 10.0, 10.0, 0.9, ""), TrialStatus("a", "TERMINATED", 3.0, 10.0, 0.5, ""),
+              TrialStatus("b", "RUNNING", 2.0, 10.0, 0.4, "")]
+    assert time_left(trials, 4, 30.0) == pytest.approx(36.0)
+    assert time_left([TrialStatus("a", "PENDING", 0.0, 10.0, None, "")], 4, 30.0) is None  # nothing trained yet
+    assert (clock(65), clock(3725)) == ("1:05", "1:02:05")
+    header = loss_lines(trials, "digits search", "accuracy", total=4, elapsed_s=30.0)[0]
+    assert header == "digits search: 2/4 trials ended, 1 running; 0:30 elapsed, about 0:36 left"
+
+
+def test_in_a_pipe_a_block_is_appended_only_when_more_than_the_clock_changed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tune_as.engine import progress
+
+    class Stub:  # the two attributes of a Tune trial the view reads
+        def __init__(self, status: str, epoch: float) -> None:
+            self.status, self.config, self.last_result = status, {"loss": "softmax", "epochs": 2.0}, {"epoch": epoch}
+
+    view = progress.LossProgress("digits search", "accuracy", {}, every_s=0.0)
+    view.tty = False
+    view.report([Stub("RUNNING", 1.0)], done=False)
+    view.report([Stub("RUNNING", 1.0)], done=False)  # only the clock moved: nothing appended
+    view.report([Stub("TERMINATED", 2.0)], done=True)
+    blocks = [b for b in capsys.readouterr().out.split("\n\n") if b.strip()]
+    assert len(blocks) == 2 and "1 running" in blocks[0] and "1/1 trials ended" in blocks[1]

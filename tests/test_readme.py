@@ -75,6 +75,9 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     table = run.stdout[run.stdout.index("digits: which loss wins"):]
     assert "Holm, family-wise 2.5%, margin ±0.5 points" in table
     assert "Best set on validation " in table and "Compute: " in table
+    # what it would take to decide the undecided, and how to ask for it (this race cannot take more seeds)
+    assert re.search(r"What would decide the undecided .*a new search with --race --max-seeds \d+ asks for them",
+                     " ".join(table.split())), table[-3000:]
     from mlflow import MlflowClient
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (parent,) = client.search_runs([client.get_experiment_by_name("digits").experiment_id],

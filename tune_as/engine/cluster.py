@@ -71,7 +71,7 @@ def _described(answer: bytes | None) -> str:
     return f"a server that answered {excerpt(answer, 40)}"
 
 
-def init_ray(address: str | None, dashboard_host: str, quiet: bool = True) -> None:
+def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashboard: bool = True) -> None:
     """Ray for this process: joined at `address`, or started locally. `quiet`: Ray's own log lines below ERROR
     (start-up, the token notice, Tune's "wrote the latest version", "total run time", its restore hint on an
     interruption: tune_as prints its own) stay out of the terminal; `--verbose` shows them."""
@@ -88,7 +88,7 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True) -> No
     try:
         level = logging.ERROR if quiet else logging.INFO
         ctx = (ray.init(address=address, log_to_driver=False, logging_level=level) if address
-               else _init_local(dashboard_host, level))
+               else _init_local(dashboard_host, level, dashboard))
     except (ConnectionError, TimeoutError, ValueError, RuntimeError, OSError) as exc:
         # Ray's own reason, whoever's it is: an address that does not answer, or a local start that failed (no
         # free port, a full or missing temp folder); anything else is not a known way to fail and stays a traceback
@@ -105,7 +105,7 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True) -> No
               f"  token auth: the token is in ~/.ray/auth_token locally, RAY_AUTH_TOKEN on a cluster")
 
 
-def _init_local(dashboard_host: str, logging_level: int) -> Any:
+def _init_local(dashboard_host: str, logging_level: int, dashboard: bool = True) -> Any:
     """A local Ray whose servers (GCS, raylet, workers, dashboard agent, runtime-env agent, metrics) all listen
     on 127.0.0.1 only. Each binds loopback when the node's IP is 127.0.0.1, but `ray.init` swaps a loopback
     `_node_ip_address` for the machine's routable IP unless Ray's single-machine mode is on (its default on
@@ -114,7 +114,7 @@ def _init_local(dashboard_host: str, logging_level: int) -> Any:
     joins that cluster: a search without --address would land on a cluster nobody named)."""
     import ray
 
-    return ray.init(address="local", include_dashboard=True, dashboard_host=dashboard_host, log_to_driver=False,
+    return ray.init(address="local", include_dashboard=dashboard, dashboard_host=dashboard_host, log_to_driver=False,
                     logging_level=logging_level,
                     _node_ip_address="127.0.0.1")
 

@@ -41,13 +41,37 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def loss_lines(trials: Sequence[TrialStatus], title: str, metric: str, total: int | None = None) -> list[str]:
-    """A header line, a column line, then per loss: trials done / running / stopped early / failed, the best
-    validation metric so far and the setting that reached it. Every line at most WIDTH characters. `total`: the
-    trials the run will have (Tune creates them as the searcher suggests them)."""
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"{minutes}:{secs:02d}"
+
+
+def time_left(trials: Sequence[TrialStatus], total: int | None, elapsed_s: float) -> float | None:
+    """Seconds left, from the epochs trained so far per second of this run and the epochs still to train: the
+    rest of every running or pending trial's epochs, and for trials not created yet the mean epochs of those that
+    are (a trial that ended, stopped early or failed, has nothing left). None before the first epoch's progress."""
+    ended = ("TERMINATED", "ERROR")
+    trained = sum(min(t.epoch, t.epochs) for t in trials)
+    if trained <= 0 or elapsed_s <= 0 or not trials:
+        return None
+    left = sum(max(0.0, t.epochs - t.epoch) for t in trials if t.status not in ended and not t.error)
+    left += max(0, (total or 0) - len(trials)) * sum(t.epochs for t in trials) / len(trials)
+    return left / (trained / elapsed_s)
+
+
+def loss_lines(trials: Sequence[TrialStatus], title: str, metric: str, total: int | None = None,
+               elapsed_s: float | None = None) -> list[str]:
+    """A header line (with the elapsed time and an estimate of the time left when `elapsed_s` is given), a column
+    line, then per loss: trials done / running / stopped early / failed, the best validation metric so far and
+    the setting that reached it. Every line at most WIDTH characters. `total`: the trials the run will have (Tune
+    creates them as the searcher suggests them)."""
     done = sum(t.status in ("TERMINATED", "ERROR") for t in trials)  # ended, whichever way
     running = sum(t.status == "RUNNING" for t in trials)
-    lines = [_fit(f"{title}: {done}/{max(total or 0, len(trials))} trials ended, {running} running", WIDTH),
+    when = ""
+    if elapsed_s is not None:
+        left = time_left(trials, total, elapsed_s)
+        when = f"; {clock(elapsed_s)} elapsed" + (f", about {clock(left)} left" if left is not None else "")
+    lines = [_fit(f"{title}: {done}/{max(total or 0, len(trials))} trials ended, {running} running{when}", WIDTH),
              f"{'loss':<{LOSS_WIDTH}} {'done':>4} {'run':>4} {'stop':>4} {'fail':>4} {'best ' + metric[:9]:>14}  setting"]
     for loss in dict.fromkeys(t.loss for t in trials):
         mine = [t for t in trials if t.loss == loss]
@@ -64,16 +88,25 @@ def loss_lines(trials: Sequence[TrialStatus], title: str, metric: str, total: in
 
 
 class LossProgress(ProgressReporter):
-    """Prints `loss_lines` at most every `every_s` seconds while the trials run, and once at the end."""
+    """Prints `loss_lines` while the trials run, and once at the end. In a terminal the block is redrawn in place
+    every `tty_every_s`; in a pipe or a log a block is appended only when something other than the clock changed,
+    at most every `every_s`."""
 
-    def __init__(self, title: str, metric: str, searched: dict[str, tuple[str, ...]], every_s: float = 30.0) -> None:
-        self.title, self.metric, self.searched, self.every_s = title, metric, searched, every_s
+    def __init__(self, title: str, metric: str, searched: dict[str, tuple[str, ...]], every_s: float = 30.0,
+                 tty_every_s: float = 2.0) -> None:
+        self.title, self.metric, self.searched = title, metric, searched
+        self.tty = sys.stdout.isatty()
+        self.every_s = tty_every_s if self.tty else every_s
         self.last = 0.0
         self.total: int | None = None
+        self.start = time.monotonic()
+        self.drawn = 0  # lines of the block on screen (a terminal's redraw moves up over them)
+        self.shown: list[str] = []  # the last block appended, without its clock (a pipe's "no repeats")
 
     def setup(self, start_time: float | None = None, total_samples: int | None = None, metric: str | None = None,
               mode: str | None = None, **kwargs: Any) -> None:
         self.total = total_samples
+        self.start = time.monotonic()
 
     def should_report(self, trials: list[Any], done: bool = False) -> bool:
         return done or time.monotonic() - self.last >= self.every_s
@@ -81,7 +114,16 @@ class LossProgress(ProgressReporter):
     def report(self, trials: list[Any], done: bool, *sys_info: str) -> None:
         self.last = time.monotonic()
         rows = [self._status(t) for t in trials]
-        print("\n".join(loss_lines(rows, self.title, self.metric, self.total)) + "\n", file=sys.stdout, flush=True)
+        lines = loss_lines(rows, self.title, self.metric, self.total, self.last - self.start)
+        if self.tty:
+            up = f"\x1b[{self.drawn}F\x1b[J" if self.drawn else ""  # to the block's first line, clear below
+            print(up + "\n".join(lines) + ("\n" if done else ""), file=sys.stdout, flush=True)
+            self.drawn = 0 if done else len(lines)
+            return
+        without_clock = [lines[0].split("; ", 1)[0], *lines[1:]]
+        if without_clock != self.shown or done:
+            self.shown = without_clock
+            print("\n".join(lines) + "\n", file=sys.stdout, flush=True)
 
     def _status(self, trial: Any) -> TrialStatus:
         config, last = trial.config or {}, trial.last_result or {}

@@ -23,7 +23,8 @@ RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone",
                   "confirm_top", "sampler", "warm_start", "race", "max_seeds", "margin", "baseline", "budget")
 # Options whose CLI flag is not "--" + the name with '-' (messages name the flag a user typed).
 FLAGS = {"overrides": "--set", "task_args": "--task-arg", "asha": "--no-asha", "warm_start": "--no-warm-start",
-         "checkpoint_interval_s": "--checkpoint-interval", "output_format": "--format"}
+         "checkpoint_interval_s": "--checkpoint-interval", "output_format": "--format",
+         "dashboard": "--no-dashboard"}
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # The registered tasks (tune_as.tasks.TASKS, which a test keeps equal to this), named here so that a mistyped
 # --task is refused before torch, Ray and transformers are imported (in well under 2 s, not ~4 s).
@@ -75,6 +76,7 @@ class SearchRequest:
     asha_scope: str = "loss"  # "loss": brackets per loss; "search": one set for every loss (an ablation only)
     checkpoint_interval_s: float = 30.0  # a trial checkpoints at an evaluation at most this often (and at its end)
     dashboard_host: str = "127.0.0.1"
+    dashboard: bool = True  # a local Ray's dashboard (--no-dashboard: ~2 s less to start, nothing to browse)
     smoke: bool = False
     cache_dir: Path | None = None
     verbose: int = 1

@@ -182,7 +182,7 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     tracker.check_reachable()
     # a resume finds a search that another process runs before it starts Ray (its folder exists already)
     lock = claim(plan.search_dir, resume=True) if r.resume else None
-    cluster.init_ray(r.address, r.dashboard_host, quiet=r.verbose < 2)
+    cluster.init_ray(r.address, r.dashboard_host, quiet=r.verbose < 2, dashboard=r.dashboard)
     res = cluster.resources(r.cpus_per_trial, r.gpus_per_trial)
     lock = lock or claim(plan.search_dir, resume=False)  # a new search writes its folder only now
     if state is not None:

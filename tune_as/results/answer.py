@@ -116,7 +116,7 @@ def _what_it_takes(plan: racing.Plan, decision: racing.Answer, results: racing.R
     (racing.seeds_to_decide), or why no number of seeds would decide it."""
     on = 0 if decision.metric == "val" else 1
     base = {s: v[on] for s, v in results.get(plan.baseline, {}).items()}
-    parts = []
+    parts, needs = [], []
     for row in decision.rows:
         if row.verdict != "undecided" or row.mean_diff is None:
             continue
@@ -127,12 +127,15 @@ def _what_it_takes(plan: racing.Plan, decision: racing.Answer, results: racing.R
             {s: float(v) for s, v in base.items() if v is not None})
         sd = float(np.std(d, ddof=1)) if len(d) > 1 else 0.0
         n = racing.seeds_to_decide(plan, row.mean_diff, sd)
+        needs += [n] if n is not None else []
         parts.append(f"{row.loss} ≈ {n} seeds" if n is not None else f"{row.loss}: not within 100 seeds" + (
             " (equal values on every seed so far)" if sd == 0 else f" at Δ {100 * row.mean_diff:+.2f}"))
     if not parts:
         return []
+    more = (f" This answer cannot take more seeds (its looks and error control were fixed before its first seed): "
+            f"a new search with --race --max-seeds {max(3, *needs)} asks for them." if needs else "")
     return ["What would decide the undecided (a fixed design of n new seeds at each loss's observed Δ and spread, "
-            "Holm's first step; an estimate that new seeds will move): " + "; ".join(parts) + "."]
+            "Holm's first step; an estimate that new seeds will move): " + "; ".join(parts) + "." + more]
 
 
 def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: Sequence[ranking.Row]) -> list[str]:
