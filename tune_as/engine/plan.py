@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
-from tune_as.engine.resume import latest_search, read_state, restore_request
+from tune_as.engine.resume import check_unfinished, latest_search, read_state, restore_request
 from tune_as.engine.state import check_ownership
 from tune_as.errors import UserError, first_line
 from tune_as.paths import absolute_sqlite, check_tracking_store, check_writable_folder
@@ -276,6 +276,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
             raise UserError(f"--resume: the search space of {name} changed since it started (expected fingerprint "
                             f"{state['fingerprint']} for losses {state['losses']}, got {space.fingerprint()} "
                             f"for {list(space.losses)}); start a new search instead")
+        check_unfinished(state, r, name)
     else:
         name = r.name or f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         if (storage / name).exists():

@@ -40,6 +40,15 @@ def _why_fixed(key: str, saved: dict[str, Any]) -> str:
     return "it changes what the trials compute or how the answer is decided"
 
 
+def check_unfinished(state: dict[str, Any], r: SearchRequest, name: str) -> None:
+    """SearchFinished when the saved search has finished and this resume asks for nothing new (called once every
+    refusal has had its say: a changed space is refused, not called finished)."""
+    if state.get("finished") and r.confirm == state["request"].get("confirm"):
+        raise SearchFinished(f"{name} has finished: nothing to resume (its runs are left as they are; "
+                             f"`python -m tune_as.report --experiment {state.get('experiment')} --search {name}` "
+                             "prints its answer)")
+
+
 def restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
     """The saved request with this process's runtime options; refuse a changed option that changes results."""
     saved = dict(state["request"])
@@ -63,10 +72,7 @@ def restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> Searc
         fields[key] = Path(fields[key]) if fields[key] else None
     if r.confirm:  # a search without confirmation gets one (checked above)
         fields["confirm"] = r.confirm
-    if state.get("finished") and fields["confirm"] == saved.get("confirm"):
-        raise SearchFinished(f"{name} has finished: nothing to resume (its runs are left as they are; "
-                             f"`python -m tune_as.report --experiment {state.get('experiment')} --search {name}` "
-                             "prints its answer)")
+
     experiment = r.experiment or state.get("experiment")
     from tune_as.tracking.client import redact_uri
 
