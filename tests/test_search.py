@@ -71,6 +71,7 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
     (search_dir,) = (tmp_path / "results").iterdir()
     study = optuna.load_study(study_name="clinc_oos-as_softmax", storage=f"sqlite:///{search_dir / 'optuna.db'}")
     assert len(study.trials) == 3 and all(t.state.name == "COMPLETE" for t in study.trials)
+    assert study.metric_names == ["best_val_accuracy"]  # the objective is named in optuna-dashboard
 
 
 ASHA_SPACE = """task: digits

@@ -494,3 +494,15 @@ def test_the_default_space_follows_the_task_kind() -> None:
     assert default_space_path("clinc_oos", "multiclass").name == "clinc_oos.yaml"
     space = load_search_space(default_space_path("jsonl", "multilabel"), "multilabel")
     assert "multilabel_softmax" in space.losses and "softmax" not in space.losses
+
+
+def test_the_size_of_a_finite_space_is_counted_not_listed(tmp_path: Path) -> None:
+    """A float range with step 1e-12 has ~10^11 values: counting them must not list them (it hung the driver)."""
+    path = tmp_path / "space.yaml"
+    path.write_text("task: digits\nlosses:\n  as_softmax:\n    params:\n"
+                    "      delta: {type: float, low: 0.1, high: 0.2, step: 1.0e-12}\n"
+                    "      warmup_r: {type: categorical, choices: [0.0, 0.1]}\n")
+    space = load_search_space(path, "multiclass").losses["as_softmax"]
+    assert space.size() == 2 * (round(0.1 / 1e-12) + 1)
+    small = {d.name: d for d in load_search_space(SPACES_DIR / "digits.yaml", "multiclass").losses["sm_softmax"].params}
+    assert all(d.count() == (len(d.values() or []) or None) for d in small.values())

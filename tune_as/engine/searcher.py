@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Draws in a row that may repeat a tried setting before a loss's search ends (`PerLossSearcher._ask_new`); a
 # finite space ends as soon as every point is tried, so this only bounds a sampler stuck on one continuous point.
 MAX_ASKS = 50
+MAX_LISTED = 100_000  # a finite space listed to enqueue an untried point; a larger one just draws again
 REPEATS = 5  # repeats in a row before a finite space's next point is an untried one, enqueued
 # Ray calls save/restore with a path in the experiment's folder; the file is JSON, never a pickle (engine.state)
 STATE_WHAT = "the searcher state"
@@ -86,6 +88,10 @@ class PerLossSearcher(Searcher):
             study = optuna.create_study(study_name=schema.study_name(self.study_prefix, loss),
                                         storage=self.storage_url, direction="maximize", sampler=sampler,
                                         load_if_exists=True)
+            if study.metric_names is None:  # optuna-dashboard shows the objective by this name
+                with warnings.catch_warnings():  # "experimental" since Optuna 3.2, stable in use; not the user's
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    study.set_metric_names([str(self.metric)])
             point = warm_start(self.space.losses[loss]) if getattr(self, "warm", True) else {}
             if point and not study.trials:
                 study.enqueue_trial(point)
@@ -131,7 +137,8 @@ class PerLossSearcher(Searcher):
         for attempt in range(MAX_ASKS):
             trial = study.ask()
             params = {config_key(d.name): d.suggest(trial) for d in space.params}
-            if size is None and (not space.params or attempt == MAX_ASKS - 1):
+            listed = size is not None and size <= MAX_LISTED  # larger: drawn like a continuous space
+            if not listed and (not space.params or attempt == MAX_ASKS - 1):
                 return trial, params
             tried = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number and self._tried(loss, t)]
             first = next((t for t in tried if t.params == trial.params), None)
@@ -139,10 +146,10 @@ class PerLossSearcher(Searcher):
                 return trial, params
             trial.set_user_attr("repeat_of", first.number)
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-            if size is None:
+            if not listed:
                 continue
             seen = {_point(t.params) for t in tried if len(t.params) == len(space.params)}
-            if len(seen) >= size:
+            if len(seen) >= (size or 0):
                 return None
             if attempt + 1 >= REPEATS:
                 untried = [p for p in space.points() if _point(p) not in seen]

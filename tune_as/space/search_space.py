@@ -109,6 +109,16 @@ class Distribution:
         return d.step is None or math.isclose(round((value - d.low) / d.step) * d.step + d.low, value, rel_tol=0,
                                               abs_tol=1e-9)
 
+    def count(self) -> int | None:
+        """How many values the search can draw, counted without listing them (a float range with step 1e-12 has
+        ~10^12); None for a continuous range."""
+        d = self.dist
+        if isinstance(d, CategoricalDistribution):
+            return len(d.choices)
+        if isinstance(d, IntDistribution):
+            return (d.high - d.low) // d.step + 1
+        return None if d.step is None else round((d.high - d.low) / d.step) + 1
+
     def values(self) -> list[Any] | None:
         """Every value the search can draw, in order; None for a continuous range."""
         d = self.dist
@@ -141,8 +151,8 @@ class LossSpace:
     def size(self) -> int | None:
         """How many distinct settings the search can draw; None if one is continuous or nothing is tuned (its
         trials then differ by seed)."""
-        values = [d.values() for d in self.params]
-        return None if not values or None in values else math.prod(len(v or ()) for v in values)
+        counts = [d.count() for d in self.params]
+        return None if not counts or None in counts else math.prod(c or 0 for c in counts)
 
     def points(self) -> list[dict[str, Any]]:
         """Every setting of a finite space (search-space names), in order."""
