@@ -110,23 +110,18 @@ class Distribution:
                                               abs_tol=1e-9)
 
     def count(self) -> int | None:
-        """How many values the search can draw, counted without listing them (a float range with step 1e-12 has
-        ~10^12); None for a continuous range."""
+        """How many values the search can draw, counted without listing them (step 1e-12: ~10^12); None for a
+        continuous range."""
         d = self.dist
         if isinstance(d, CategoricalDistribution):
             return len(d.choices)
-        if isinstance(d, IntDistribution):
-            return (d.high - d.low) // d.step + 1
         return None if d.step is None else round((d.high - d.low) / d.step) + 1
 
     def values(self) -> list[Any] | None:
         """Every value the search can draw, in order; None for a continuous range."""
-        d = self.dist
-        if isinstance(d, CategoricalDistribution):
-            return list(d.choices)
-        if isinstance(d, IntDistribution):
-            return list(range(d.low, d.high + 1, d.step))
-        return None if d.step is None else [d.low + i * d.step for i in range(round((d.high - d.low) / d.step) + 1)]
+        d, n = self.dist, self.count()
+        return list(d.choices) if isinstance(d, CategoricalDistribution) else (
+            None if n is None else [d.low + i * (d.step or 0) for i in range(n)])
 
     def extremes(self) -> list[Any]:
         """The values that bound what the search can draw: every choice, or both ends of the range."""
