@@ -154,12 +154,11 @@ def request_from_args(args: argparse.Namespace, typed: frozenset[str] | None = N
         key, value = item.split("=", 1)
         task_args.append((key.strip(), value.strip()))
     overrides = tuple(parse_overrides(args.overrides).items())
-    fields = {k: v for k, v in vars(args).items() if k not in ("losses", "task_arg", "overrides", "no_asha",
-                                                                  "no_warm_start", "no_dashboard", "debug")}
-    return SearchRequest(**{**fields, "task": args.task or "", "losses": losses, "task_args": tuple(task_args),
-                            "overrides": overrides, "asha": not args.no_asha,
-                            "warm_start": not args.no_warm_start, "dashboard": not args.no_dashboard,
-                            "typed": typed})
+    switches = {FIELD_OF_DEST[k]: not v for k, v in vars(args).items() if k.startswith("no_")}  # --no-X: X off
+    fields = {k: v for k, v in vars(args).items()
+              if k not in ("losses", "task_arg", "overrides", "debug") and not k.startswith("no_")}
+    return SearchRequest(**{**fields, **switches, "task": args.task or "", "losses": losses,
+                            "task_args": tuple(task_args), "overrides": overrides, "typed": typed})
 
 
 # argparse destinations whose SearchRequest field has another name
@@ -248,10 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         code = 3
     except SearchInterrupted as exc:
-        print(f"interrupted: trials stopped, MLflow runs marked KILLED; resume with:  {exc}", file=sys.stderr)
+        print(interrupt.interrupted_line(str(exc)), file=sys.stderr)
         code = 130
     except KeyboardInterrupt:
-        print("interrupted before the search started: nothing to resume", file=sys.stderr)
+        print(interrupt.interrupted_line(None), file=sys.stderr)
         code = 130
     except Exception:  # noqa: BLE001 - not bad input: a bug, shown as one
         traceback.print_exc()

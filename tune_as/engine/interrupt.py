@@ -77,6 +77,12 @@ def _watch(code: int, services: set[int], grace_s: float) -> None:
     abandon(code, why)
 
 
+def interrupted_line(hint: str | None) -> str:
+    """The one line an interrupted search ends with (the CLI's normal path and `abandon` alike)."""
+    return (f"interrupted: trials stopped, MLflow runs marked KILLED; resume with:  {hint}" if hint else
+            "interrupted before the search started: nothing to resume")
+
+
 def abandon(code: int, why: str = "") -> None:
     """Close the open runs as KILLED, print the resume line, exit with `code` (never returns while it ends the
     process; returns at once when the main thread is already ending it)."""
@@ -88,8 +94,7 @@ def abandon(code: int, why: str = "") -> None:
     if tracker is not None:
         tracker.final_flush_s = min(tracker.final_flush_s, CLOSE_S)
         tracker.search_ended("KILLED")
-    print(f"interrupted: trials stopped, MLflow runs marked KILLED; resume with:  {hint}" if hint else
-          "interrupted before the search started: nothing to resume", file=sys.stderr, flush=True)
+    print(interrupted_line(hint), file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(code)  # noqa: SLF001 - the main thread is blocked inside Ray: a normal exit would wait for it
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.errors import UserError
+from tune_as.results.render import FORMATS as OUTPUT_FORMATS  # light: no rich until a table is drawn
 from tune_as.settings import SEED_MAX
 
 # Options whose value changes what a trial computes: a resumed search must keep them (tune_as.engine.plan).
@@ -32,7 +33,6 @@ TASK_NAMES = ("cifar10", "cifar100", "clinc_oos", "cola", "conll2003", "digits",
               "mnist", "mnli", "mrpc", "qnli", "qqp", "rte", "sighan2015", "sst2", "sst5", "wos46985")
 SAMPLERS = ("tpe", "random")
 MOST_EPOCHS = 1e6  # --budget and --max-epochs above this are a typo (1e300 printed a 300-digit trial count)
-OUTPUT_FORMATS = ("table", "markdown", "csv", "json")  # tune_as.results.render.FORMATS (a test keeps them equal)
 
 
 @dataclass(frozen=True)
@@ -120,9 +120,9 @@ class SearchRequest:
         if not math.isfinite(self.margin) or not 0 <= self.margin <= 100:
             raise UserError(f"--margin: expected points in [0, 100] (e.g. 0.5), got {self.margin}")
         _positive("--budget", self.budget)
-        for name, value, most in (("--budget", self.budget, MOST_EPOCHS), ("--max-epochs", self.max_epochs, MOST_EPOCHS)):
-            if value is not None and value > most:
-                raise UserError(f"{name}: expected at most {most:g} trial-epochs (what a machine can train), "
+        for name, value in (("--budget", self.budget), ("--max-epochs", self.max_epochs)):
+            if value is not None and value > MOST_EPOCHS:
+                raise UserError(f"{name}: expected at most {MOST_EPOCHS:g} trial-epochs (what a machine can train), "
                                 f"got {value:g}")
         if self.confirm_top is not None and self.race:
             raise UserError("--confirm-top: expected it with --confirm N, got it with --race (a race drops "

@@ -134,10 +134,10 @@ class PerLossSearcher(Searcher):
         space = self.space.losses[loss]
         study = self.study(loss)
         size = space.size()
+        listed = size is not None and size <= MAX_LISTED  # larger: drawn like a continuous space
         for attempt in range(MAX_ASKS):
             trial = study.ask()
             params = {config_key(d.name): d.suggest(trial) for d in space.params}
-            listed = size is not None and size <= MAX_LISTED  # larger: drawn like a continuous space
             if not listed and (not space.params or attempt == MAX_ASKS - 1):
                 return trial, params
             tried = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number and self._tried(loss, t)]

@@ -162,11 +162,11 @@ def su_loss(
 ) -> LossOutput:
     """Mean Eq. 14 (Eq. 18 with ``thresholds``, top-k negatives with ``k``) of scale * logits (N, C) over
     multi-hot targets (N, C)."""
-    y = target if target.dtype == logits.dtype else target.to(logits.dtype)
+    y = target.to(logits.dtype)  # the tensor itself when the dtype matches
     return LossOutput(*_SuFunction.apply(logits, y, scale, thresholds, k))
 
 
 @torch.no_grad()
 def su_masked(logits: Tensor, target: Tensor, thresholds: Thresholds | None = None) -> Tensor:
     """(N,) bool: the rows ``su_loss`` counts as masked (loss 0, gradient 0); same kernel, nothing kept."""
-    return su_terms(logits, target if target.dtype == logits.dtype else target.to(logits.dtype), thresholds)[1]
+    return su_terms(logits, target.to(logits.dtype), thresholds)[1]
