@@ -98,6 +98,12 @@ class Counts:
     best: dict[str, float] = field(default_factory=dict)  # test_<m> and best_val_<m> of the best-val model
 
 
+def epoch_order(n: int, seed: int, epoch: int) -> Tensor:
+    """The order of the training rows in epoch `epoch` of the run with seed `seed` (its own generator: the same
+    order whatever else draws random numbers)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+
 class Batches:
     """Micro-batches of a split. The training order of an epoch depends on (seed, epoch) only, drawn once per
     epoch; inputs are widened once and kept on the device when they fit (`Split.widened`), else per batch."""
@@ -115,7 +121,7 @@ class Batches:
         """Micro-batch indices from the position in `counts` to `total` samples; moves `counts.epoch`."""
         n = len(self.split)
         while counts.samples_seen < total:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + counts.epoch))
+            order = epoch_order(n, seed, counts.epoch)
             for start in range(counts.batch_in_epoch * batch_size, n, batch_size):
                 if counts.samples_seen >= total:
                     return

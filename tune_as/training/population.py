@@ -1,0 +1,300 @@
+"""A population: P seeds of one setting trained as one program, member i the same run as a solo trial of seed i.
+
+Confirmation rounds train one selected setting under several new seeds; as solo trials that is one process and
+one model per seed, each small step paying its own launches and Python. A population stacks the members'
+weights (tune_as.training.stacked) and runs the loop of `tune_as.training.trial.Trial` once for all of them:
+
+- the same per-member runs: each member's init (built as its solo trial builds it, then stacked), data order
+  (`epoch_order` of its seed), dropout draws (its own generator), learning-rate and AS warm-up schedules
+  (functions of training progress, the same for all members), clipping and AdamW with its own step count;
+- the same per-member rules: a cycle whose every row was masked does not step that member; under AS-Speed each
+  member has its own accumulator and so its own cycle lengths (the counts of all members are read at once,
+  where the algorithm needs them, never one read per member); a cycle cut at an epoch's end is rescaled;
+- members end alone: a member whose training loss is not finite is reported as failed and stops moving; the
+  others go on. Each evaluation is reported per member (`PopulationReporter.report(member, ...)`), with the
+  keys of a solo trial's report.
+
+Where populations do not apply (a fine-tuned transformer or a CNN: one model per trial; token tasks' ragged
+features; fp16 with a loss scaler shared by all members; row skipping, which re-batches per example), `problem`
+says so and the solo trial is the path. Tested member by member against solo trials for every loss
+(tests/test_population.py); benchmarks/bench_population.py measures the speed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tune_as.losses import build_loss
+from tune_as.settings import TrialSettings
+from tune_as.training.stacked import StackedAdamW, StackedFrozen, clip_members, column
+from tune_as.training.tools import Batches, Counts, autocast_for, epoch_order, lr_factor, p_margin
+from tune_as.training.trial import EVAL_ROWS, Evaluation
+
+__all__ = ["Population", "PopulationReporter", "problem", "run_population"]
+
+
+class PopulationReporter(Protocol):
+    def report(self, member: int, metrics: dict[str, Any]) -> None: ...
+
+
+def problem(cfg: TrialSettings, data: Any, device: torch.device) -> str | None:
+    """Why this setting and data cannot train as a population (one line), or None when they can."""
+    encoder = data.model_info.get("encoder")
+    if encoder != "frozen" or data.kind not in ("multiclass", "multilabel"):
+        return (f"a population trains frozen-feature heads of sentence tasks, got encoder {encoder!r} on a "
+                f"{data.kind} task (one model per trial: use solo trials)")
+    if cfg.skip_masked_rows:
+        return "skip_masked_rows: expected false in a population (row skipping re-batches per example), got true"
+    if autocast_for(cfg, device)[1]:
+        return "precision: expected fp32 or bf16 in a population (fp16's loss scaler would be shared), got fp16"
+    return None
+
+
+class Population:
+    """P members of one setting (`config`, whose seed is replaced by each of `seeds`); `run()` trains them."""
+
+    def __init__(self, config: dict[str, Any], seeds: Sequence[int], data: Any, task: Any,
+                 reporter: PopulationReporter, device: torch.device | None = None) -> None:
+        from tune_as.tasks import build_model
+
+        if len(seeds) < 1 or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds: expected distinct seeds, at least one, got {list(seeds)}")
+        self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        base = TrialSettings.from_dict(config)
+        self.cfgs = [replace(base, seed=int(s)) for s in seeds]  # validated, one per member
+        self.cfg = cfg = self.cfgs[0]
+        why = problem(cfg, data, self.device)
+        if why:
+            raise ValueError(why)
+        self.data, self.task, self.reporter = data, task, reporter
+        self.loss_fn = build_loss(cfg.loss, **cfg.loss_params)
+        head = "cosine" if self.loss_fn.needs_cosine_head else "linear"
+        members: list[Any] = []
+        self.generators: list[torch.Generator] = []
+        for c in self.cfgs:  # as a solo trial: seeded, then built (the model seeds again), then dropout draws
+            torch.manual_seed(c.seed)
+            members.append(build_model(data, head=head, seed=c.seed))
+            g = torch.Generator(self.device)
+            if self.device.type == "cpu":
+                g.set_state(torch.get_rng_state())
+            else:  # a GPU's dropout is its own kernel: same distribution, not a solo trial's draws
+                g.manual_seed(c.seed)
+            self.generators.append(g)
+        self.model = StackedFrozen(members).to(self.device)
+        named = list(self.model.named_parameters())
+        self.params = [p for _, p in named]
+        self.optimizer = StackedAdamW([([p for n, p in named if self.model.decays(n)], cfg.weight_decay),
+                                       ([p for n, p in named if not self.model.decays(n)], 0.0)], lr=cfg.lr)
+        self.autocast = autocast_for(cfg, self.device)[0]
+        self.accumulators = [self.loss_fn.make_accumulator() for _ in self.cfgs]
+        self.warmup = cfg.warmup_r > 0 and self.loss_fn.supports_warmup
+        self.batches = Batches(data.train, self.device)
+        self.n_train, self.size = len(data.train), len(self.cfgs)
+        self.feature_dim = int(data.model_info["feature_dim"])
+        self.total_samples = max(1, int(round(cfg.epochs * self.n_train)))
+        self.counts = [Counts() for _ in self.cfgs]  # samples, epochs, batches: the same in every member
+        self.alive = [True] * self.size
+        self.window = torch.zeros(self.size, 3, dtype=torch.float64, device=self.device)
+        self.window_steps = [0] * self.size
+        self.pmargin: list[np.ndarray | None] = [None] * self.size
+
+    @property
+    def progress(self) -> float:
+        return self.counts[0].samples_seen / self.total_samples
+
+    def training_order(self) -> Iterator[Tensor]:
+        """(P * B,) row indices per micro-batch: member i's batch of its own epoch order, members concatenated."""
+        shared, n, b = self.counts[0], self.n_train, self.cfg.batch_size
+        while shared.samples_seen < self.total_samples:
+            orders = [epoch_order(n, c.seed, shared.epoch) for c in self.cfgs]
+            for start in range(shared.batch_in_epoch * b, n, b):
+                if shared.samples_seen >= self.total_samples:
+                    return
+                yield torch.cat([o[start:start + b] for o in orders])
+            for c in self.counts:
+                c.epoch += 1
+                c.batch_in_epoch = 0
+
+    def run(self) -> None:
+        """Train every member to the end; each member reports at its own evaluation points."""
+        size, cfg = self.size, self.cfg
+        steps = [a.steps if a else 1 for a in self.accumulators]
+        micro, seen = [0] * size, np.zeros((size, 2), dtype=np.int64)
+        tic = time.perf_counter()
+        for idx in self.training_order():
+            self.apply_schedules()
+            rows = len(idx) // size
+            self.window += self.micro_step(idx, steps)
+            self.window_steps = [w + 1 for w in self.window_steps]
+            micro = [m + 1 for m in micro]
+            for c in self.counts:
+                c.samples_seen += rows
+                c.batch_in_epoch += 1
+                c.backward_rows += rows
+            shared = self.counts[0]
+            end_of_data = shared.samples_seen >= self.total_samples
+            epoch_done = shared.batch_in_epoch * cfg.batch_size >= self.n_train
+            ending = [micro[i] >= steps[i] or end_of_data or epoch_done for i in range(size)]
+            if not any(ending):
+                continue
+            cycles = np.tile(np.array([1, 0]), (size, 1))  # (counted, masked) rows per member's cycle
+            if self.loss_fn.masks_rows:  # one read for all members (trial.py's docstring: the algorithm's read)
+                cumulative = self.window[:, 1:].round().long().cpu().numpy()
+                cycles = cumulative - seen
+                seen = np.where(np.array(ending)[:, None], cumulative, seen)
+            self.close_cycles(ending, micro, steps)
+            stepping = [ending[i] and self.alive[i] and cycles[i, 0] != cycles[i, 1] for i in range(size)]
+            self.optimizer_step(stepping, ending)
+            due = []
+            for i in (int(j) for j in np.flatnonzero(ending)):
+                accumulator = self.accumulators[i]
+                if accumulator:
+                    accumulator.observe(int(cycles[i, 0]), int(cycles[i, 1]))
+                    steps[i] = accumulator.cycle_start()
+                micro[i] = 0
+                every, done = cfg.eval_every_steps, self.counts[i].optimizer_steps
+                at_step = every is not None and stepping[i] and done % every == 0
+                if self.alive[i] and (end_of_data or at_step or (every is None and epoch_done)):
+                    due.append(i)
+            if due:
+                elapsed = time.perf_counter() - tic
+                for i in due:  # the population's time, shared among the members it trained
+                    self.counts[i].train_seconds += elapsed / size
+                self.evaluate_and_report(due, steps)
+                seen[due] = 0
+                tic = time.perf_counter()
+            if not any(self.alive):
+                return
+
+    def apply_schedules(self) -> None:
+        if self.warmup:
+            self.loss_fn.set_warmup(self.progress < self.cfg.warmup_r)
+        self.optimizer.lr = self.cfg.lr * lr_factor(self.progress, self.cfg.lr_warmup)
+
+    def micro_step(self, idx: Tensor, steps: Sequence[int]) -> Tensor:
+        """Forward and backward of every member's micro-batch; (P, 3) [mean loss, counted rows, masked rows]."""
+        batch = self.batches.get(idx)
+        size = self.size
+        x = batch["features"].reshape(size, -1, self.feature_dim)
+        labels = batch["labels"].reshape(size, -1, *batch["labels"].shape[1:])
+        masks = self.model.draw_masks(self.generators, x.shape[1], self.feature_dim)
+        with self.autocast:
+            logits = self.model(x, masks).float()
+        # each member's loss is the loss module's own, on its rows: a solo trial's numbers, member by member
+        outs = [self.loss_fn(logits[i], labels[i]) for i in range(size)]
+        total = torch.stack([out.loss / steps[i] for i, out in enumerate(outs)]).sum()
+        total.backward()
+        return torch.stack([torch.stack([o.loss.detach().double(), o.n_rows.double(), o.n_masked.double()])
+                            for o in outs])
+
+    def close_cycles(self, ending: Sequence[bool], micro: Sequence[int], steps: Sequence[int]) -> None:
+        """A cycle cut short at an epoch's end: its gradient rescaled to the mean over the micro-batches it ran."""
+        factors = [steps[i] / micro[i] if ending[i] and micro[i] < steps[i] else 1.0 for i in range(self.size)]
+        if any(f != 1.0 for f in factors):
+            f = torch.tensor(factors, device=self.device)
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.mul_(column(f, p.grad))
+
+    def optimizer_step(self, stepping: Sequence[bool], ending: Sequence[bool]) -> None:
+        """Clip and step the members in `stepping`; clear the gradients of the members whose cycle ended."""
+        members = [int(i) for i in np.flatnonzero(stepping)]
+        if members:
+            mask = torch.tensor(stepping, device=self.device) if len(members) < self.size else None
+            clip_members(self.params, self.cfg.max_grad_norm, mask)
+            self.optimizer.step(members)
+            for i in members:
+                self.counts[i].optimizer_steps += 1
+        ended = [int(i) for i in np.flatnonzero(ending)]
+        for p in self.params:
+            if len(ended) == self.size:
+                p.grad = None  # as a solo trial's zero_grad(set_to_none=True): the next backward writes it anew
+            elif p.grad is not None:
+                p.grad[ended] = 0.0
+
+    # -- evaluation and reports ------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, split: Any, members: Sequence[int], margins: bool = False) -> list[Evaluation]:
+        """A solo trial's `evaluate`, for each of `members` at once (one forward of their stacked weights)."""
+        if self.warmup:
+            self.loss_fn.set_warmup(False)
+        batches = Batches(split, self.device, resident_bytes=0)
+        which = torch.tensor(list(members), device=self.device)
+        k = len(members)
+        preds: list[list[Tensor]] = [[] for _ in members]
+        kept: list[list[Tensor]] = [[] for _ in members]
+        loss_sum = torch.zeros(k, dtype=torch.float64, device=self.device)
+        rows = torch.zeros(k, dtype=torch.float64, device=self.device)
+        for start in range(0, len(split), EVAL_ROWS):
+            batch = batches.get(torch.arange(start, min(start + EVAL_ROWS, len(split))))
+            with self.autocast:
+                logits = self.model(batch["features"], members=which).float()  # (k, n, C)
+            for j in range(k):
+                out = self.loss_fn(logits[j], batch["labels"])
+                loss_sum[j] += out.loss.double() * out.n_rows
+                rows[j] += out.n_rows
+                preds[j].append(self.task.predict(self.loss_fn.class_scores(logits[j])).cpu())
+                if margins:
+                    kept[j].append(p_margin(logits[j], batch["labels"]).cpu())
+        means = (loss_sum / rows.clamp(min=1)).tolist()
+        return [Evaluation(self.task.score(preds[j], split), means[j],
+                           torch.cat(kept[j]).numpy() if margins else None) for j in range(k)]
+
+    def evaluate_and_report(self, due: Sequence[int], steps: Sequence[int]) -> None:
+        """Each due member's report, as a solo trial's `evaluate_and_report` writes it; a member whose training
+        loss is not finite is reported as failed and ends (the others go on)."""
+        sums = self.window[list(due)].tolist()
+        self.window[list(due)] = 0.0
+        finite = []
+        for i, (loss_sum, _, _) in zip(due, sums, strict=True):
+            n_steps = max(1, self.window_steps[i])
+            if math.isfinite(loss_sum):
+                finite.append(i)
+                continue
+            self.alive[i] = False
+            self.reporter.report(i, {"error": f"non-finite training loss ({loss_sum / n_steps}) before optimizer "
+                                              f"step {self.counts[i].optimizer_steps}; lower the lr or the loss's "
+                                              "scale/margin", **self.position(i)})
+        if not finite:
+            return
+        tic = time.perf_counter()
+        val = dict(zip(finite, self.evaluate(self.data.validation, finite), strict=True))
+        primary = self.task.metrics[0]
+        better = [i for i in finite if val[i].scores[primary] > self.counts[i].best_val]
+        for i in better:
+            self.counts[i].best_val = val[i].scores[primary]
+            self.counts[i].best = {f"best_val_{m}": v for m, v in val[i].scores.items()}
+        if better and self.data.test is not None:
+            for i, test in zip(better, self.evaluate(self.data.test, better, margins=True), strict=True):
+                self.pmargin[i] = test.margins
+                self.counts[i].best.update({f"test_{m}": v for m, v in test.scores.items()})
+        seconds = time.perf_counter() - tic
+        by_member = dict(zip(due, sums, strict=True))
+        for i in finite:
+            loss_sum, rows, masked = by_member[i]
+            n_steps = max(1, self.window_steps[i])
+            self.reporter.report(i, {**{f"val_{m}": v for m, v in val[i].scores.items()}, **self.counts[i].best,
+                                     "val_loss": val[i].loss, "train_loss": loss_sum / n_steps,
+                                     "masked_ratio": masked / max(1.0, rows), "accum_steps": steps[i],
+                                     "backward_rows": self.counts[i].backward_rows, **self.position(i),
+                                     "eval_seconds": seconds / len(finite)})
+        for i in due:
+            self.window_steps[i] = 0
+
+    def position(self, member: int) -> dict[str, Any]:
+        c = self.counts[member]
+        return {"optimizer_steps": c.optimizer_steps, "samples_seen": c.samples_seen,
+                "epoch": c.samples_seen / self.n_train, "train_seconds": c.train_seconds}
+
+
+def run_population(config: dict[str, Any], seeds: Sequence[int], data: Any, task: Any,
+                   reporter: PopulationReporter) -> None:
+    Population(config, seeds, data, task, reporter).run()
