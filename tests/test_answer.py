@@ -212,6 +212,48 @@ def test_the_report_replays_a_clinc_oos_race_and_its_raised_margin(tmp_path: Pat
     assert answer.csv() == logged
 
 
+
+def test_a_race_with_populations_gives_the_answer_of_one_seed_per_trial(tmp_path: Path, mlflow_server,
+                                                                       ray_local) -> None:
+    """The same race twice on frozen features, the second with its confirmation seeds trained 3 to a trial
+    (populations, tune_as.training.population): the members are the solo trials of their seeds, so the answer is
+    the same, each member is a child run of its own (named by its seed), and the report replays the answer."""
+    from conftest import shared_data
+
+    from tune_as.engine import SearchRequest
+    from tune_as.engine.run import run_search
+    from tune_as.report.cli import build_report
+
+    experiment = f"answer-pop-{uuid.uuid4().hex[:6]}"
+    common = dict(task="clinc_oos", data_dir=shared_data("clinc_oos"), losses=("softmax", "as_softmax"),
+                  trials_per_loss=1, smoke=True, encoder="frozen", race=True, max_seeds=3,
+                  storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri, cache_dir=tmp_path / "cache",
+                  max_concurrent=2, verbose=0, asha=False)
+    solo = run_search(SearchRequest(**common, experiment=experiment, name="solo"))
+    populated = run_search(SearchRequest(**common, experiment=f"{experiment}-pop", name="pop", seeds_per_trial=3))
+    assert populated.markdown == solo.markdown
+    assert sorted((r.loss, r.seed, r.best_val) for r in populated.confirmations) == \
+        sorted((r.loss, r.seed, r.best_val) for r in solo.confirmations)
+    assert populated.compute.confirm_epochs == solo.compute.confirm_epochs
+    assert populated.compute.confirm_trials == solo.compute.confirm_trials == 6
+    client = MlflowClient(mlflow_server.uri)
+    pop = client.get_experiment_by_name(f"{experiment}-pop")
+    runs = client.search_runs([pop.experiment_id], f"tags.`{schema.ROLE}` = '{schema.ROLE_CONFIRMATION}'")
+    assert sorted(r.info.run_name for r in runs) == sorted(f"{r.loss}_seed{r.seed}" for r in solo.confirmations)
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert all(r.data.params["seed"] in r.info.run_name and "population_seeds" not in r.data.params for r in runs)
+    assert all("best_val_accuracy" in r.data.metrics and "test_accuracy" in r.data.metrics for r in runs)
+    # one Ray trial per loss trained its 3 seeds (the first round asks 3 of each), against one per seed
+    trials = {name: [p for p in (tmp_path / "results" / name / "confirm").iterdir() if p.is_dir()]
+              for name in ("solo", "pop")}
+    assert (len(trials["solo"]), len(trials["pop"])) == (6, 2)
+    report = build_report([f"{experiment}-pop"], tmp_path / "out", mlflow_server.uri)
+    (replayed,) = [t for t in report.tables if t.name.startswith("answer_")]
+    logged = client.search_runs([pop.experiment_id], f"tags.`{schema.ROLE}` = '{schema.ROLE_SEARCH}'")[0]
+    path = client.download_artifacts(logged.info.run_id, schema.RANKING_CSV, str(tmp_path))
+    assert replayed.csv() == Path(path).read_text()
+
+
 def test_the_answer_fits_a_terminal_of_100_columns_and_keeps_every_cell() -> None:
     """The printed answer: at 100 columns no line is wider, no word of a cell is cut (a setting's long number folds
     onto the next line of its row), and the rows are in the CSV and JSON forms too."""

@@ -147,6 +147,16 @@ CASES = {
         "    paper: {delta: 0.3, lr: 5.0}\n"))], "losses.as_softmax.paper.lr: expected a searched parameter"),
     "frozen encoder on images": (lambda d: ["--task", "digits", "--encoder", "frozen"],
                                  "--encoder: expected finetune for digits"),
+    "population of a CNN": (lambda d: ["--task", "digits", "--race", "--seeds-per-trial", "3"],
+                            "--seeds-per-trial: expected 1 for digits with encoder finetune (a population trains "
+                            "frozen-feature heads of sentence tasks), got 3"),
+    "population without confirmation": (lambda d: ["--task", "digits", "--seeds-per-trial", "3"],
+                                        "--seeds-per-trial: expected it with --race or --confirm N"),
+    "population of none": (lambda d: ["--task", "digits", "--race", "--seeds-per-trial", "0"],
+                           "--seeds-per-trial: expected an integer in [1, 64], got 0"),
+    "population with evaluations every n steps": (
+        lambda d: ["--task", "digits", "--race", "--seeds-per-trial", "2", "--eval-every-steps", "5"],
+        "--seeds-per-trial: expected 1 with --eval-every-steps"),
 }
 # Found only once Ray runs (the cluster's resources); the folder, the state and the runs come after.
 RAY_CASES = {

@@ -67,9 +67,14 @@ class Solo:
 class Members:
     def __init__(self, size: int) -> None:
         self.reports: list[list[dict[str, Any]]] = [[] for _ in range(size)]
+        self.finals: list[bool] = []
+        self.margins: list[Any] = []
 
-    def report(self, member: int, metrics: dict[str, Any]) -> None:
-        self.reports[member].append(metrics)
+    def report(self, reports: dict[int, dict[str, Any]], final: bool, margins: Any = ()) -> None:
+        for member, metrics in reports.items():
+            self.reports[member].append(metrics)
+        self.finals.append(final)
+        self.margins = list(margins)
 
 
 def config(loss: str, **over: Any) -> dict[str, Any]:

@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="confirm in rounds (3, 5, 7, ... new seeds) until each verdict is decided or --max-seeds; "
                         "error controlled across rounds (docs/verdicts.md)")
     p.add_argument("--max-seeds", type=int, default=D("max_seeds"), help="with --race: the most seeds per loss")
+    p.add_argument("--seeds-per-trial", type=int, default=D("seeds_per_trial"), metavar="N",
+                   help="train up to N confirmation seeds of one loss as one population in one trial: the same "
+                        "runs, faster (frozen-feature tasks; docs/architecture.md, 'Populations'; default 1)")
     p.add_argument("--margin", type=float, default=D("margin"),
                    help="equivalence margin in points of the metric (default %(default)s): 'equivalent' means the "
                         "difference to the baseline is proven inside ±margin; at least one item of the test "

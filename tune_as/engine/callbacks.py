@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -13,14 +15,16 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 from ray import tune
 
 from tune_as.engine import interrupt
+from tune_as.engine.members import POPULATION, flat_report, members, settings_config
 from tune_as.engine.plan import git_commit
 from tune_as.tracking import schema
 from tune_as.tracking import tracker as tracking
-from tune_as.training.trial import drop_weights, run_trial
+from tune_as.training.trial import FINISHED_FILE, drop_weights, run_trial
 
 # Names a test (or a user's instrumentation) may hook into every report of a trial: "module:function", called
 # as function(metrics, loss) in the worker after each report. Unset in normal use.
@@ -57,10 +61,50 @@ class RayReporter:
             self.hook(metrics, self.loss)
 
 
+class PopulationReporter:
+    """`tune_as.training.population.PopulationReporter` over `ray.tune.report`: each evaluation is one result with
+    every member's latest report (tune_as.engine.members). A population checkpoints once, at its end: a marker
+    that it finished and each member's p_margin (`seed_<seed>/pmargin.npy`); a population interrupted before its
+    end trains again from its start on resume (the same runs: every member is seeded)."""
+
+    def __init__(self, seeds: list[int]) -> None:
+        self.seeds = seeds
+        self.latest: dict[int, dict[str, Any]] = {}
+        self.node_id = ray.get_runtime_context().get_node_id()
+
+    def report(self, reports: dict[int, dict[str, Any]], final: bool, margins: Any = ()) -> None:
+        for i, metrics in reports.items():
+            self.latest[self.seeds[i]] = metrics
+        result = {**flat_report(self.latest, {self.seeds[i] for i in reports}, len(self.seeds)),
+                  "node_id": self.node_id}
+        if not final:
+            tune.report(result)
+            return
+        folder = Path(tempfile.mkdtemp(prefix="tune_as_ckpt_"))
+        try:
+            (folder / FINISHED_FILE).touch()
+            for seed, margin in zip(self.seeds, margins, strict=False):
+                if margin is not None:
+                    (folder / f"seed_{seed}").mkdir()
+                    np.save(folder / f"seed_{seed}" / schema.PMARGIN_FILE, margin)
+            tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(folder)))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def trainable(config: dict[str, Any], data: Any = None, task: Any = None, checkpoint_interval_s: float = 30.0) -> None:
-    """What Tune runs in a worker: one trial, restored from Tune's checkpoint when there is one."""
+    """What Tune runs in a worker: one trial (or one population of seeds), restored from Tune's checkpoint when
+    there is one."""
     checkpoint = tune.get_checkpoint()
     with checkpoint.as_directory() if checkpoint else nullcontext(None) as restore_dir:
+        seeds = config.get(POPULATION)
+        if seeds:
+            if restore_dir and (Path(restore_dir) / FINISHED_FILE).exists():
+                return  # it finished before the driver stopped: nothing left to train
+            from tune_as.training.population import run_population
+
+            run_population(settings_config(config), seeds, data, task, PopulationReporter(list(seeds)))
+            return
         reporter = RayReporter(str(config.get("loss")), checkpoint_interval_s)
         run_trial(config, data, task, reporter, Path(restore_dir) if restore_dir else None)
 
@@ -96,29 +140,36 @@ class MlflowCallback(tune.Callback):
         return self._trackers[self.search_id]
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        config = {**self.data_params, **trial.config, "git_commit": git_commit()}
-        # a search trial is `<loss>_<number>`; a confirmation run says which seed it confirms: `<loss>_seed<seed>`
-        name = trial_name(trial) if self.role != schema.ROLE_CONFIRMATION else \
-            f"{trial.config.get('loss', 'trial')}_seed{trial.config.get('seed')}"
-        self.tracker.trial_started(trial.trial_id, config, name=name, tags={
-            schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]), schema.LOSS: str(trial.config["loss"]),
-            schema.METRIC: f"val_{self.metric}"})
+        # each member of a population is a run of its own (tune_as.engine.members), with a solo trial's params
+        for member in members(trial.trial_id, trial.config, {}):
+            config = {**self.data_params, **member.config, "git_commit": git_commit()}
+            # a search trial is `<loss>_<number>`; a confirmation run says which seed it confirms: `<loss>_seed<seed>`
+            name = trial_name(trial) if self.role != schema.ROLE_CONFIRMATION else \
+                f"{member.config.get('loss', 'trial')}_seed{member.config.get('seed')}"
+            self.tracker.trial_started(member.run_id, config, name=name, tags={
+                schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]),
+                schema.LOSS: str(member.config["loss"]), schema.METRIC: f"val_{self.metric}"})
 
     def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
-        self.tracker.trial_result(trial.trial_id, result)
+        for member in members(trial.trial_id, trial.config, result):
+            if member.fresh:
+                self.tracker.trial_result(member.run_id, member.metrics)
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        last = trial.last_result or {}
-        error = last.get("error")
-        tags = {}
-        if not error and not completed(last, float(trial.config["epochs"])):
-            tags[schema.STOPPED_EARLY] = "true"
-        self.tracker.trial_ended(trial.trial_id, "FAILED" if error else "FINISHED", error=error,
-                                 artifacts=checkpoint_files(trial, schema.PMARGIN_FILE), tags=tags)
+        population = POPULATION in trial.config
+        for member in members(trial.trial_id, trial.config, trial.last_result or {}):
+            error = member.metrics.get("error")
+            tags = {}
+            if not error and not completed(member.metrics, float(trial.config["epochs"])):
+                tags[schema.STOPPED_EARLY] = "true"
+            margin = f"seed_{member.config['seed']}/{schema.PMARGIN_FILE}" if population else schema.PMARGIN_FILE
+            self.tracker.trial_ended(member.run_id, "FAILED" if error else "FINISHED", error=error,
+                                     artifacts=checkpoint_files(trial, margin), tags=tags)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self.tracker.trial_ended(trial.trial_id, "FAILED", error=trial_error(trial),
-                                 artifacts=checkpoint_files(trial, schema.PMARGIN_FILE))
+        for member in members(trial.trial_id, trial.config, {}):
+            self.tracker.trial_ended(member.run_id, "FAILED", error=trial_error(trial),
+                                     artifacts=checkpoint_files(trial, schema.PMARGIN_FILE))
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         if self.tracker.pending:

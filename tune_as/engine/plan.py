@@ -292,6 +292,9 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         if len(space.losses) < 2:
             raise UserError(f"--losses: expected at least two losses to confirm a comparison, got {list(space.losses)}")
     data_settings, base = resolve_settings(r, task, space)
+    if r.seeds_per_trial > 1 and (data_settings.encoder != "frozen" or task.kind not in ("multiclass", "multilabel")):
+        raise UserError(f"--seeds-per-trial: expected 1 for {task.name} with encoder {data_settings.encoder} (a "
+                        f"population trains frozen-feature heads of sentence tasks), got {r.seeds_per_trial}")
     check_length(data_settings, task)
     check_capabilities(base, space)
     try:  # a budget that cannot pay for the answer is refused before the data is prepared

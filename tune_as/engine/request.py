@@ -21,7 +21,8 @@ from tune_as.settings import SEED_MAX
 RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "max_length", "data_dir",
                   "max_train_samples", "max_eval_samples", "task_args", "search_space", "seed", "overrides",
                   "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke", "confirm",
-                  "confirm_top", "sampler", "warm_start", "race", "max_seeds", "margin", "baseline", "budget")
+                  "confirm_top", "sampler", "warm_start", "race", "max_seeds", "margin", "baseline", "budget",
+                  "seeds_per_trial")
 # Options whose CLI flag is not "--" + the name with '-' (messages name the flag a user typed).
 FLAGS = {"overrides": "--set", "task_args": "--task-arg", "asha": "--no-asha", "warm_start": "--no-warm-start",
          "checkpoint_interval_s": "--checkpoint-interval", "output_format": "--format",
@@ -32,6 +33,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 TASK_NAMES = ("cifar10", "cifar100", "clinc_oos", "cola", "conll2003", "digits", "eurlex", "goemotions", "jsonl",
               "mnist", "mnli", "mrpc", "qnli", "qqp", "rte", "sighan2015", "sst2", "sst5", "wos46985")
 SAMPLERS = ("tpe", "random")
+MOST_PER_TRIAL = 64  # --seeds-per-trial: members of one population
 MOST_EPOCHS = 1e6  # --budget and --max-epochs above this are a typo (1e300 printed a 300-digit trial count)
 
 
@@ -55,6 +57,7 @@ class SearchRequest:
     confirm_top: int | None = None  # confirm only the K losses best on validation (and softmax); None: every loss
     race: bool = False  # confirm in rounds (3, 5, 7, ... seeds) until each verdict is decided or max_seeds
     max_seeds: int = 10  # with race: the most confirmation seeds a loss gets
+    seeds_per_trial: int = 1  # confirmation seeds of one loss trained as one population (tune_as.training.population)
     margin: float = 0.5  # equivalence margin, in points of the metric (docs/verdicts.md)
     baseline: str | None = None  # the loss every verdict compares with (None: by the task's kind)
     budget: float | None = None  # trial-epochs for the whole answer (search and confirmation); None: no cap
@@ -117,6 +120,16 @@ class SearchRequest:
                             f"seeds), got both (--confirm {self.confirm})")
         if isinstance(self.max_seeds, bool) or not isinstance(self.max_seeds, int) or not 3 <= self.max_seeds <= 100:
             raise UserError(f"--max-seeds: expected an integer in [3, 100], got {self.max_seeds!r}")
+        if (isinstance(self.seeds_per_trial, bool) or not isinstance(self.seeds_per_trial, int)
+                or not 1 <= self.seeds_per_trial <= MOST_PER_TRIAL):
+            raise UserError(f"--seeds-per-trial: expected an integer in [1, {MOST_PER_TRIAL}], got "
+                            f"{self.seeds_per_trial!r}")
+        if self.seeds_per_trial > 1 and not (self.race or self.confirm):
+            raise UserError(f"--seeds-per-trial: expected it with --race or --confirm N (it trains confirmation "
+                            f"seeds together), got --seeds-per-trial {self.seeds_per_trial} without either")
+        if self.seeds_per_trial > 1 and self.eval_every_steps is not None:
+            raise UserError("--seeds-per-trial: expected 1 with --eval-every-steps (a population's members report "
+                            f"together once per epoch), got {self.seeds_per_trial}")
         if not math.isfinite(self.margin) or not 0 <= self.margin <= 100:
             raise UserError(f"--margin: expected points in [0, 100] (e.g. 0.5), got {self.margin}")
         _positive("--budget", self.budget)

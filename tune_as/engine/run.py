@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,7 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from tune_as.engine import cluster, interrupt
-from tune_as.engine.callbacks import (
-    DropFinishedWeights,
-    MlflowCallback,
-    NoticeInterrupt,
-    completed,
-    trainable,
-    trial_name,
-)
+from tune_as.engine import callbacks, cluster, interrupt, members
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
 from tune_as.engine.progress import reporter
@@ -100,23 +93,23 @@ class Session:
 # -- Tune -------------------------------------------------------------------------------------------------
 def _trainable_for(plan: SearchPlan, res: dict[str, float]) -> Any:
     return tune.with_resources(tune.with_parameters(
-        trainable, data=plan.data, task=plan.task, checkpoint_interval_s=plan.request.checkpoint_interval_s), res)
+        callbacks.trainable, data=plan.data, task=plan.task, checkpoint_interval_s=plan.request.checkpoint_interval_s), res)
 
 
 def _tuner(session: Session, name: str, role: str, search_alg: Searcher, scheduler: TrialScheduler,
            num_samples: int) -> tune.Tuner:
     plan, r = session.plan, session.plan.request
-    callback = MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
+    callback = callbacks.MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
-        callbacks=[callback, DropFinishedWeights(), NoticeInterrupt()], verbose=min(r.verbose, 1),
+        callbacks=[callback, callbacks.DropFinishedWeights(), callbacks.NoticeInterrupt()], verbose=min(r.verbose, 1),
         progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
         # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
     return tune.Tuner(_trainable_for(plan, session.resources), run_config=run_config, tune_config=tune.TuneConfig(
         scheduler=scheduler, search_alg=search_alg, num_samples=num_samples, reuse_actors=True,
-        trial_name_creator=trial_name, trial_dirname_creator=trial_name))
+        trial_name_creator=callbacks.trial_name, trial_dirname_creator=callbacks.trial_name))
 
 
 def _scheduler(plan: SearchPlan) -> TrialScheduler:
@@ -148,21 +141,26 @@ def _fit(session: Session, tuner: tune.Tuner, expected: int) -> tune.ResultGrid:
     return grid
 
 
+def _members(grid: tune.ResultGrid) -> Iterator[tuple[int, members.Member]]:
+    """Every run of a grid with its trial's index: a trial, or each member of a population trial."""
+    for i in range(len(grid)):
+        metrics = grid[i].metrics or {}
+        for member in members.members(str(metrics.get("trial_id", grid[i].path)), grid[i].config or {}, metrics):
+            yield i, member
+
+
 def _epochs(grid: tune.ResultGrid) -> float:
-    """Epochs trained by every trial of a grid, with or without a result."""
-    return sum(float((grid[i].metrics or {}).get("epoch", 0.0)) for i in range(len(grid)))
+    """Epochs trained by every run of a grid, with or without a result."""
+    return sum(float(m.metrics.get("epoch", 0.0)) for _, m in _members(grid))
 
 
 def _results(grid: tune.ResultGrid, plan: SearchPlan) -> list[TrialRun]:
     runs = []
-    for i in range(len(grid)):
-        result = grid[i]
-        metrics, config = result.metrics or {}, result.config or {}
-        number = Path(result.path).name.rsplit("_", 1)[-1]  # the folder is the trial's name: <loss>_<number>
-        settings = TrialSettings.from_dict(config)
-        run = ranking.trial_run(str(metrics.get("trial_id", result.path)), plan.data_settings, settings, metrics,
-                                plan.metric, completed(metrics, settings.epochs),
-                                int(number) if number.isdigit() else 0)
+    for i, member in _members(grid):
+        number = Path(grid[i].path).name.rsplit("_", 1)[-1]  # the folder is the trial's name: <loss>_<number>
+        settings = TrialSettings.from_dict(member.config)
+        run = ranking.trial_run(member.run_id, plan.data_settings, settings, member.metrics, plan.metric,
+                                callbacks.completed(member.metrics, settings.epochs), int(number) if number.isdigit() else 0)
         if run is not None:
             runs.append(run)
     return runs
@@ -189,7 +187,7 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
         write_state(plan.search_dir, state)
     tracker.start_search(params=params, tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}",
                                               schema.MODE: "max", **tags})
-    MlflowCallback.register(tracker)
+    callbacks.MlflowCallback.register(tracker)
     session = Session(plan, tracker, res, hint or resume_hint(plan))
     interrupt.register(tracker, session.hint)
     status = "FAILED"
@@ -281,11 +279,11 @@ def _search_and_confirm(session: Session) -> Outcome:
 def _failures(grid: tune.ResultGrid) -> dict[str, str]:
     """Per loss, why its trials gave no result, from the first that failed (its error's last line)."""
     out: dict[str, str] = {}
-    for i in range(len(grid)):
+    for i, member in _members(grid):
         result = grid[i]
-        loss = str((result.config or {}).get("loss", ""))
+        loss = str(member.config.get("loss", ""))
         # a diverged trial reports its error as a result; a crashed one leaves Ray's exception
-        error = (result.metrics or {}).get("error") or (
+        error = member.metrics.get("error") or (
             (str(result.error).strip().splitlines() or [""])[-1] if result.error else None)
         if loss and error and loss not in out:
             out[loss] = f"failed or diverged: {str(error)[:200]} (trial folder {Path(result.path).name})"
@@ -368,18 +366,22 @@ def _settings(cell: Cell) -> TrialSettings:
 
 def run_trials(session: Session, configs: list[TrialSettings], name: str = CONFIRM_DIR) -> tuple[list[TrialRun], float]:
     """Run complete trial settings to the end (no early stopping) as child runs with role=confirmation, in a
-    Tune experiment of their own (`name`) inside the search folder (resumable like the search)."""
+    Tune experiment of their own (`name`) inside the search folder (resumable like the search). With
+    --seeds-per-trial N, the seeds of one setting train in populations of up to N (tune_as.engine.members)."""
     plan = session.plan
     path = plan.search_dir / name
+    grouped, notes = members.group(configs, plan.request.seeds_per_trial, partial(members.population_problem, plan.data))
+    for note in notes:
+        print(fit(note))
     if tune.Tuner.can_restore(str(path)):
         tuner = tune.Tuner.restore(str(path), _trainable_for(plan, session.resources), resume_unfinished=True,
                                    resume_errored=True)
     else:
-        searcher = ConcurrencyLimiter(FixedConfigs([c.to_dict() for c in configs], f"best_val_{plan.metric}"),
+        searcher = ConcurrencyLimiter(FixedConfigs(grouped, f"best_val_{plan.metric}"),
                                       max_concurrent=cluster.concurrency(plan.request.max_concurrent,
                                                                          session.resources))
-        tuner = _tuner(session, name, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(), len(configs))
-    grid = _fit(session, tuner, len(configs))
+        tuner = _tuner(session, name, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(), len(grouped))
+    grid = _fit(session, tuner, len(grouped))
     return _results(grid, plan), _epochs(grid)
 
 

@@ -42,18 +42,24 @@ __all__ = ["Population", "PopulationReporter", "problem", "run_population"]
 
 
 class PopulationReporter(Protocol):
-    def report(self, member: int, metrics: dict[str, Any]) -> None: ...
+    """Where a population's evaluations go: one call per evaluation point, with the report of every member that
+    was due (member index -> a solo trial's report), `final` at the population's last one, and then each member's
+    p_margin of its best test evaluation (None where it has none)."""
+
+    def report(self, reports: dict[int, dict[str, Any]], final: bool,
+               margins: Sequence[np.ndarray | None] = ()) -> None: ...
 
 
-def problem(cfg: TrialSettings, data: Any, device: torch.device) -> str | None:
-    """Why this setting and data cannot train as a population (one line), or None when they can."""
+def problem(cfg: TrialSettings, data: Any, device: torch.device | None) -> str | None:
+    """Why this setting and data cannot train as a population (one line), or None when they can (on `device`;
+    None: the CPU)."""
     encoder = data.model_info.get("encoder")
     if encoder != "frozen" or data.kind not in ("multiclass", "multilabel"):
         return (f"a population trains frozen-feature heads of sentence tasks, got encoder {encoder!r} on a "
                 f"{data.kind} task (one model per trial: use solo trials)")
     if cfg.skip_masked_rows:
         return "skip_masked_rows: expected false in a population (row skipping re-batches per example), got true"
-    if autocast_for(cfg, device)[1]:
+    if autocast_for(cfg, device or torch.device("cpu"))[1]:
         return "precision: expected fp32 or bf16 in a population (fp16's loss scaler would be shared), got fp16"
     return None
 
@@ -253,6 +259,7 @@ class Population:
         loss is not finite is reported as failed and ends (the others go on)."""
         sums = self.window[list(due)].tolist()
         self.window[list(due)] = 0.0
+        reports: dict[int, dict[str, Any]] = {}
         finite = []
         for i, (loss_sum, _, _) in zip(due, sums, strict=True):
             n_steps = max(1, self.window_steps[i])
@@ -260,10 +267,12 @@ class Population:
                 finite.append(i)
                 continue
             self.alive[i] = False
-            self.reporter.report(i, {"error": f"non-finite training loss ({loss_sum / n_steps}) before optimizer "
-                                              f"step {self.counts[i].optimizer_steps}; lower the lr or the loss's "
-                                              "scale/margin", **self.position(i)})
+            reports[i] = {"error": f"non-finite training loss ({loss_sum / n_steps}) before optimizer step "
+                                   f"{self.counts[i].optimizer_steps}; lower the lr or the loss's scale/margin",
+                          **self.position(i)}
+        final = self.counts[0].samples_seen >= self.total_samples
         if not finite:
+            self.reporter.report(reports, final)
             return
         tic = time.perf_counter()
         val = dict(zip(finite, self.evaluate(self.data.validation, finite), strict=True))
@@ -281,13 +290,14 @@ class Population:
         for i in finite:
             loss_sum, rows, masked = by_member[i]
             n_steps = max(1, self.window_steps[i])
-            self.reporter.report(i, {**{f"val_{m}": v for m, v in val[i].scores.items()}, **self.counts[i].best,
-                                     "val_loss": val[i].loss, "train_loss": loss_sum / n_steps,
-                                     "masked_ratio": masked / max(1.0, rows), "accum_steps": steps[i],
-                                     "backward_rows": self.counts[i].backward_rows, **self.position(i),
-                                     "eval_seconds": seconds / len(finite)})
+            reports[i] = {**{f"val_{m}": v for m, v in val[i].scores.items()}, **self.counts[i].best,
+                          "val_loss": val[i].loss, "train_loss": loss_sum / n_steps,
+                          "masked_ratio": masked / max(1.0, rows), "accum_steps": steps[i],
+                          "backward_rows": self.counts[i].backward_rows, **self.position(i),
+                          "eval_seconds": seconds / len(finite)}
         for i in due:
             self.window_steps[i] = 0
+        self.reporter.report(dict(sorted(reports.items())), final, self.pmargin if final else ())
 
     def position(self, member: int) -> dict[str, Any]:
         c = self.counts[member]
