@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/run_study.sh                      # every task, in this order
 #   TASKS="clinc_oos sst5" TRIALS=6 bash benchmarks/run_study.sh
+#   MAX_SEEDS=10 SEEDS_PER_TRIAL=10 BUDGET_LARGE=480 BUDGET_SMALL=800 bash benchmarks/run_study.sh   # decisive
 #
 # Per task: ONE search of every applicable loss with the same budget (TRIALS Optuna trials per loss that has
 # parameters, one for a loss with nothing to tune), early stopping within each loss only, then racing confirmation
@@ -28,6 +29,7 @@ STORE=$OUT/searches
 TASKS=${TASKS:-"clinc_oos sst5 mrpc rte cola digits conll2003 goemotions"}
 TRIALS=${TRIALS:-2}
 MAX_SEEDS=${MAX_SEEDS:-5}
+SEEDS_PER_TRIAL=${SEEDS_PER_TRIAL:-1}  # > 1: a round's seeds of one loss train as one population (frozen tasks)
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=1
 PY=${PY:-python}
 mkdir -p "$STORE"
@@ -57,6 +59,9 @@ for task in $TASKS; do
         --name "$task-study" --format markdown)  # study_page.py reads the Markdown answer
   if [ "$task" != digits ]; then
     args+=(--backbone minilm --encoder frozen --data-dir "$DATA/$task")
+    if [ "$task" != conll2003 ]; then  # token features are ragged: no populations
+      args+=(--seeds-per-trial "$SEEDS_PER_TRIAL")
+    fi
   fi
   if [ -e "$STORE/$task-study/tune_as_search.json" ]; then  # after an interruption: continue, do not restart
     grep -q '"finished": true' "$STORE/$task-study/tune_as_search.json" && continue

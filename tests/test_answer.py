@@ -278,3 +278,31 @@ def test_the_answer_fits_a_terminal_of_100_columns_and_keeps_every_cell() -> Non
     assert "backward=inf, m=0.8963863270334698, n=6" in wide, "on a wide terminal a row is one line"
     assert json.loads(table.render("json"))["rows"][0]["loss"] == "sm_softmax"
     assert table.render("csv") == table.csv() and table.render("markdown") == table.markdown()
+
+
+def test_the_forest_plot_draws_the_answers_own_differences_intervals_and_verdicts(tmp_path: Path) -> None:
+    """The headline figure: one row per loss with a difference, its point and interval in points (the table's
+    numbers), coloured by its verdict word; nothing drawn for an answer without confirmation."""
+    from tune_as.results.forest import VERDICT_COLOURS, forest
+
+    plan = racing.Plan.fixed(("softmax", "a", "b"), "softmax", (5, 6, 7, 8), 4, resolution_points=100 / 359)
+    r = record(losses=("softmax", "a", "b"), race=plan, mode="fixed", trials={"s": True}, failures={},
+               rounds=(tuple(f"{x}{s}" for x in "sab" for s in (5, 6, 7, 8)),))
+    rng = np.random.default_rng(0)
+    confirmations = [run(f"s{s}", "softmax", s, 0.9, 0.90 + rng.normal(0, 0.002)) for s in (5, 6, 7, 8)]
+    confirmations += [run(f"a{s}", "a", s, 0.9, 0.95 + rng.normal(0, 0.002)) for s in (5, 6, 7, 8)]  # a clear win
+    confirmations += [run(f"b{s}", "b", s, 0.9, 0.90 + rng.normal(0, 0.03)) for s in (5, 6, 7, 8)]  # noise
+    answered = answer_table(r, [run("s", "softmax", 0, 0.9, 0.9)], confirmations)
+    fig = forest(answered, 0.5, "softmax", "accuracy", tmp_path / "answer.png", "digits")
+    assert fig is not None and (tmp_path / "answer.png").stat().st_size > 0
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["b", "a"]  # the larger difference on top
+    points = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    rows = {row.loss: row for row in answered.decision.rows}
+    for y, loss in enumerate(("b", "a")):
+        assert points[y].get_xdata()[0] == pytest.approx(100 * rows[loss].mean_diff)
+    assert points[1].get_color() == VERDICT_COLOURS["win"] and points[0].get_color() == VERDICT_COLOURS["undecided"]
+    labels = [t.get_text() for t in ax.child_axes[0].get_yticklabels()]  # the words at the right
+    assert labels[1].startswith("win") and labels[0].startswith("undecided (4 seeds)")
+    unconfirmed = answer_table(record(race=None, mode="none"), [run("s", "softmax", 0, 0.9, 0.9)], [])
+    assert forest(unconfirmed, 0.5, "softmax", "accuracy", tmp_path / "none.png") is None

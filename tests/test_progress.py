@@ -61,3 +61,19 @@ def test_in_a_pipe_a_block_is_appended_only_when_more_than_the_clock_changed(
     view.report([Stub("TERMINATED", 2.0)], done=True)
     blocks = [b for b in capsys.readouterr().out.split("\n\n") if b.strip()]
     assert len(blocks) == 2 and "1 running" in blocks[0] and "1/1 trials ended" in blocks[1]
+
+
+def test_encoding_progress_in_a_pipe_counts_documents_with_rate_and_time_left(capsys) -> None:
+    """Without a terminal (a log, CI), the long waits of data preparation print a line at most every 30 s of
+    their clock and one at the end: documents done of all, documents per second, time left."""
+    from tune_as.tasks.featurize import track
+
+    ticks = iter(range(0, 10_000, 20))  # a clock that moves 20 s per reading: no sleeping, no machine speed
+    batches = [list(range(100))] * 9 + [list(range(40))]
+    seen = list(track(batches, "eurlex: encoding test (minilm)", [len(b) for b in batches],
+                      clock=lambda: float(next(ticks))))
+    assert seen == batches
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == "eurlex: encoding test (minilm): 200/940 docs, 5 docs/s, 2 min 28 s left"
+    assert lines[-1] == "eurlex: encoding test (minilm): 940 docs in 3 min 40 s"
+    assert len(lines) == 5 and all(len(line) <= 100 for line in lines)

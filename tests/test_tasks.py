@@ -716,3 +716,22 @@ def test_full_prepare_keeps_every_row(name: str, sizes: tuple[int, int, int | No
     assert (len(data.train), len(data.validation), len(data.test) if data.test is not None else None) == sizes
     counts = torch.bincount(data.train.columns["labels"], minlength=data.num_labels)
     assert (counts > 0).all()  # every class of the label map occurs in train
+
+
+def test_texts_longer_than_max_length_are_cut_and_counted_in_one_note() -> None:
+    """The ids are truncation's own; the note says how many texts were cut and how many tokens each lost."""
+    import torch
+
+    from tune_as.tasks.backbones import train_tiny_tokenizer
+    from tune_as.tasks.featurize import text_split
+
+    words = [f"w{i}" for i in range(40)]
+    texts = [" ".join(words[:n]) for n in (3, 6, 20, 40)]
+    tokenizer = train_tiny_tokenizer(texts, char_level=False)
+    split, note = text_split(tokenizer, texts, None, torch.zeros(4), 8, "eurlex train: tokenizing")
+    plain = tokenizer(texts, truncation=True, max_length=8)["input_ids"]
+    assert [row[: int(n)].tolist() for row, n in zip(split.columns["input_ids"], split.lengths, strict=True)] == plain
+    lost = [len(tokenizer(t)["input_ids"]) - 8 for t in texts[2:]]  # 6 tokens + 2 special fit in 8
+    assert note == (f"eurlex train: 2 of 4 texts were cut to max_length 8 tokens (tokens lost per cut text: "
+                    f"median {lost[1]}, most {lost[1]})")
+    assert text_split(tokenizer, texts[:2], None, torch.zeros(2), 8, "x: tokenizing")[1] is None

@@ -30,6 +30,7 @@ from tune_as.errors import UserError
 from tune_as.results import racing, ranking
 from tune_as.results.answer import answer_table, summary
 from tune_as.results.budget import last_look
+from tune_as.results.forest import forest
 from tune_as.results.render import fit
 from tune_as.results.selection import Cell, TrialRun
 from tune_as.settings import DataSettings, TrialSettings
@@ -267,7 +268,9 @@ def _search_and_confirm(session: Session) -> Outcome:
         csv.write_text(answered.table.csv())
         record_file.write_text(record.to_json())
         metrics, tags = summary(answered, record.margin_points)
-        session.tracker.search_artifacts([md, csv, record_file], {
+        figure = Path(tmp) / schema.ANSWER_PNG  # the answer as a forest plot (tune_as.results.forest)
+        drawn = forest(answered, record.margin_points, plan.baseline, plan.metric, figure, plan.name)
+        session.tracker.search_artifacts([md, csv, record_file, *([figure] if drawn else [])], {
             schema.SEARCH_EPOCHS: compute.search_epochs, schema.CONFIRM_EPOCHS: compute.confirm_epochs, **metrics},
             {schema.ANSWER_TAG_PREFIX + k: v for k, v in tags.items()})
     if not any(row.val for row in rows):

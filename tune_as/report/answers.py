@@ -30,6 +30,7 @@ class Replayed:
     parent_id: str
     answered: Answered
     same_as_logged: bool | None  # None: the search logged no ranking.csv to compare with
+    record: AnswerRecord | None = None  # what the answer was replayed from (its baseline, metric and margin)
 
     @property
     def table(self) -> Table:
@@ -94,4 +95,4 @@ def replay(client: MlflowClient, parent: Run) -> Replayed | str:
             runs[role].append(made)
     answered = answer_table(record, runs[schema.ROLE_TRIAL], runs[schema.ROLE_CONFIRMATION])
     same = None if logged is None else logged == answered.table.csv()
-    return Replayed(name, parent.info.run_id, answered, same)
+    return Replayed(name, parent.info.run_id, answered, same, record)

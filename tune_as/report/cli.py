@@ -29,6 +29,7 @@ from tune_as.errors import BUG, UserError
 from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder
 from tune_as.report.answers import Replayed, column_labels, replay, search_name
 from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
+from tune_as.results.forest import forest
 from tune_as.results.render import Table
 from tune_as.results.selection import (
     PAPER_TASKS,
@@ -268,6 +269,12 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
             notes.append(f"search {replayed.search}: the replayed answer differs from the ranking.csv the search "
                          "logged; this is a bug in tune_as, please report it with both files")
     out.mkdir(parents=True, exist_ok=True)
+    for replayed in (r for r in replays if isinstance(r, Replayed) and r.record is not None):
+        assert replayed.record is not None
+        path = out / f"answer_{replayed.search}.png"  # the search's own answer as a forest plot
+        if forest(replayed.answered, replayed.record.margin_points, replayed.record.baseline,
+                  replayed.record.metric, path, f"{replayed.record.task}: search {replayed.search}") is not None:
+            report.figures.append(path)
     with tempfile.TemporaryDirectory() as tmp:
         for task in order({t for t, _ in cells}, PAPER_TASKS):
             storage = optuna_file(optuna_storage or Path("tune_as_results"), task, search_ids)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -20,19 +21,53 @@ CHUNK = 1024  # rows per tokenizer call: big enough for the Rust batch path, sma
 ENCODE_BATCH = 128
 
 
-def track(items: Sequence[T], description: str) -> Iterator[T]:
-    """Yield `items` under a progress bar (stderr) and log the elapsed time."""
-    from rich.console import Console
-    from rich.progress import Progress
+PIPE_EVERY_S = 30.0  # without a terminal: a progress line at most this often (and at the end)
 
-    start = time.perf_counter()
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min {secs:02d} s"
+
+
+def track(items: Sequence[T], description: str, sizes: Sequence[int] | None = None, unit: str = "docs",
+          clock: Callable[[], float] = time.perf_counter) -> Iterator[T]:
+    """Yield `items`, showing how far the work is in `unit`s (each item counts its `sizes` entry, default 1):
+    done of total, rate and time left. A terminal gets a bar (stderr, redrawn); otherwise a line on stderr at most
+    every PIPE_EVERY_S seconds and at the end, so a log or CI shows progress too. The total time is logged."""
+    import rich.progress as rp
+    from rich.console import Console
+    from rich.text import Text
+
+    class Rate(rp.ProgressColumn):
+        def render(self, task: Any) -> Text:
+            return Text(f"{task.speed or 0:,.0f} {unit}/s")
+
+    weights = list(sizes) if sizes is not None else [1] * len(items)
+    total, done, start = sum(weights), 0, clock()
     console = Console(stderr=True)
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task(description, total=len(items))
-        for item in items:
+    if console.is_terminal:
+        columns = (rp.TextColumn("{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(), Rate(),
+                   rp.TimeRemainingColumn())
+        with rp.Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task(description, total=total)
+            for item, weight in zip(items, weights, strict=True):
+                yield item
+                bar.advance(task, weight)
+    else:
+        last = start
+        for item, weight in zip(items, weights, strict=True):
             yield item
-            bar.advance(task)
-    log.info("%s: %.1f s", description, time.perf_counter() - start)
+            done += weight
+            now = clock()
+            if now - last >= PIPE_EVERY_S and done < total:
+                last = now
+                rate = done / max(now - start, 1e-9)
+                print(f"{description}: {done:,}/{total:,} {unit}, {rate:,.0f} {unit}/s, "
+                      f"{_clock((total - done) / max(rate, 1e-9))} left", file=sys.stderr, flush=True)
+    elapsed = clock() - start
+    if not console.is_terminal and elapsed >= PIPE_EVERY_S:
+        print(f"{description}: {total:,} {unit} in {_clock(elapsed)}", file=sys.stderr, flush=True)
+    log.info("%s: %.1f s", description, elapsed)
 
 
 def _pad(rows: list[list[int]], value: int, dtype: torch.dtype) -> Tensor:
@@ -51,18 +86,34 @@ def _columns(tokenizer: Any, ids: list[list[int]], types: list[list[int]]) -> tu
 
 
 def text_split(tokenizer: Any, texts: list[str], pairs: list[str] | None, labels: Tensor,
-               max_length: int, description: str) -> Split:
-    """Sentence (pair) classification inputs; labels (N,) int64 or (N, C) float multi-hot."""
+               max_length: int, description: str) -> tuple[Split, str | None]:
+    """Sentence (pair) classification inputs; labels (N,) int64 or (N, C) float multi-hot. With the split, a
+    one-line note of the texts cut to `max_length` tokens (how many, and how many tokens each lost), or None.
+    (Text pairs are cut too, but not counted: a fast tokenizer returns no overflow for pairs.)"""
     ids: list[list[int]] = []
     types: list[list[int]] = []
-    for a in track(range(0, len(texts), CHUNK), description):
+    lost = [0] * len(texts)  # tokens each single text lost to truncation
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    starts = range(0, len(texts), CHUNK)
+    for a in track(starts, description, [min(CHUNK, len(texts) - a) for a in starts]):
         enc = tokenizer(texts[a:a + CHUNK], pairs[a:a + CHUNK] if pairs is not None else None,
-                        truncation=True, max_length=max_length)
-        ids += enc["input_ids"]
-        types += enc.get("token_type_ids", [])
+                        truncation=True, max_length=max_length, return_overflowing_tokens=pairs is None)
+        rows = enc.get("overflow_to_sample_mapping") or list(range(len(enc["input_ids"])))
+        for k, row in enumerate(rows):
+            if k and rows[k - 1] == row:  # a continuation of the text: what truncation cut off
+                lost[a + row] += len(enc["input_ids"][k]) - specials
+                continue
+            ids.append(enc["input_ids"][k])
+            if "token_type_ids" in enc:
+                types.append(enc["token_type_ids"][k])
     columns, lengths = _columns(tokenizer, ids, types)
     columns["labels"] = labels
-    return Split(columns, lengths=lengths, seq_columns=("input_ids", "token_type_ids"))
+    cut = sorted(n for n in lost if n)
+    note = None
+    if cut:
+        note = (f"{description.split(':')[0]}: {len(cut):,} of {len(texts):,} texts were cut to max_length "
+                f"{max_length} tokens (tokens lost per cut text: median {cut[len(cut) // 2]:,}, most {cut[-1]:,})")
+    return Split(columns, lengths=lengths, seq_columns=("input_ids", "token_type_ids")), note
 
 
 def token_split(tokenizer: Any, words: list[list[str]], word_labels: list[list[int]], max_length: int,
@@ -74,7 +125,8 @@ def token_split(tokenizer: Any, words: list[list[str]], word_labels: list[list[i
     types: list[list[int]] = []
     label_rows: list[list[int]] = []
     word_index: list[list[int]] = []
-    for a in track(range(0, len(words), CHUNK), description):
+    starts = range(0, len(words), CHUNK)
+    for a in track(starts, description, [min(CHUNK, len(words) - a) for a in starts], unit="sentences"):
         enc = tokenizer(words[a:a + CHUNK], is_split_into_words=True, truncation=True, max_length=max_length)
         ids += enc["input_ids"]
         types += enc.get("token_type_ids", [])
@@ -95,9 +147,10 @@ def token_split(tokenizer: Any, words: list[list[str]], word_labels: list[list[i
 
 
 @torch.inference_mode()
-def encode_split(encoder: nn.Module, split: Split, token: bool, description: str) -> Split:
+def encode_split(encoder: nn.Module, split: Split, token: bool, description: str, bf16: bool = False) -> Split:
     """Frozen features: mean-pooled last hidden states (N, H) for sentences (the pooling all-MiniLM was
-    trained with), or the first sub-token state of every labelled word, stored ragged, for token tasks."""
+    trained with), or the first sub-token state of every labelled word, stored ragged, for token tasks. `bf16`:
+    the encoder runs under bf16 autocast (features still pooled and stored as fp16)."""
     assert split.lengths is not None
     encoder.eval()
     n = len(split)
@@ -105,10 +158,11 @@ def encode_split(encoder: nn.Module, split: Split, token: bool, description: str
     batches = [order[a:a + ENCODE_BATCH] for a in range(0, n, ENCODE_BATCH)]
     pooled: Tensor | None = None
     per_row: list[Tensor] = [torch.empty(0)] * n
-    for idx in track(batches, description):
+    for idx in track(batches, description, [len(b) for b in batches]):
         batch = split.batch(idx)
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-        hidden = encoder(**inputs).last_hidden_state  # (B, T, H)
+        with torch.autocast(next(encoder.parameters()).device.type, dtype=torch.bfloat16, enabled=bf16):
+            hidden = encoder(**inputs).last_hidden_state.float()  # (B, T, H)
         if token:
             keep = batch["labels"] != -100  # (B, T)
             for row, i in enumerate(idx.tolist()):

@@ -44,12 +44,12 @@ def featurize_text(task: Task, examples: dict[str, dict[str, Any]], labels: Labe
     train = examples["train"]
     corpus = train["texts"] + (train["pairs"] or [])
     tokenizer, info = load_tokenizer(spec.backbone, corpus, char_level=False)
-    splits = {
-        name: text_split(tokenizer, ex["texts"], ex["pairs"], ex["labels"], spec.max_length,
-                         f"{task.name}: tokenizing {name}")
-        for name, ex in examples.items()
-    }
-    return task.package(splits, labels, spec, dict(info, encoder="finetune", pooling="mean"), notes)
+    splits, cut = {}, []
+    for name, ex in examples.items():
+        splits[name], note = text_split(tokenizer, ex["texts"], ex["pairs"], ex["labels"], spec.max_length,
+                                        f"{task.name} {name}: tokenizing")
+        cut += [note] if note else []
+    return task.package(splits, labels, spec, dict(info, encoder="finetune", pooling="mean"), (*notes, *cut))
 
 
 @dataclass

@@ -39,6 +39,7 @@ ROLE_SEARCH, ROLE_TRIAL, ROLE_CONFIRMATION, ROLE_REPORT = "search", "trial", "co
 # -- artifacts --------------------------------------------------------------------------------------------
 PMARGIN_FILE = "pmargin.npy"  # p_t - max p_i on the test split, of the best-validation model (Figure 4)
 RANKING_MD, RANKING_CSV = "ranking.md", "ranking.csv"  # the search's final answer, on its parent run
+ANSWER_PNG = "answer.png"  # the answer as a forest plot (tune_as.results.forest), on the parent run
 ANSWER_JSON = "answer.json"  # the answer's record (tune_as.results.answer): what the report replays
 SEARCH_EPOCHS, CONFIRM_EPOCHS = "compute_search_epochs", "compute_confirm_epochs"  # its cost: parent run metrics
 
