@@ -152,6 +152,10 @@ CASES = {
                             "frozen-feature heads of sentence tasks), got 3"),
     "population without confirmation": (lambda d: ["--task", "digits", "--seeds-per-trial", "3"],
                                         "--seeds-per-trial: expected it with --race or --confirm N"),
+    "bf16 features without a frozen encoder": (
+        lambda d: ["--task", "digits", "--encode-precision", "bf16"],
+        "--encode-precision: expected fp32 with --encoder finetune (only a frozen encoder computes features ahead), "
+        "got bf16"),
     "population of none": (lambda d: ["--task", "digits", "--race", "--seeds-per-trial", "0"],
                            "--seeds-per-trial: expected an integer in [1, 64], got 0"),
     "population with evaluations every n steps": (

@@ -24,6 +24,7 @@ from typing import Any
 LOSS_PREFIX = "loss."
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ENCODERS = ("finetune", "frozen")  # fine-tune the backbone, or train a head on its cached features
+ENCODE_PRECISIONS = ("fp32", "bf16")  # how a frozen encoder computes the features (bf16: autocast, measured)
 DEFAULT_ENCODER = "finetune"
 MIN_LENGTH = 4  # [CLS] + two tokens + [SEP]: shorter sequences cannot hold a sentence pair
 SEED_MAX = 2**32 - 1
@@ -53,6 +54,7 @@ class DataSettings:
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
     seed: int = 0
+    encode_precision: str = "fp32"  # a frozen encoder's arithmetic (docs/tasks.md: bf16 within 0.003 of fp32)
     cache_dir: Path = Path(".tune_as_cache")
 
     def __post_init__(self) -> None:
@@ -73,12 +75,16 @@ class DataSettings:
             (self.max_eval_samples is None or self.max_eval_samples >= 1,
              "max_eval_samples: expected none or an integer >= 1", self.max_eval_samples),
             (0 <= self.seed <= SEED_MAX, f"seed: expected an integer in [0, {SEED_MAX}]", self.seed),
+            (self.encode_precision in ENCODE_PRECISIONS, f"encode_precision: expected one of {ENCODE_PRECISIONS}",
+             self.encode_precision),
         ])
 
     def key_fields(self) -> dict[str, Any]:
         """The cache key of the prepared data."""
         fields = dataclasses.asdict(self)
         del fields["cache_dir"]  # where the cache lives does not change what is in it
+        if self.encode_precision == "fp32":  # the key of every cache written before this field existed
+            del fields["encode_precision"]
         fields["data_dir"] = None if self.data_dir is None else str(self.data_dir.resolve())
         # The seed only changes the data through subsampling and the random `tiny` encoder's features:
         # otherwise every seed of a search shares one cache entry (no 80 s re-encode per seed).

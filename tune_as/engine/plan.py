@@ -192,7 +192,7 @@ def resolve_settings(r: SearchRequest, task: Task, space: SearchSpace) -> tuple[
     trial = {k: v for k, v in settings.items() if k in TRIAL_FIELDS}
     try:
         data_settings = DataSettings(**{**data, "task": task.name, "data_dir": r.data_dir, "encoder": r.encoder,
-                                        "seed": r.seed, "cache_dir": cache})
+                                        "encode_precision": r.encode_precision, "seed": r.seed, "cache_dir": cache})
         base = TrialSettings(**{**trial, "loss": next(iter(space.losses)), "seed": r.seed})
     except (TypeError, ValueError) as exc:
         raise UserError(f"settings: {first_line(exc)}") from None

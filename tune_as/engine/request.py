@@ -18,7 +18,7 @@ from tune_as.results.render import FORMATS as OUTPUT_FORMATS  # light: no rich u
 from tune_as.settings import SEED_MAX
 
 # Options whose value changes what a trial computes: a resumed search must keep them (tune_as.engine.plan).
-RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "max_length", "data_dir",
+RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "encode_precision", "max_length", "data_dir",
                   "max_train_samples", "max_eval_samples", "task_args", "search_space", "seed", "overrides",
                   "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke", "confirm",
                   "confirm_top", "sampler", "warm_start", "race", "max_seeds", "margin", "baseline", "budget",
@@ -45,6 +45,7 @@ class SearchRequest:
     max_epochs: float | None = None
     backbone: str | None = None
     encoder: str = "finetune"
+    encode_precision: str = "fp32"  # a frozen encoder's arithmetic: fp32, or bf16 autocast (2-2.8x on AMX CPUs)
     max_length: int | None = None
     data_dir: Path | None = None
     max_train_samples: int | None = None
@@ -130,6 +131,9 @@ class SearchRequest:
         if self.seeds_per_trial > 1 and self.eval_every_steps is not None:
             raise UserError("--seeds-per-trial: expected 1 with --eval-every-steps (a population's members report "
                             f"together once per epoch), got {self.seeds_per_trial}")
+        if self.encode_precision != "fp32" and self.encoder != "frozen":
+            raise UserError(f"--encode-precision: expected fp32 with --encoder {self.encoder} (only a frozen encoder "
+                            f"computes features ahead), got {self.encode_precision}")
         if not math.isfinite(self.margin) or not 0 <= self.margin <= 100:
             raise UserError(f"--margin: expected points in [0, 100] (e.g. 0.5), got {self.margin}")
         _positive("--budget", self.budget)

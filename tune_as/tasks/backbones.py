@@ -36,22 +36,34 @@ def resolve(backbone: str) -> str:
 
 
 def train_tiny_tokenizer(corpus: Iterable[str], char_level: bool) -> Any:
-    """A WordPiece tokenizer (or one token per character for Chinese) trained on the task's training text."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    """A word-level tokenizer (or one token per character for Chinese) built from the task's training text: the
+    TINY_VOCAB most frequent words, ties broken by the word itself, numbered in that order after the special
+    tokens; any other word is [UNK]. Counted here rather than by a `tokenizers` trainer: the trainers break ties
+    in hash-map order, which changes from run to run, so the same texts got other token ids (and a `tiny`
+    search other numbers)."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    if char_level:
-        # Characters are the words of a spelling-correction task: keep every training character.
-        tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-        trainer: Any = trainers.WordLevelTrainer(special_tokens=SPECIALS, min_frequency=1, show_progress=False)
-        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    splitter: Any
+    normalizer: Any
+    if char_level:  # characters are the words of a spelling-correction task: keep every training character
+        normalizer, splitter = None, pre_tokenizers.WhitespaceSplit()
         corpus = (" ".join("".join(text.split())) for text in corpus)
+        size = None
     else:
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        trainer = trainers.WordPieceTrainer(vocab_size=TINY_VOCAB, special_tokens=SPECIALS, show_progress=False)
-        tok.normalizer = normalizers.BertNormalizer(lowercase=False)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(corpus, trainer=trainer)
+        normalizer, splitter = normalizers.BertNormalizer(lowercase=False), pre_tokenizers.BertPreTokenizer()
+        size = TINY_VOCAB - len(SPECIALS)
+    counts: Counter[str] = Counter()
+    for text in corpus:
+        text = normalizer.normalize_str(text) if normalizer is not None else text
+        counts.update(word for word, _ in splitter.pre_tokenize_str(text))
+    words = sorted((w for w in counts if w not in SPECIALS), key=lambda w: (-counts[w], w))[:size]
+    tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate([*SPECIALS, *words])}, unk_token="[UNK]"))
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer = splitter
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",

@@ -193,6 +193,7 @@ def freeze(data: PreparedData, spec: DataSettings) -> PreparedData:
     for name in ("train", "validation", "test"):
         split = getattr(data, name)
         if split is not None:
-            splits[name] = encode_split(encoder, split, token, f"{spec.task}: encoding {name} ({spec.backbone})")
+            splits[name] = encode_split(encoder, split, token, f"{spec.task}: encoding {name} ({spec.backbone})",
+                                        bf16=spec.encode_precision == "bf16")
     info = dict(data.model_info, encoder="frozen", feature_dim=int(data.model_info["hidden_size"]))
     return dataclasses.replace(data, model_info=info, **splits)
