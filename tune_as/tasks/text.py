@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,8 @@ from .labels import LabelMap
 from .sources import HubSource, RawSplit
 
 TEXT_FIELDS = {"text": ("text",), "label": ("label",)}
+
+log = logging.getLogger(__name__)
 
 
 def strings(raw: RawSplit, candidates: tuple[str, ...]) -> list[str]:
@@ -48,7 +51,9 @@ def featurize_text(task: Task, examples: dict[str, dict[str, Any]], labels: Labe
     for name, ex in examples.items():
         splits[name], note = text_split(tokenizer, ex["texts"], ex["pairs"], ex["labels"], spec.max_length,
                                         f"{task.name} {name}: tokenizing")
-        cut += [note] if note else []
+        if note:
+            log.warning(note)
+            cut.append(note)
     return task.package(splits, labels, spec, dict(info, encoder="finetune", pooling="mean"), (*notes, *cut))
 
 
