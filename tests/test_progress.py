@@ -77,3 +77,18 @@ def test_encoding_progress_in_a_pipe_counts_documents_with_rate_and_time_left(ca
     assert lines[0] == "eurlex: encoding test (minilm): 200/940 docs, 5 docs/s, 2 min 28 s left"
     assert lines[-1] == "eurlex: encoding test (minilm): 940 docs in 3 min 40 s"
     assert len(lines) == 5 and all(len(line) <= 100 for line in lines)
+
+
+def test_the_first_line_says_what_will_run_before_the_slow_imports() -> None:
+    """Printed by the CLI right after the arguments are checked (importing PyTorch, Ray Tune and MLflow and
+    starting Ray take seconds before the search's own lines); never the text of --address (it may hold a
+    password)."""
+    from tune_as.engine.request import SearchRequest
+    from tune_as.search import starting_line
+
+    race = starting_line(SearchRequest(task="digits", losses=("softmax", "as_softmax"), race=True, max_seeds=5))
+    assert race.startswith("digits: a search of losses softmax, as_softmax, then racing up to 5 seeds per loss;")
+    assert "starting a local Ray" in race and all(len(line) <= 100 for line in race.splitlines())
+    joined = starting_line(SearchRequest(task="sst5", confirm=3, address="ray://u:pw@host:10001"))
+    assert "then 3 seeds per loss" in joined and "pw" not in joined and "--address" in joined
+    assert starting_line(SearchRequest(task="", resume=True, name="digits-1")).startswith("resuming digits-1;")

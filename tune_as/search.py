@@ -215,6 +215,22 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 _TERMINATED = False
 
 
+def starting_line(r: SearchRequest) -> str:
+    """What is about to run, from the request alone (printed at once: importing PyTorch, Ray Tune and MLflow, then
+    starting Ray, take seconds before the search's own lines)."""
+    from tune_as.results.render import fit
+
+    if r.resume:
+        what = f"resuming {r.name or 'the latest ' + (r.task or '') + ' search'}"
+    else:
+        losses = f"losses {', '.join(r.losses)}" if r.losses else "every loss of the task"
+        confirm = (f", then racing up to {r.max_seeds} seeds per loss" if r.race
+                   else f", then {r.confirm} seeds per loss" if r.confirm else "")
+        what = f"{r.task}: a search of {losses}{confirm}"
+    ray = "joining the Ray cluster of --address" if r.address else "starting a local Ray"  # (never its text)
+    return fit(f"{what}; loading PyTorch, Ray Tune and MLflow, preparing the data, {ray}...")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -228,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(starting_line(request), flush=True)  # before the heavy imports (seconds of them)
     from tune_as.engine.cluster import loopback_ray
 
     loopback_ray(args.address)

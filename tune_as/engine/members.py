@@ -11,7 +11,7 @@ the last result of the trial holds each member's final report. Everything downst
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from tune_as.settings import TrialSettings
@@ -82,6 +82,14 @@ def members(trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> li
         out.append(Member(f"{trial_id}-seed{seed}", {**settings_config(config), "seed": int(seed)},
                           {**shared, **own}, fresh))
     return out
+
+
+def of_grid(grid: Any) -> Iterator[tuple[int, Member]]:
+    """Every run of a Tune result grid with its trial's index: a trial, or each member of a population trial."""
+    for i in range(len(grid)):
+        metrics = grid[i].metrics or {}
+        for member in members(str(metrics.get("trial_id", grid[i].path)), grid[i].config or {}, metrics):
+            yield i, member
 
 
 def flat_report(latest: dict[int, dict[str, Any]], fresh: set[int], size: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import importlib.util
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -142,22 +143,14 @@ def _fit(session: Session, tuner: tune.Tuner, expected: int) -> tune.ResultGrid:
     return grid
 
 
-def _members(grid: tune.ResultGrid) -> Iterator[tuple[int, members.Member]]:
-    """Every run of a grid with its trial's index: a trial, or each member of a population trial."""
-    for i in range(len(grid)):
-        metrics = grid[i].metrics or {}
-        for member in members.members(str(metrics.get("trial_id", grid[i].path)), grid[i].config or {}, metrics):
-            yield i, member
-
-
 def _epochs(grid: tune.ResultGrid) -> float:
     """Epochs trained by every run of a grid, with or without a result."""
-    return sum(float(m.metrics.get("epoch", 0.0)) for _, m in _members(grid))
+    return sum(float(m.metrics.get("epoch", 0.0)) for _, m in members.of_grid(grid))
 
 
 def _results(grid: tune.ResultGrid, plan: SearchPlan) -> list[TrialRun]:
     runs = []
-    for i, member in _members(grid):
+    for i, member in members.of_grid(grid):
         number = Path(grid[i].path).name.rsplit("_", 1)[-1]  # the folder is the trial's name: <loss>_<number>
         settings = TrialSettings.from_dict(member.config)
         run = ranking.trial_run(member.run_id, plan.data_settings, settings, member.metrics, plan.metric,
@@ -178,10 +171,14 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     if r.address:  # before the tracking store: a first use of an SQLite file creates it
         cluster.check_address(r.address)
     tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id)
-    tracker.check_reachable()
-    # a resume finds a search that another process runs before it starts Ray (its folder exists already)
-    lock = claim(plan.search_dir, resume=True) if r.resume else None
-    cluster.init_ray(r.address, r.dashboard_host, quiet=r.verbose < 2, dashboard=r.dashboard)
+    # the tracking store opens (a new SQLite store builds its schema: seconds) while Ray starts; both are checked
+    # before the search writes anything of its own, and an unusable store still stops it with its own message
+    with ThreadPoolExecutor(1, thread_name_prefix="tune_as-mlflow-open") as pool:
+        opened = pool.submit(tracker.check_reachable)
+        # a resume finds a search that another process runs before it starts Ray (its folder exists already)
+        lock = claim(plan.search_dir, resume=True) if r.resume else None
+        cluster.init_ray(r.address, r.dashboard_host, quiet=r.verbose < 2, dashboard=r.dashboard)
+        opened.result()
     res = cluster.resources(r.cpus_per_trial, r.gpus_per_trial)
     lock = lock or claim(plan.search_dir, resume=False)  # a new search writes its folder only now
     if state is not None:
@@ -282,7 +279,7 @@ def _search_and_confirm(session: Session) -> Outcome:
 def _failures(grid: tune.ResultGrid) -> dict[str, str]:
     """Per loss, why its trials gave no result, from the first that failed (its error's last line)."""
     out: dict[str, str] = {}
-    for i, member in _members(grid):
+    for i, member in members.of_grid(grid):
         result = grid[i]
         loss = str(member.config.get("loss", ""))
         # a diverged trial reports its error as a result; a crashed one leaves Ray's exception
