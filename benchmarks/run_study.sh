@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/run_study.sh                      # every task, in this order
 #   TASKS="clinc_oos sst5" TRIALS=6 bash benchmarks/run_study.sh
+#   TASKS=eurlex bash benchmarks/run_study.sh         # not in the default list: ~25 min of encoding first
 #   MAX_SEEDS=10 SEEDS_PER_TRIAL=10 BUDGET_LARGE=480 BUDGET_SMALL=800 bash benchmarks/run_study.sh   # decisive
 #
 # Per task: ONE search of every applicable loss with the same budget (TRIALS Optuna trials per loss that has
@@ -36,7 +37,7 @@ mkdir -p "$STORE"
 
 epochs_for() {
   case $1 in
-    clinc_oos | sst5 | conll2003 | goemotions) echo "${EPOCHS_LARGE:-3}" ;;
+    clinc_oos | sst5 | conll2003 | goemotions | eurlex) echo "${EPOCHS_LARGE:-3}" ;;
     cola) echo "${EPOCHS_COLA:-3}" ;;
     mrpc | rte) echo "${EPOCHS_SMALL:-5}" ;;
     digits) echo "${EPOCHS_DIGITS:-5}" ;;
@@ -45,7 +46,7 @@ epochs_for() {
 
 budget_for() {  # trial-epochs for the whole answer: the search and every confirmation round
   case $1 in
-    goemotions) echo "${BUDGET_GOEMOTIONS:-150}" ;;
+    goemotions | eurlex) echo "${BUDGET_GOEMOTIONS:-150}" ;;
     conll2003) echo "${BUDGET_CONLL2003:-200}" ;;
     mrpc | rte | digits) echo "${BUDGET_SMALL:-450}" ;;
     *) echo "${BUDGET_LARGE:-270}" ;;
@@ -59,6 +60,9 @@ for task in $TASKS; do
         --name "$task-study" --format markdown)  # study_page.py reads the Markdown answer
   if [ "$task" != digits ]; then
     args+=(--backbone minilm --encoder frozen --data-dir "$DATA/$task")
+    if [ "$task" = eurlex ]; then  # EURLEX57K: 14,000+ long laws to encode once (bf16: docs/tasks.md)
+      args+=(--encode-precision bf16 --max-train-samples "${EURLEX_TRAIN:-10000}")
+    fi
     if [ "$task" != conll2003 ]; then  # token features are ragged: no populations
       args+=(--seeds-per-trial "$SEEDS_PER_TRIAL")
     fi
