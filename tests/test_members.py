@@ -3,9 +3,10 @@ the fan-out back into one run per member."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-from tune_as.engine.members import POPULATION, flat_report, member_epochs, members, population_problem
+from tune_as.engine.members import POPULATION, flat_report, grid_epochs, members, population_problem
 from tune_as.settings import TrialSettings
 
 
@@ -46,7 +47,8 @@ def test_a_population_result_fans_out_into_one_run_per_member_with_its_seed() ->
     assert runs[1].metrics["error"] == "non-finite training loss"
     assert all(POPULATION not in m.config for m in runs)
     TrialSettings.from_dict(runs[0].config)  # a solo trial's config again
-    assert member_epochs("t1", config, result) == 3.0
+    grid = [SimpleNamespace(metrics=result, config=config, path="softmax_0001")]  # what a Tune grid holds
+    assert grid_epochs(grid) == 3.0
     # a solo trial is a population of one: its own id, config and result
     solo = settings("softmax", 5).to_dict()
     assert members("t2", solo, {"epoch": 1.0}) == [("t2", solo, {"epoch": 1.0}, True)]

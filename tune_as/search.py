@@ -221,7 +221,8 @@ def starting_line(r: SearchRequest) -> str:
     from tune_as.results.render import fit
 
     if r.resume:
-        what = f"resuming {r.name or 'the latest ' + (r.task or '') + ' search'}"
+        latest = f"the latest {r.task} search" if r.task else "the latest search"
+        what = f"resuming {r.name or latest}"
     else:
         losses = f"losses {', '.join(r.losses)}" if r.losses else "every loss of the task"
         confirm = (f", then racing up to {r.max_seeds} seeds per loss" if r.race

@@ -103,6 +103,7 @@ def flat_report(latest: dict[int, dict[str, Any]], fresh: set[int], size: int) -
     return out
 
 
-def member_epochs(trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> float:
-    """Epochs trained inside one Tune trial: its own, or the sum over its members."""
-    return sum(float(m.metrics.get("epoch", 0.0)) for m in members(trial_id, config, result))
+def grid_epochs(grid: Any) -> float:
+    """Epochs trained by every run of a Tune result grid (each member of a population counted), with or without
+    a result."""
+    return sum(float(m.metrics.get("epoch", 0.0)) for _, m in of_grid(grid))

@@ -33,6 +33,7 @@ from tune_as.space.search_space import (
     load_search_space,
 )
 from tune_as.tasks import PreparedData, Task, build_task
+from tune_as.training.population import applies as population_applies
 
 # --smoke: a tiny random backbone and little data, so the whole pipeline runs in well under a minute.
 SMOKE: dict[str, Any] = {"backbone": "tiny", "max_train_samples": 256, "max_eval_samples": 128, "max_length": 32,
@@ -292,7 +293,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         if len(space.losses) < 2:
             raise UserError(f"--losses: expected at least two losses to confirm a comparison, got {list(space.losses)}")
     data_settings, base = resolve_settings(r, task, space)
-    if r.seeds_per_trial > 1 and (data_settings.encoder != "frozen" or task.kind not in ("multiclass", "multilabel")):
+    if r.seeds_per_trial > 1 and not population_applies(data_settings.encoder, task.kind):
         raise UserError(f"--seeds-per-trial: expected 1 for {task.name} with encoder {data_settings.encoder} (a "
                         f"population trains frozen-feature heads of sentence tasks), got {r.seeds_per_trial}")
     check_length(data_settings, task)

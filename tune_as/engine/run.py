@@ -143,11 +143,6 @@ def _fit(session: Session, tuner: tune.Tuner, expected: int) -> tune.ResultGrid:
     return grid
 
 
-def _epochs(grid: tune.ResultGrid) -> float:
-    """Epochs trained by every run of a grid, with or without a result."""
-    return sum(float(m.metrics.get("epoch", 0.0)) for _, m in members.of_grid(grid))
-
-
 def _results(grid: tune.ResultGrid, plan: SearchPlan) -> list[TrialRun]:
     runs = []
     for i, member in members.of_grid(grid):
@@ -249,7 +244,7 @@ def _search_and_confirm(session: Session) -> Outcome:
         tuner = _tuner(session, plan.name, schema.ROLE_TRIAL, limited, _scheduler(plan), plan.n_trials)
     grid = _fit(session, tuner, plan.n_trials)
     trials = _results(grid, plan)
-    search_epochs = _epochs(grid)
+    search_epochs = members.grid_epochs(grid)
     confirmed = _confirm(session, trials, search_epochs) if plan.confirming else Confirmed()
     record = answer_record(plan, trials, confirmed.plan, confirmed.notes, confirmed.rounds, _failures(grid))
     answered = answer_table(record, trials, confirmed.runs)
@@ -382,7 +377,7 @@ def run_trials(session: Session, configs: list[TrialSettings], name: str = CONFI
                                                                          session.resources))
         tuner = _tuner(session, name, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(), len(grouped))
     grid = _fit(session, tuner, len(grouped))
-    return _results(grid, plan), _epochs(grid)
+    return _results(grid, plan), members.grid_epochs(grid)
 
 
 def confirm_settings(r: SearchRequest, data: DataSettings, configs: list[TrialSettings]) -> list[TrialRun]:

@@ -4,7 +4,7 @@ and in the report).
 
 Drawn from the answer's own decision (`Answered.decision`), never re-derived: the points, intervals and words are
 the table's. Axes in points of the metric, as the tables are. Losses without a difference (no result, or the
-baseline itself) are listed under the plot, not drawn.
+baseline itself) are not drawn: the table lists them.
 """
 
 from __future__ import annotations

@@ -38,7 +38,9 @@ from tune_as.training.stacked import StackedAdamW, StackedFrozen, clip_members, 
 from tune_as.training.tools import Batches, Counts, autocast_for, epoch_order, lr_factor, p_margin
 from tune_as.training.trial import EVAL_ROWS, Evaluation
 
-__all__ = ["Population", "PopulationReporter", "problem", "run_population"]
+__all__ = ["KINDS", "Population", "PopulationReporter", "applies", "problem", "run_population"]
+
+KINDS = ("multiclass", "multilabel")  # sentence tasks: one feature row per example (token tasks are ragged)
 
 
 class PopulationReporter(Protocol):
@@ -50,11 +52,17 @@ class PopulationReporter(Protocol):
                margins: Sequence[np.ndarray | None] = ()) -> None: ...
 
 
+def applies(encoder: str | None, kind: str) -> bool:
+    """Whether data of this encoder and task kind can train as a population: a frozen encoder's sentence
+    features (the one rule; the plan refuses --seeds-per-trial by it before the data is prepared)."""
+    return encoder == "frozen" and kind in KINDS
+
+
 def problem(cfg: TrialSettings, data: Any, device: torch.device | None) -> str | None:
     """Why this setting and data cannot train as a population (one line), or None when they can (on `device`;
     None: the CPU)."""
     encoder = data.model_info.get("encoder")
-    if encoder != "frozen" or data.kind not in ("multiclass", "multilabel"):
+    if not applies(encoder, data.kind):
         return (f"a population trains frozen-feature heads of sentence tasks, got encoder {encoder!r} on a "
                 f"{data.kind} task (one model per trial: use solo trials)")
     if cfg.skip_masked_rows:
