@@ -382,11 +382,12 @@ def test_a_failure_inside_tune_as_is_a_bug_with_its_traceback_not_bad_input(monk
     unexpected exception) is a traceback, a line saying it is a bug to report, and exit 1."""
     import tune_as.engine.run as engine
 
-    def broken(request: object) -> None:
+    def broken(request: object, head: object = None) -> None:
         raise ZeroDivisionError("an internal failure")
 
     monkeypatch.setattr(engine, "run_search", broken)
-    assert main(["--task", "digits"]) == 1
+    # --address: no local Ray is started for a search that the broken engine never runs
+    assert main(["--task", "digits", "--address", "127.0.0.1:6379"]) == 1
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "ZeroDivisionError: an internal failure" in err
     assert "a bug, not your input" in err.splitlines()[-1]
@@ -397,6 +398,25 @@ def test_a_failure_inside_tune_as_is_a_bug_with_its_traceback_not_bad_input(monk
     assert main(["--task", "digits", "--trials-per-loss", "0", "--debug"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err and err.splitlines()[-1].startswith("error: --trials-per-loss")
+
+
+def test_a_search_whose_tracking_writes_were_kept_exits_4_with_one_line(monkeypatch, capsys, tmp_path) -> None:
+    """The answer was printed and saved, but MLflow did not take every write: they are in the search's journal
+    (tests/test_tracking.py delivers one), and the exit code says so."""
+    import tune_as.engine.run as engine
+    from tune_as.tracking.tracker import MlflowTracker, WritesKept
+
+    tracker = MlflowTracker("http://127.0.0.1:5000", "e", "s", journal_dir=tmp_path)
+    tracker.pending.append(("end of search", {"op": "search_end", "status": "FINISHED"}))
+
+    def kept(request: object, head: object = None) -> None:
+        raise WritesKept(tracker)
+
+    monkeypatch.setattr(engine, "run_search", kept)
+    assert main(["--task", "digits", "--address", "127.0.0.1:6379"]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: MLflow: 1 writes could not be delivered"), err
+    assert f"python -m tune_as.sync {tmp_path}" in err
 
 
 def test_a_mistyped_task_or_option_is_refused_before_torch_and_ray_are_imported() -> None:

@@ -3,6 +3,7 @@ type), orphaned runs, deleted experiments, two processes opening a fresh SQLite 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -228,3 +229,98 @@ def test_two_processes_opening_a_fresh_sqlite_file_at_once(tmp_path: Path) -> No
     client = tracking.open_client(uri)
     client.create_experiment("after-the-race")
     assert {e.name for e in client.search_experiments()} == {"Default", "after-the-race"}
+
+
+def _away(tracker: MlflowTracker) -> str:
+    """Point the tracker at a port where nothing listens (the server is "away"); returns the good URI."""
+    good = tracker.uri
+    tracker.uri = f"http://127.0.0.1:{free_port()}"
+    tracker._client = MlflowClient(tracker.uri)
+    return good
+
+
+@pytest.mark.slow
+def test_writes_mlflow_never_took_are_kept_in_the_folder_and_delivered_later(mlflow_server, tmp_path: Path,
+                                                                          capsys) -> None:
+    """MLflow away from a trial's second result to the end of the search: nothing is dropped. The writes (with the
+    files they log) are kept in the search's folder, the search would exit 4 saying so, and `python -m
+    tune_as.sync FOLDER` delivers them: the run's metrics in order, its artifact, its status, the parent's
+    ranking and status. Delivering again is a no-op; a damaged journal is one line, exit 2."""
+    from tune_as import sync
+    from tune_as.tracking.tracker import JOURNAL, JOURNAL_FILES, WritesKept
+
+    folder = tmp_path / "search"
+    folder.mkdir()
+    (folder / schema.SEARCH_STATE_FILE).write_text(json.dumps(
+        {"search_id": "kept-1", "experiment": "trk-journal", "mlflow_uri": mlflow_server.uri}))
+    tracker = MlflowTracker(mlflow_server.uri, "trk-journal", "kept-1", final_flush_s=0.5, journal_dir=folder)
+    tracker.check_reachable()
+    tracker.start_search(params={"task": "digits"}, tags={schema.TASK: "digits"})
+    tracker.trial_started("t1", {"loss": "softmax", "lr": 0.1}, TAGS)
+    tracker.trial_result("t1", {"training_iteration": 1, "val_accuracy": 0.5})
+    _away(tracker)
+    tracker.trial_result("t1", {"training_iteration": 2, "val_accuracy": 0.6})
+    margins = tmp_path / "pmargin.npy"
+    margins.write_bytes(b"margins")
+    tracker.trial_ended("t1", "FINISHED", artifacts=[margins])
+    tracker.trial_started("t2", {"loss": "softmax", "lr": 1.0}, TAGS)  # a run MLflow never saw created
+    tracker.trial_ended("t2", "FAILED", error="RuntimeError: diverged")
+    ranking = tmp_path / "ranking.md"
+    ranking.write_text("| loss |\n")
+    tracker.search_artifacts([ranking], {"compute_trial_epochs": 2.0}, {"tune_as.winner": "softmax"})
+    assert not tracker.search_ended("FINISHED")
+    kept = (folder / JOURNAL).read_text().splitlines()
+    assert len(kept) == len(tracker.pending) == 7, kept
+    assert sorted(p.name for p in (folder / JOURNAL_FILES).rglob("*") if p.is_file()) == ["pmargin.npy", "ranking.md"]
+    assert f"kept in {folder / JOURNAL}" in str(WritesKept(tracker))
+
+    assert sync.main([str(folder)]) == 0
+    assert capsys.readouterr().out.strip() == "7 kept writes delivered"
+    assert not (folder / JOURNAL).exists() and not (folder / JOURNAL_FILES).exists()
+    client = MlflowClient(mlflow_server.uri)
+    by_trial = {r.data.tags[schema.TRIAL]: r for r in client.search_runs([str(tracker.experiment_id)])
+                if schema.TRIAL in r.data.tags}
+    one, two = by_trial["t1"], by_trial["t2"]
+    assert [m.value for m in client.get_metric_history(one.info.run_id, "val_accuracy")] == [0.5, 0.6]
+    assert one.info.status == "FINISHED" and [a.path for a in client.list_artifacts(one.info.run_id)] == ["pmargin.npy"]
+    assert two.info.status == "FAILED" and two.data.params["lr"] == "1.0" and "diverged" in two.data.tags[schema.ERROR]
+    parent = client.get_run(str(tracker.parent_id))
+    assert parent.info.status == "FINISHED" and parent.data.tags["tune_as.winner"] == "softmax"
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["ranking.md"]
+
+    assert sync.main([str(folder)]) == 0 and "no kept writes" in capsys.readouterr().out
+    (folder / JOURNAL).write_text('{"op": "format_disk"}\n')
+    assert sync.main([str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{JOURNAL}:1: expected a tracking write" in err, err
+    assert sync.main([str(tmp_path / "nowhere")]) == 2 and "expected a search's folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_resumed_search_delivers_the_kept_writes_first(mlflow_server, tmp_path: Path) -> None:
+    """`--resume` of a search that kept writes: its tracker queues the journal before its own writes (leaving out
+    the journal's end of the search: the resumed search ends its parent itself), and the journal is gone once
+    everything is delivered."""
+    from tune_as.tracking.tracker import JOURNAL
+
+    first = MlflowTracker(mlflow_server.uri, "trk-resume-journal", "kept-2", final_flush_s=0.2, journal_dir=tmp_path)
+    first.check_reachable()
+    first.start_search(params={"task": "digits"}, tags={schema.TASK: "digits"})
+    first.trial_started("t1", {"loss": "softmax"}, TAGS)
+    _away(first)
+    first.trial_result("t1", {"training_iteration": 1, "val_accuracy": 0.5})
+    first.trial_ended("t1", "FINISHED")
+    assert not first.search_ended("KILLED") and (tmp_path / JOURNAL).is_file()
+
+    resumed = MlflowTracker(mlflow_server.uri, "trk-resume-journal", "kept-2", final_flush_s=5, journal_dir=tmp_path)
+    resumed.check_reachable()
+    assert resumed.start_search(params={}, tags={}) == first.parent_id
+    assert resumed.replay(skip_search_end=True) == 2 and resumed.pending[0][1]["op"] == "result"
+    resumed.trial_started("t2", {"loss": "softmax"}, TAGS)  # the resumed search's own writes come after
+    resumed.trial_ended("t2", "FINISHED")
+    assert resumed.search_ended("FINISHED") and not (tmp_path / JOURNAL).exists()
+    client = MlflowClient(mlflow_server.uri)
+    runs = {r.data.tags[schema.TRIAL]: r for r in client.search_runs([str(resumed.experiment_id)])
+            if schema.TRIAL in r.data.tags}
+    assert runs["t1"].info.status == "FINISHED" and runs["t1"].data.metrics["val_accuracy"] == 0.5
+    assert client.get_run(str(first.parent_id)).info.status == "FINISHED"

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tune_as.engine import head as ray_head
 from tune_as.engine import interrupt
 from tune_as.engine.request import OUTPUT_FORMATS, SAMPLERS, SearchRequest
 from tune_as.errors import BUG, UserError
@@ -246,11 +247,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(starting_line(request), flush=True)  # before the heavy imports (seconds of them)
+    try:  # a local Ray starts in its own process while this one imports (engine/head.py)
+        head = ray_head.launch(request.address, request.dashboard, request.dashboard_host)
+    except OSError as exc:  # no temporary folder to write its log in, or no process to start
+        print(f"error: Ray: expected a local Ray to start on this machine, got {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 2
+    try:
+        return _search(args, request, head)
+    finally:
+        if head is not None:
+            _leave(head)
+
+
+def _leave(head: ray_head.Head) -> None:
+    """Leave Ray, then stop the head: a driver still connected to a stopped head would wait for it (60 s)."""
+    if "ray" in sys.modules:
+        import ray
+
+        ray.shutdown()
+    head.stop()
+
+
+def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Head | None) -> int:
     from tune_as.engine.cluster import loopback_ray
 
     loopback_ray(args.address)
     from tune_as.engine.resume import SearchFinished
     from tune_as.engine.run import NoResult, SearchInterrupted, run_search
+    from tune_as.sync import KEPT
+    from tune_as.tracking.tracker import WritesKept
 
     # MLflow logs its schema creation on the first use of an SQLite file at INFO ("Creating initial MLflow
     # database tables..."): the CLI prints its own lines, and an error stays one line. Warnings still show.
@@ -259,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     code = 0
     try:
-        run_search(request)
+        run_search(request, head)
     except UserError as exc:
         if args.debug:
             traceback.print_exc()
@@ -270,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     except NoResult as exc:  # the search ran, and no loss has a result: the parent run is FAILED
         print(f"error: {exc}", file=sys.stderr)
         code = 3
+    except WritesKept as exc:  # the answer is printed and saved; MLflow lacks some of it, kept in the journal
+        print(f"error: {exc}", file=sys.stderr)
+        code = KEPT
     except SearchInterrupted as exc:
         print(interrupt.interrupted_line(str(exc)), file=sys.stderr)
         code = 130

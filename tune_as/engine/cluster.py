@@ -13,6 +13,7 @@ import threading
 import urllib.parse
 from typing import Any
 
+from tune_as.engine.head import Head
 from tune_as.errors import UserError, excerpt, first_line
 from tune_as.tracking.client import redact_uri
 
@@ -71,10 +72,12 @@ def _described(answer: bytes | None) -> str:
     return f"a server that answered {excerpt(answer, 40)}"
 
 
-def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashboard: bool = True) -> None:
-    """Ray for this process: joined at `address`, or started locally. `quiet`: Ray's own log lines below ERROR
-    (start-up, the token notice, Tune's "wrote the latest version", "total run time", its restore hint on an
-    interruption: tune_as prints its own) stay out of the terminal; `--verbose` shows them."""
+def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashboard: bool = True,
+             head: Head | None = None) -> None:
+    """Ray for this process: joined at `address`, or at the local `head` the CLI started (engine.head), or started
+    in this process. `quiet`: Ray's own log lines below ERROR (start-up, the token notice, Tune's "wrote the latest
+    version", "total run time", its restore hint on an interruption: tune_as prints its own) stay out of the
+    terminal; `--verbose` shows them."""
     if dashboard_host not in LOOPBACK:
         print(f"warning: --dashboard-host {dashboard_host} makes the Ray dashboard reachable beyond this machine; "
               "token authentication stays on", file=sys.stderr)
@@ -87,8 +90,13 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
     on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         level = logging.ERROR if quiet else logging.INFO
-        ctx = (ray.init(address=address, log_to_driver=False, logging_level=level) if address
-               else _init_local(dashboard_host, level, dashboard))
+        if address:
+            ctx = ray.init(address=address, log_to_driver=False, logging_level=level)
+        elif head is not None:  # its own reason if it failed to start; the driver joins it on loopback
+            ctx = ray.init(address=head.wait_ready(), log_to_driver=False, logging_level=level,
+                           _node_ip_address="127.0.0.1")
+        else:
+            ctx = _init_local(dashboard_host, level, dashboard)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError, OSError) as exc:
         # Ray's own reason, whoever's it is: an address that does not answer, or a local start that failed (no
         # free port, a full or missing temp folder); anything else is not a known way to fail and stays a traceback

@@ -20,6 +20,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from tune_as.engine import callbacks, cluster, interrupt, members
 from tune_as.engine.folder import claim, resume_hint, write_state
+from tune_as.engine.head import Head
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
 from tune_as.engine.progress import reporter
 from tune_as.engine.record import answer_record, check_margin, margin_points, reach, resolution_points
@@ -157,22 +158,22 @@ def _results(grid: tune.ResultGrid, plan: SearchPlan) -> list[TrialRun]:
 
 # -- the search -----------------------------------------------------------------------------------------------
 @contextmanager
-def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
-             state: dict[str, Any] | None = None, hint: str | None = None) -> Iterator[Session]:
+def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str], state: dict[str, Any] | None = None,
+             hint: str | None = None, head: Head | None = None) -> Iterator[Session]:
     """The outside world, checked in order of cost before anything is written, then the search's folder (held
     for the block), its saved `state` and its parent MLflow run, closed FINISHED, KILLED or FAILED at the end."""
     r = plan.request
     cluster.tune_environment()
     if r.address:  # before the tracking store: a first use of an SQLite file creates it
         cluster.check_address(r.address)
-    tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id)
+    tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id, journal_dir=plan.search_dir)
     # the tracking store opens (a new SQLite store builds its schema: seconds) while Ray starts; both are checked
     # before the search writes anything of its own, and an unusable store still stops it with its own message
     with ThreadPoolExecutor(1, thread_name_prefix="tune_as-mlflow-open") as pool:
         opened = pool.submit(tracker.check_reachable)
         # a resume finds a search that another process runs before it starts Ray (its folder exists already)
         lock = claim(plan.search_dir, resume=True) if r.resume else None
-        cluster.init_ray(r.address, r.dashboard_host, quiet=r.verbose < 2, dashboard=r.dashboard)
+        cluster.init_ray(r.address, r.dashboard_host, quiet=r.verbose < 2, dashboard=r.dashboard, head=head)
         opened.result()
     res = cluster.resources(r.cpus_per_trial, r.gpus_per_trial)
     lock = lock or claim(plan.search_dir, resume=False)  # a new search writes its folder only now
@@ -180,6 +181,8 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
         write_state(plan.search_dir, state)
     tracker.start_search(params=params, tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}",
                                               schema.MODE: "max", **tags})
+    if tracker.replay(skip_search_end=True):  # writes an earlier run of this search could not deliver go first
+        print(f"MLflow: delivering {len(tracker.pending)} writes kept in {tracking.JOURNAL} first")
     callbacks.MlflowCallback.register(tracker)
     session = Session(plan, tracker, res, hint or resume_hint(plan))
     interrupt.register(tracker, session.hint)
@@ -197,6 +200,8 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
         finally:
             interrupt.ended()
             lock.close()
+    if tracker.pending:  # kept in the journal (no exception is in flight here: the search finished)
+        raise tracking.WritesKept(tracker)
 
 
 def _shown(path: Path) -> Path:
@@ -207,8 +212,9 @@ def _shown(path: Path) -> Path:
         return path
 
 
-def run_search(r: SearchRequest) -> Outcome:
-    """Plan and validate (nothing written on bad input), search, confirm, rank. Returns the answer."""
+def run_search(r: SearchRequest, head: Head | None = None) -> Outcome:
+    """Plan and validate (nothing written on bad input), search, confirm, rank. Returns the answer. `head`: the
+    local Ray the CLI started as it began (engine.head), joined instead of starting one here."""
     plan = plan_search(r)
     check_margin(plan)
     r = plan.request
@@ -220,7 +226,7 @@ def run_search(r: SearchRequest) -> Outcome:
               "budget": r.budget, "git_commit": git_commit(), "search_space": str(plan.space.path)}
     params = {k: v for k, v in params.items() if v is not None}
     tags = {schema.DATA_WARNINGS: " | ".join(plan.data.warnings)[:5000]} if plan.data.warnings else {}
-    with _tracked(plan, params, tags, state) as session:
+    with _tracked(plan, params, tags, state, head=head) as session:
         print(f"MLflow: {session.tracker.shown}\n  experiment {plan.experiment!r}, parent run {session.tracker.parent_id}")
         studies = schema.optuna_url(_shown(plan.search_dir))
         print(f"Optuna studies: {studies}" if importlib.util.find_spec("optuna_dashboard") is None else

@@ -1,19 +1,22 @@
 """The runs of one search, written from the Ray driver only (a Tune callback calls this), so SQLite never sees
 concurrent writers. Schema: docs/architecture.md ("MLflow schema").
 
-Every write goes through a FIFO queue: when the tracking server is unreachable, the operations stay queued
-and are retried, in order, on the next callback (and for up to `final_flush_s` at the end of the search). The
-search itself never fails because MLflow is briefly away.
+Every write goes through a FIFO queue of operations kept as data (JSON): when the tracking server is
+unreachable, the operations stay queued and are retried, in order, on the next callback (and for up to
+`final_flush_s` at the end of the search). The search itself never fails because MLflow is briefly away. What is
+still queued when the search ends is kept in its folder (`tracking_journal.jsonl`, with the files it logs beside
+it), never dropped: `--resume` or `python -m tune_as.sync` delivers it (operations are idempotent: a run is found
+by its trial's tag, metrics already logged are skipped by step).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ from typing import Any
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
-from tune_as.errors import UserError
+from tune_as.errors import UserError, first_line
 from tune_as.tracking.client import DEFAULT_URI, failure_reason, is_outage, open_client, redact_uri, scrub
 from tune_as.tracking.schema import (
     ERROR,
@@ -38,9 +41,23 @@ from tune_as.tracking.schema import (
 )
 
 log = logging.getLogger(__name__)
+JOURNAL = "tracking_journal.jsonl"  # in the search's folder: writes not delivered, one JSON operation a line
+JOURNAL_FILES = "tracking_journal_files"  # the files those writes log
+OPERATIONS = ("start", "result", "end", "artifacts", "orphans", "search_end")
 NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", "hostname", "node_ip", "pid",
                "experiment_tag", "config", "time_this_iter_s", "time_total_s", "timestamp", "time_since_restore",
                "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint", "training_iteration"}
+
+
+class WritesKept(Exception):
+    """A search that finished with tracking writes MLflow did not take: they are in its journal. The CLI's exit
+    code 4."""
+
+    def __init__(self, tracker: MlflowTracker) -> None:
+        folder = tracker.journal_dir
+        super().__init__(f"MLflow: {len(tracker.pending)} writes could not be delivered to {tracker.shown}; they are "
+                         f"kept in {folder / JOURNAL if folder else 'memory only'}: `python -m tune_as.sync {folder}` "
+                         "delivers them once MLflow answers (so does --resume)")
 
 
 @dataclass
@@ -59,7 +76,8 @@ class TrialRecord:
 class MlflowTracker:
     """The runs of one search. `uri` may hold a password: print `shown` (the URI without it), never `uri`."""
 
-    def __init__(self, uri: str | None, experiment: str, search_id: str, final_flush_s: float = 120.0) -> None:
+    def __init__(self, uri: str | None, experiment: str, search_id: str, final_flush_s: float = 120.0,
+                 journal_dir: Path | None = None) -> None:
         self.uri = uri or DEFAULT_URI
         self.shown = redact_uri(self.uri)
         self.experiment = experiment
@@ -69,7 +87,8 @@ class MlflowTracker:
         self.experiment_id: str | None = None
         self.parent_id: str | None = None
         self.trials: dict[str, TrialRecord] = {}  # by Ray trial id
-        self.pending: deque[tuple[str, Callable[[], None]]] = deque()
+        self.pending: deque[tuple[str, dict[str, Any]]] = deque()
+        self.journal_dir = journal_dir  # the search's folder: writes not delivered at its end are kept there
         self.outage_since: float | None = None
 
     @property
@@ -111,8 +130,18 @@ class MlflowTracker:
             self.client.log_batch(self.parent_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
         return self.parent_id
 
-    # -- queued operations ------------------------------------------------------------------------------
-    def _enqueue(self, what: str, op: Callable[[], None]) -> None:
+    def attach(self) -> None:
+        """Find this search's experiment and parent run, changing nothing (to deliver its journal)."""
+        exp = self.client.get_experiment_by_name(self.experiment)
+        found = self.client.search_runs([exp.experiment_id], max_results=1, filter_string=(
+            f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` = 'search'")) if exp else []
+        if exp is None or not found:
+            raise UserError(f"MLflow at {self.shown}: expected the parent run of search {self.search_id!r} in "
+                            f"experiment {self.experiment!r}, got none")
+        self.experiment_id, self.parent_id = exp.experiment_id, found[0].info.run_id
+
+    # -- queued operations: data (JSON), so that what cannot be delivered is kept on disk -------------------
+    def _enqueue(self, what: str, op: dict[str, Any]) -> None:
         self.pending.append((what, op))
         self.flush()
 
@@ -121,7 +150,7 @@ class MlflowTracker:
         while self.pending:
             what, op = self.pending[0]
             try:
-                op()
+                self._execute(op)
             except Exception as exc:  # noqa: BLE001
                 if not is_outage(exc):
                     log.warning("MLflow: dropped %s: %s", what, failure_reason(exc, self.uri))
@@ -141,6 +170,25 @@ class MlflowTracker:
                             time.monotonic() - self.outage_since)
                 self.outage_since = None
         return True
+
+    def _execute(self, op: dict[str, Any]) -> None:
+        kind = op["op"]
+        if kind == "start":
+            self._start(op)
+        elif kind == "result":
+            self._result(op)
+        elif kind == "end":
+            self._end(op)
+        elif kind == "artifacts":
+            self._search_artifacts(op)
+        elif kind == "orphans":
+            self._close_orphans()
+        elif kind == "search_end":
+            if self.parent_id:
+                self.client.set_terminated(self.parent_id, op["status"])
+        else:
+            raise ValueError(f"a tracking operation: expected one of start, result, end, artifacts, orphans, "
+                             f"search_end, got {kind!r}")
 
     def _record(self, trial_id: str) -> TrialRecord:
         """A trial's record; one the driver never saw start (a restored Ray trial's events) gets a bare one."""
@@ -172,17 +220,19 @@ class MlflowTracker:
 
     def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str], name: str | None = None) -> None:
         """Open (or, after a restart, find) the trial's child run, named `name` (default: the trial id)."""
-        record = self._record(trial_id)
-        record.tags, record.name = tags, name or trial_id
+        params = {k: str(v)[:6000] for k, v in sorted(config.items()) if v is not None}
+        self._record(trial_id).ended = False  # running (again, for a trial Ray restored)
+        self._enqueue(f"start of {trial_id}", {"op": "start", "trial": trial_id, "params": params, "tags": tags,
+                                               "name": name or trial_id})
 
-        def op() -> None:
-            new = record.run_id is None
-            run_id = self._child(trial_id)
-            self.client.update_run(run_id, status="RUNNING")
-            if new:  # MLflow accepts re-logging an identical param after a driver restart
-                params = [Param(k, str(v)[:6000]) for k, v in sorted(config.items()) if v is not None]
-                self.client.log_batch(run_id, params=params)
-        self._enqueue(f"start of {trial_id}", op)
+    def _start(self, op: dict[str, Any]) -> None:
+        record = self._record(op["trial"])
+        record.tags, record.name = op["tags"], op["name"]
+        new = record.run_id is None
+        run_id = self._child(op["trial"])
+        self.client.update_run(run_id, status="RUNNING")
+        if new:  # MLflow accepts re-logging an identical param after a driver restart
+            self.client.log_batch(run_id, params=[Param(k, v) for k, v in op["params"].items()])
 
     def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         step = int(result.get("training_iteration", 0))
@@ -191,61 +241,63 @@ class MlflowTracker:
             return  # replayed after a restore from checkpoint: already logged
         record.last_step = step
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, step) for k, v in result.items()
+        metrics = [[k, float(v), now] for k, v in result.items()
                    if k not in NON_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)]
-        tags = [RunTag(LAST_STEP, str(step))]
+        tags = {LAST_STEP: str(step)}
         if result.get("node_id"):
-            tags.append(RunTag(NODE, str(result["node_id"])))
+            tags[NODE] = str(result["node_id"])
         if result.get("error"):
-            tags.append(RunTag(ERROR, scrub(str(result["error"]), self.uri)[:5000]))
+            tags[ERROR] = scrub(str(result["error"]), self.uri)[:5000]
+        self._enqueue(f"result {step} of {trial_id}", {"op": "result", "trial": trial_id, "step": step,
+                                                       "metrics": metrics, "tags": tags})
 
-        def op() -> None:
-            run_id = self._child(trial_id)
-            if step <= record.logged:  # queued before the run (and how far it is logged) was found after a restart
-                return
-            self.client.log_batch(run_id, metrics=metrics, tags=tags)
-            record.logged = step
-        self._enqueue(f"result {step} of {trial_id}", op)
+    def _result(self, op: dict[str, Any]) -> None:
+        record, step = self._record(op["trial"]), int(op["step"])
+        run_id = self._child(op["trial"])
+        if step <= record.logged:  # queued before the run (and how far it is logged) was found after a restart
+            return
+        self.client.log_batch(run_id, metrics=[Metric(k, v, ts, step) for k, v, ts in op["metrics"]],
+                              tags=[RunTag(k, v) for k, v in op["tags"].items()])
+        record.logged = step
 
     def trial_ended(self, trial_id: str, status: str, error: str | None = None,
                     artifacts: list[Path] | None = None, tags: dict[str, str] | None = None) -> None:
         self._record(trial_id).ended = True
-        staged = None
-        if artifacts:  # copy now: Ray may delete the checkpoint before MLflow is reachable again
-            staged = Path(tempfile.mkdtemp(prefix="tune_as_art_"))
-            for path in artifacts:
-                shutil.copy2(path, staged / path.name)
+        extra = dict(tags or {})
+        if error:
+            extra[ERROR] = scrub(error.strip().splitlines()[-1], self.uri)[:5000] if error.strip() else "error"
+        self._enqueue(f"end of {trial_id}", {"op": "end", "trial": trial_id, "status": status, "tags": extra,
+                                             "staged": _staged(artifacts)})
 
-        def op() -> None:
-            run_id = self._child(trial_id)
-            extra = dict(tags or {})
-            if error:
-                extra[ERROR] = scrub(error.strip().splitlines()[-1], self.uri)[:5000] if error.strip() else "error"
-            if extra:
-                self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in extra.items()])
-            if staged is not None:
-                for path in sorted(staged.iterdir()):
-                    self.client.log_artifact(run_id, str(path))
-                shutil.rmtree(staged, ignore_errors=True)
-            self.client.set_terminated(run_id, status)
-        self._enqueue(f"end of {trial_id}", op)
+    def _end(self, op: dict[str, Any]) -> None:
+        self._record(op["trial"]).ended = True  # a replayed end too: not left for search_ended to close as KILLED
+        run_id = self._child(op["trial"])
+        if op["tags"]:
+            self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in op["tags"].items()])
+        self._log_staged(run_id, op["staged"])
+        self.client.set_terminated(run_id, op["status"])
 
     def search_artifacts(self, paths: list[Path], metrics: dict[str, float] | None = None,
                          tags: dict[str, str] | None = None) -> None:
         """Log files (the search's ranking), metrics (its compute, each loss's difference) and tags (verdicts, the
         winner) to the parent run; files are copied now, and all is delivered through the queue."""
-        staged = Path(tempfile.mkdtemp(prefix="tune_as_art_"))
-        for path in paths:
-            shutil.copy2(path, staged / path.name)
+        self._enqueue("search artifacts", {"op": "artifacts", "staged": _staged(paths), "time": int(time.time() * 1000),
+                                           "metrics": {k: float(v) for k, v in (metrics or {}).items()},
+                                           "tags": {k: v[:5000] for k, v in (tags or {}).items()}})
 
-        def op() -> None:
-            for path in sorted(staged.iterdir()):
-                self.client.log_artifact(str(self.parent_id), str(path))
-            self.client.log_batch(str(self.parent_id), metrics=[
-                Metric(k, float(v), int(time.time() * 1000), 0) for k, v in (metrics or {}).items()],
-                tags=[RunTag(k, v[:5000]) for k, v in (tags or {}).items()])
-            shutil.rmtree(staged, ignore_errors=True)
-        self._enqueue("search artifacts", op)
+    def _search_artifacts(self, op: dict[str, Any]) -> None:
+        self._log_staged(str(self.parent_id), op["staged"])
+        self.client.log_batch(str(self.parent_id), metrics=[Metric(k, v, op["time"], 0) for k, v in op["metrics"].items()],
+                              tags=[RunTag(k, v) for k, v in op["tags"].items()])
+
+    def _log_staged(self, run_id: str, staged: str | None) -> None:
+        """The files copied when the operation was queued (Ray may delete a checkpoint before MLflow is back)."""
+        if staged is None:
+            return
+        folder = Path(staged)
+        for path in sorted(folder.iterdir()):
+            self.client.log_artifact(run_id, str(path))
+        shutil.rmtree(folder, ignore_errors=True)
 
     def unfinished(self) -> list[str]:
         return sorted(t for t, record in self.trials.items() if not record.ended)
@@ -268,18 +320,76 @@ class MlflowTracker:
 
     def search_ended(self, status: str) -> bool:
         """Close the parent run (and, after an interruption, every trial still open, as KILLED) and wait
-        (bounded) for buffered writes. False if some writes could not be delivered."""
-        parent = self.parent_id
+        (bounded) for buffered writes. False if some writes could not be delivered: they are then kept in the
+        journal (`keep`), when the tracker has a folder for it."""
         for trial_id in self.unfinished():
             self.trial_ended(trial_id, "KILLED")
         if status == "FINISHED":
-            self._enqueue("orphaned runs", self._close_orphans)
-
-        def op() -> None:
-            if parent:
-                self.client.set_terminated(parent, status)
-        self._enqueue("end of search", op)
+            self._enqueue("orphaned runs", {"op": "orphans"})
+        self._enqueue("end of search", {"op": "search_end", "status": status})
         done = self.flush(deadline=time.monotonic() + self.final_flush_s)
+        kept = self.keep()
         if not done:
-            log.error("MLflow: %d writes could not be delivered to %s", len(self.pending), self.shown)
+            where = f"; kept in {kept}" if kept else ""
+            log.error("MLflow: %d writes could not be delivered to %s%s", len(self.pending), self.shown, where)
         return done
+
+    # -- the journal: writes that could not be delivered, kept in the search's folder --------------------
+    def keep(self) -> Path | None:
+        """Write what is still queued to the journal (its staged files moved beside it), or remove a journal
+        with nothing left in it. The journal's path, or None when nothing is kept."""
+        if self.journal_dir is None:
+            return None
+        path = self.journal_dir / JOURNAL
+        files = self.journal_dir / JOURNAL_FILES
+        if not self.pending:
+            path.unlink(missing_ok=True)
+            shutil.rmtree(files, ignore_errors=True)
+            return None
+        lines = []
+        for what, op in self.pending:
+            staged = op.get("staged")
+            if staged is not None and Path(staged).parent != files:
+                files.mkdir(exist_ok=True)
+                moved = files / Path(staged).name
+                shutil.move(staged, moved)
+                op["staged"] = str(moved)
+            kept = {**op, "staged": Path(op["staged"]).name} if staged is not None else op
+            lines.append(json.dumps({"what": what, **kept}))
+        partial = path.with_suffix(".partial")
+        partial.write_text("\n".join(lines) + "\n")
+        partial.replace(path)  # whole or not at all
+        return path
+
+    def replay(self, skip_search_end: bool = False) -> int:
+        """Queue the journal's writes first (a resumed search ends its parent run itself: `skip_search_end`); the
+        journal stays until `keep` after the next flush rewrites or removes it. The number of writes queued."""
+        if self.journal_dir is None or not (self.journal_dir / JOURNAL).is_file():
+            return 0
+        files = self.journal_dir / JOURNAL_FILES
+        ops = []
+        for n, line in enumerate((self.journal_dir / JOURNAL).read_text().splitlines(), 1):
+            try:
+                op = json.loads(line)
+                if not isinstance(op, dict) or op.get("op") not in OPERATIONS:
+                    raise ValueError(f"operation {op.get('op') if isinstance(op, dict) else op!r}")
+                what = str(op.pop("what", op["op"]))
+            except ValueError as exc:
+                raise UserError(f"{self.journal_dir / JOURNAL}:{n}: expected a tracking write that tune_as kept "
+                                f"(JSON), got {first_line(exc)[:200]}") from None
+            if op.get("staged") is not None:
+                op["staged"] = str(files / Path(op["staged"]).name)
+            if not (skip_search_end and op["op"] == "search_end"):
+                ops.append((what, op))
+        self.pending.extendleft(reversed(ops))
+        return len(ops)
+
+
+def _staged(paths: list[Path] | None) -> str | None:
+    """The files copied to a folder of their own now (None when there are none)."""
+    if not paths:
+        return None
+    staged = Path(tempfile.mkdtemp(prefix="tune_as_art_"))
+    for path in paths:
+        shutil.copy2(path, staged / path.name)
+    return str(staged)

@@ -1,0 +1,171 @@
+"""A local search's Ray, started as a process of its own at the CLI's first line (Linux).
+
+`ray.init()` inside the driver costs seconds on the critical path, after the driver has imported PyTorch, Ray Tune
+and MLflow (about 7 s of the 17 s before a first trial, docs/benchmarks.md), and it puts Ray's GCS, raylet and
+workers in the driver's process group: a signal to the group (Ctrl-C in a terminal, `timeout`, Slurm, Kubernetes)
+reaches them together with the driver, and Ray's core worker can end the driver before it has closed its runs.
+
+`ray start --head --block`, launched here before those imports, starts while the driver imports, in a session of
+its own: a signal to the terminal's group reaches the driver alone, which stops its trials, closes its runs, leaves
+Ray (`ray.shutdown`) and then stops the head (`stop`). The head dies with the driver however the driver dies: the
+kernel sends it SIGTERM when its parent ends (PR_SET_PDEATHSIG), and `ray start --block` stops every process it
+started on SIGTERM. Its servers bind 127.0.0.1 only (Ray's single-machine mode, as `cluster.loopback_ray`). Its
+output goes to a temporary file, shown when it fails and removed when it is stopped.
+
+Elsewhere than Linux (no PR_SET_PDEATHSIG: a killed driver would leave a head behind) `launch` returns None and the
+search starts Ray in-process, as before. Only the standard library is imported here: this runs before Ray is."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+from tune_as.engine import interrupt
+from tune_as.errors import UserError
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # `ray start` colours its lines even in a file
+READY = "Ray runtime started."  # what `ray start` prints once its GCS and raylet answer
+SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # cluster.SINGLE_MACHINE_SWITCH (not imported: light)
+AUTH_MODE = "RAY_AUTH_MODE"
+DASHBOARD_PORT = 8265  # Ray's default, taken when free
+START_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 15.0
+PR_SET_PDEATHSIG = 1
+
+
+def _free_port(preferred: int = 0, host: str = "127.0.0.1") -> int:
+    """`preferred` if nothing listens there, else a port the kernel finds free."""
+    for port in ((preferred, 0) if preferred else (0,)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise OSError(f"no free port on {host}")
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child, before `ray start` runs: SIGTERM when the driver ends; gone at once if it already has."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+class Head:
+    """One `ray start --head --block` process (its session holds every Ray process it starts)."""
+
+    def __init__(self, dashboard: bool, dashboard_host: str) -> None:
+        self.stopping = False
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.dashboard_port = _free_port(DASHBOARD_PORT, dashboard_host) if dashboard else DASHBOARD_PORT
+        fd, name = tempfile.mkstemp(prefix="tune_as_ray_head_", suffix=".log")
+        self.log = Path(name)
+        self._kept: BinaryIO | None = None  # the log, once it is removed (`wait_ready`)
+        # --temp-dir: `ray start` records its address for a bare `ray.init()` in <temp-dir>/ray_current_cluster;
+        # Ray's own folder would point other programs on this machine (and `ray status`) at this search's Ray
+        temp_dir = Path(tempfile.gettempdir()) / "ray" / "tune_as"
+        command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+                   f"--port={self.port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
+                   f"--ray-client-server-port={_free_port()}",  # not 10001: two searches on one machine
+                   f"--include-dashboard={str(dashboard).lower()}", f"--dashboard-host={dashboard_host}",
+                   # `ray start` does not move on from a taken dashboard port (ray.init does): its dashboard would
+                   # die, and `--block` would end the whole head with it
+                   f"--dashboard-port={self.dashboard_port}"]
+        # token authentication, Ray's default for a new local cluster, unless the user chose otherwise (`launch`
+        # puts the driver in the same mode); no drain on SIGTERM (Ray's default waits for leases to return): the
+        # driver has ended its trials already
+        env = {**os.environ, AUTH_MODE: os.environ.get(AUTH_MODE, "token"), SINGLE_MACHINE_SWITCH: "0",
+               "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+        parent = os.getpid()
+        with os.fdopen(fd, "wb") as out:
+            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True,
+                                         preexec_fn=lambda: _die_with_parent(parent))
+
+    def output(self, lines: int = 6) -> str:
+        """The last `lines` lines `ray start` printed, on one line."""
+        try:
+            if self._kept is not None:
+                self._kept.seek(0)
+                text = self._kept.read().decode(errors="replace")
+            else:
+                text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        kept = [ANSI.sub("", line).strip() for line in text.splitlines() if line.strip()]
+        return " | ".join(kept[-lines:])
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> str:
+        """The head's address once it has started; a UserError with Ray's own words if it could not start.
+        Polled: `ray start` says nothing else that a process could wait on."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if READY in self.log.read_text(errors="replace"):
+                    # the file is removed now and read through an open handle: nothing is left behind however
+                    # the driver ends (a SIGKILL runs no `stop`)
+                    self._kept = self.log.open("rb")
+                    self.log.unlink()
+                    threading.Thread(target=self._watch, name="tune_as-ray-head", daemon=True).start()
+                    return self.address
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise UserError(f"Ray: expected a local Ray to start on this machine, but `ray start` exited "
+                                f"{self.proc.returncode}: {self.output()[-600:]}")
+            if time.monotonic() > deadline:
+                raise UserError(f"Ray: expected a local Ray to start within {timeout:g} s, got no answer: "
+                                f"{self.output()[-600:]}")
+            time.sleep(0.05)
+
+    def _watch(self) -> None:
+        """A head that ends before `stop` (one of its processes died: `--block` then ends them all, or someone
+        killed it) leaves the driver waiting on a Ray that is gone (60 s, then Ray's core worker ends it, runs left
+        RUNNING): the search is given up at once, its runs closed KILLED, with the resume line."""
+        code = self.proc.wait()
+        if not self.stopping:
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # what `ray start` left of its session
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            interrupt.abandon(1, f"the local Ray ended (`ray start` exited {code}: {self.output(2)[-300:]})")
+
+    def stop(self) -> None:
+        """`ray start` told to stop (it ends the processes it started, then itself); after STOP_TIMEOUT_S, or for
+        anything it left, SIGKILL to its session. The log removed."""
+        self.stopping = True
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.unlink(missing_ok=True)
+        if self._kept is not None:
+            self._kept.close()
+
+
+def launch(address: str | None, dashboard: bool, dashboard_host: str) -> Head | None:
+    """A head for a local search (no --address) on Linux, started now; None otherwise. None too where this process
+    has imported Ray already (a caller that runs searches in-process, the tests): Ray read its settings, the token
+    mode among them, at that import, so the driver could not be made to agree with a new head; Ray then starts
+    in-process (or is the one already running there)."""
+    if address or not sys.platform.startswith("linux") or "ray" in sys.modules:
+        return None
+    # the head and this driver, which reads the mode when it imports Ray (after this), must agree, or Ray refuses
+    # the driver: token authentication unless the user chose a mode
+    os.environ.setdefault(AUTH_MODE, "token")
+    return Head(dashboard, dashboard_host)
