@@ -147,7 +147,11 @@ def _raised(call: Callable[[], object]) -> BaseException:
     raise AssertionError("the call succeeded")
 
 
-def test_a_stopped_server_and_a_503_are_outages(tmp_path: Path) -> None:
+def test_a_stopped_server_and_a_503_are_outages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as tracking.open_client sets them for every tracker (without them MLflow retries for minutes): not left to
+    # whichever test opened a tracker first
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     refused = _raised(lambda: MlflowClient(f"http://127.0.0.1:{free_port()}").search_experiments(max_results=1))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Unavailable)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
+import traceback
+from collections.abc import Callable
 
 # Printed under the traceback of anything that is not bad input (exit code 1): the user's input was fine.
 BUG = ("error: tune_as failed in a way it does not expect (a bug, not your input): please report it with the "
@@ -42,3 +45,17 @@ def tcp_unreachable(host: str, port: int, timeout: float = 5.0) -> str | None:
     except OSError as exc:
         return exc.strerror or str(exc)
     return None
+
+
+def cli_run(work: Callable[[], int]) -> int:
+    """The CLIs' rule for what goes wrong in `work`: bad input (UserError) is one `error:` line and exit 2; anything
+    else is a bug, shown as one: its traceback, BUG, exit 1."""
+    try:
+        return work()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:  # noqa: BLE001 - not bad input: a bug, shown as one
+        traceback.print_exc()
+        print(BUG, file=sys.stderr)
+        return 1

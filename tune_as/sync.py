@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tune_as.errors import BUG, UserError
+from tune_as.errors import UserError, cli_run
 from tune_as.paths import OneLineParser
 
 KEPT = 4  # the exit code of a search or a sync that left writes in the journal
@@ -58,22 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    try:
-        delivered, kept = deliver(args.folder, args.mlflow_uri, args.wait)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception:  # noqa: BLE001 - not bad input: a bug, shown as one
-        import traceback
+    return cli_run(lambda: _report(args.folder, *deliver(args.folder, args.mlflow_uri, args.wait)))
 
-        traceback.print_exc()
-        print(BUG, file=sys.stderr)
-        return 1
+
+def _report(folder: Path, delivered: int, kept: int) -> int:
     if kept:
-        print(f"error: {kept} writes are still kept in {args.folder} (MLflow did not take them): run this again "
-              f"once it answers", file=sys.stderr)
+        print(f"error: {kept} writes are still kept in {folder} (MLflow did not take them): run this again once it "
+              "answers", file=sys.stderr)
         return KEPT
-    print(f"{delivered} kept writes delivered" if delivered else f"{args.folder}: no kept writes to deliver")
+    print(f"{delivered} kept writes delivered" if delivered else f"{folder}: no kept writes to deliver")
     return 0
 
 

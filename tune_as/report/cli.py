@@ -14,9 +14,7 @@ import argparse
 import dataclasses
 import math
 import os
-import sys
 import tempfile
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tune_as.engine.request import SearchRequest
-from tune_as.errors import BUG, UserError
+from tune_as.errors import UserError, cli_run
 from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder
 from tune_as.report.answers import Replayed, column_labels, replay, search_name
 from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
@@ -362,26 +360,21 @@ def main(argv: list[str] | None = None) -> int:
     from tune_as.engine.cluster import loopback_ray
 
     loopback_ray(args.address)
-    try:
-        if args.confirm < 0 or args.confirm == 1:
-            raise UserError(f"--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), received "
-                            f"{args.confirm}")
-        placement = SearchRequest(task="", address=args.address, storage_path=args.storage_path,
-                                  cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                                  max_concurrent=args.max_concurrent)
-        report = build_report([e.strip() for e in args.experiment.split(",") if e.strip()], args.out,
-                              args.tracking_uri, args.confirm, args.optuna_storage, placement,
-                              [n.strip() for n in args.search.split(",") if n.strip()])
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception:  # noqa: BLE001 - not bad input: a bug, shown as one
-        traceback.print_exc()
-        print(BUG, file=sys.stderr)
-        return 1
+    return cli_run(lambda: _report(args))
+
+
+def _report(args: argparse.Namespace) -> int:
+    if args.confirm < 0 or args.confirm == 1:
+        raise UserError(f"--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), received "
+                        f"{args.confirm}")
+    placement = SearchRequest(task="", address=args.address, storage_path=args.storage_path,
+                              cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                              max_concurrent=args.max_concurrent)
+    report = build_report([e.strip() for e in args.experiment.split(",") if e.strip()], args.out,
+                          args.tracking_uri, args.confirm, args.optuna_storage, placement,
+                          [n.strip() for n in args.search.split(",") if n.strip()])
     show(report)
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
