@@ -328,3 +328,17 @@ def test_a_resumed_search_delivers_the_kept_writes_first(mlflow_server, tmp_path
             if schema.TRIAL in r.data.tags}
     assert runs["t1"].info.status == "FINISHED" and runs["t1"].data.metrics["val_accuracy"] == 0.5
     assert client.get_run(str(first.parent_id)).info.status == "FINISHED"
+
+
+def test_writes_that_cannot_be_kept_either_are_said_to_be_lost(tmp_path: Path) -> None:
+    """The journal's folder cannot be written (here: a file where the folder should be; a full disk is the same
+    OSError): one error, no traceback, and the exit-4 line says the writes are lost, not kept."""
+    from tune_as.tracking.tracker import WritesKept
+
+    (tmp_path / "search").write_text("a file, not a folder")
+    tracker = MlflowTracker("http://127.0.0.1:5000", "e", "s", journal_dir=tmp_path / "search")
+    tracker.pending.append(("end of search", {"op": "search_end", "status": "FINISHED"}))
+    assert tracker.keep() is None and tracker.unkept is not None and "NotADirectoryError" in tracker.unkept
+    message = str(WritesKept(tracker))
+    assert message.startswith("MLflow: 1 writes could not be delivered to http://127.0.0.1:5000, and could not be "
+                              "kept in the search's folder either (NotADirectoryError") and message.endswith("lost")

@@ -54,10 +54,13 @@ class WritesKept(Exception):
     code 4."""
 
     def __init__(self, tracker: MlflowTracker) -> None:
-        folder = tracker.journal_dir
-        super().__init__(f"MLflow: {len(tracker.pending)} writes could not be delivered to {tracker.shown}; they are "
-                         f"kept in {folder / JOURNAL if folder else 'memory only'}: `python -m tune_as.sync {folder}` "
-                         "delivers them once MLflow answers (so does --resume)")
+        folder, lost = tracker.journal_dir, f"MLflow: {len(tracker.pending)} writes could not be delivered to {tracker.shown}"
+        if folder is None or tracker.unkept:
+            super().__init__(f"{lost}, and could not be kept in the search's folder either "
+                             f"({tracker.unkept or 'no folder'}): they are lost")
+        else:
+            super().__init__(f"{lost}; they are kept in {folder / JOURNAL}: `python -m tune_as.sync {folder}` "
+                             "delivers them once MLflow answers (so does --resume)")
 
 
 @dataclass
@@ -89,6 +92,7 @@ class MlflowTracker:
         self.trials: dict[str, TrialRecord] = {}  # by Ray trial id
         self.pending: deque[tuple[str, dict[str, Any]]] = deque()
         self.journal_dir = journal_dir  # the search's folder: writes not delivered at its end are kept there
+        self.unkept: str | None = None  # why the journal could not be written (a full disk), if it could not
         self.outage_since: float | None = None
 
     @property
@@ -173,22 +177,15 @@ class MlflowTracker:
 
     def _execute(self, op: dict[str, Any]) -> None:
         kind = op["op"]
-        if kind == "start":
-            self._start(op)
-        elif kind == "result":
-            self._result(op)
-        elif kind == "end":
-            self._end(op)
-        elif kind == "artifacts":
-            self._search_artifacts(op)
-        elif kind == "orphans":
+        if kind not in OPERATIONS:
+            raise ValueError(f"a tracking operation: expected one of {', '.join(OPERATIONS)}, got {kind!r}")
+        if kind == "orphans":
             self._close_orphans()
         elif kind == "search_end":
             if self.parent_id:
                 self.client.set_terminated(self.parent_id, op["status"])
         else:
-            raise ValueError(f"a tracking operation: expected one of start, result, end, artifacts, orphans, "
-                             f"search_end, got {kind!r}")
+            {"start": self._start, "result": self._result, "end": self._end, "artifacts": self._search_artifacts}[kind](op)
 
     def _record(self, trial_id: str) -> TrialRecord:
         """A trial's record; one the driver never saw start (a restored Ray trial's events) gets a bare one."""
@@ -347,18 +344,23 @@ class MlflowTracker:
             shutil.rmtree(files, ignore_errors=True)
             return None
         lines = []
-        for what, op in self.pending:
-            staged = op.get("staged")
-            if staged is not None and Path(staged).parent != files:
-                files.mkdir(exist_ok=True)
-                moved = files / Path(staged).name
-                shutil.move(staged, moved)
-                op["staged"] = str(moved)
-            kept = {**op, "staged": Path(op["staged"]).name} if staged is not None else op
-            lines.append(json.dumps({"what": what, **kept}))
-        partial = path.with_suffix(".partial")
-        partial.write_text("\n".join(lines) + "\n")
-        partial.replace(path)  # whole or not at all
+        try:
+            for what, op in self.pending:
+                staged = op.get("staged")
+                if staged is not None and Path(staged).parent != files:
+                    files.mkdir(exist_ok=True)
+                    moved = files / Path(staged).name
+                    shutil.move(staged, moved)
+                    op["staged"] = str(moved)
+                kept = {**op, "staged": Path(op["staged"]).name} if staged is not None else op
+                lines.append(json.dumps({"what": what, **kept}))
+            partial = path.with_suffix(".partial")
+            partial.write_text("\n".join(lines) + "\n")
+            partial.replace(path)  # whole or not at all
+        except OSError as exc:  # a full disk, a folder gone: said, never a traceback over the search's answer
+            self.unkept = f"{type(exc).__name__}: {first_line(exc)[:200]}"
+            log.error("MLflow: %d writes could not be kept in %s either (%s)", len(self.pending), path, self.unkept)
+            return None
         return path
 
     def replay(self, skip_search_end: bool = False) -> int:
