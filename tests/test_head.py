@@ -9,11 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_reliability import wait_for
 
 from tune_as.engine import head as ray_head
 from tune_as.errors import UserError
@@ -36,14 +35,6 @@ def session_members(sid: int) -> list[int]:
         if int(fields[3]) == sid and fields[0] != "Z":
             found.append(int(entry.name))
     return found
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def answers(address: str) -> bool:
@@ -134,6 +125,20 @@ def test_a_head_that_cannot_start_says_why_in_rays_words(monkeypatch: pytest.Mon
     message = str(refused.value)
     assert message.startswith("Ray: expected a local Ray to start on this machine, but `ray start` exited")
     assert "\n" not in message and str(port) in message, message
+
+
+def test_a_search_whose_head_cannot_start_says_why_once() -> None:
+    """Through the path a search takes (cluster.init_ray): the head's own line, not wrapped in Ray's again."""
+    code = ("import socket; from tune_as.engine import head, cluster; from tune_as.errors import UserError\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); port = s.getsockname()[1]\n"
+            "head._free_port = lambda *_: port\n"
+            "h = head.launch(None, False, '127.0.0.1')\n"
+            "try:\n    cluster.init_ray(None, '127.0.0.1', head=h)\n"
+            "except UserError as exc:\n    print(exc)\n"
+            "finally:\n    h.stop()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert out.startswith("Ray: expected a local Ray to start on this machine, but `ray start` exited"), out
+    assert out.count("expected a local Ray") == 1, out
 
 
 def test_a_head_that_dies_under_a_search_ends_it_at_once_with_the_resume_line() -> None:

@@ -88,13 +88,14 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
     # Ray's core worker puts a C++ handler on SIGTERM that dumps a stack and aborts the driver: give the
     # process's own handler back (the CLI's stops the search like Ctrl-C), if it has one
     on_sigterm = signal.getsignal(signal.SIGTERM)
+    # a head that failed to start says so in its own words (a UserError: not wrapped again below)
+    joined = head.wait_ready() if head is not None and not address else None
     try:
         level = logging.ERROR if quiet else logging.INFO
         if address:
             ctx = ray.init(address=address, log_to_driver=False, logging_level=level)
-        elif head is not None:  # its own reason if it failed to start; the driver joins it on loopback
-            ctx = ray.init(address=head.wait_ready(), log_to_driver=False, logging_level=level,
-                           _node_ip_address="127.0.0.1")
+        elif joined:  # the driver joins the CLI's head on loopback
+            ctx = ray.init(address=joined, log_to_driver=False, logging_level=level, _node_ip_address="127.0.0.1")
         else:
             ctx = _init_local(dashboard_host, level, dashboard)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError, OSError) as exc:

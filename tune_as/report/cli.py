@@ -376,5 +376,6 @@ def _report(args: argparse.Namespace) -> int:
     show(report)
     return 0
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

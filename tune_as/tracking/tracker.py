@@ -122,10 +122,8 @@ class MlflowTracker:
             self.experiment, tags={EXPERIMENT_KIND: MODEL_RUNS})
         if exp is not None and exp.tags.get(EXPERIMENT_KIND) != MODEL_RUNS:
             self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND, MODEL_RUNS)
-        found = self.client.search_runs([self.experiment_id], max_results=1,
-                                        filter_string=f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` = 'search'")
-        if found:
-            self.parent_id = found[0].info.run_id
+        if found := self._parent(self.experiment_id):
+            self.parent_id = found.info.run_id
             self.client.update_run(self.parent_id, status="RUNNING")
         else:
             run = self.client.create_run(self.experiment_id, run_name=self.search_id,
@@ -134,15 +132,20 @@ class MlflowTracker:
             self.client.log_batch(self.parent_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
         return self.parent_id
 
+    def _parent(self, experiment_id: str) -> Run | None:
+        """This search's parent run in the experiment, if it exists."""
+        found = self.client.search_runs([experiment_id], max_results=1,
+                                        filter_string=f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` = 'search'")
+        return found[0] if found else None
+
     def attach(self) -> None:
         """Find this search's experiment and parent run, changing nothing (to deliver its journal)."""
         exp = self.client.get_experiment_by_name(self.experiment)
-        found = self.client.search_runs([exp.experiment_id], max_results=1, filter_string=(
-            f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` = 'search'")) if exp else []
-        if exp is None or not found:
+        found = self._parent(exp.experiment_id) if exp is not None else None
+        if exp is None or found is None:
             raise UserError(f"MLflow at {self.shown}: expected the parent run of search {self.search_id!r} in "
                             f"experiment {self.experiment!r}, got none")
-        self.experiment_id, self.parent_id = exp.experiment_id, found[0].info.run_id
+        self.experiment_id, self.parent_id = exp.experiment_id, found.info.run_id
 
     # -- queued operations: data (JSON), so that what cannot be delivered is kept on disk -------------------
     def _enqueue(self, what: str, op: dict[str, Any]) -> None:
@@ -327,8 +330,8 @@ class MlflowTracker:
         done = self.flush(deadline=time.monotonic() + self.final_flush_s)
         kept = self.keep()
         if not done:
-            where = f"; kept in {kept}" if kept else ""
-            log.error("MLflow: %d writes could not be delivered to %s%s", len(self.pending), self.shown, where)
+            log.error("MLflow: %d writes could not be delivered to %s%s", len(self.pending), self.shown,
+                      f"; kept in {kept}" if kept else "")
         return done
 
     # -- the journal: writes that could not be delivered, kept in the search's folder --------------------
