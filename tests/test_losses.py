@@ -303,6 +303,42 @@ def test_gradcheck_float64(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_members_are_each_the_loss_of_their_own_rows(name: str) -> None:
+    """`forward_members` (a population's one call for P members) against the brute-force reference, member by
+    member: each member's loss and counts its own (member 1 ignores more rows than the others), the gradient of
+    a weighted sum each member's own gradient times its weight, and gradcheck through the grouped kernels."""
+    members, n, c = 3, 6, 9
+    xs, ts = zip(*(inputs(name, n, c, seed=10 + i) for i in range(members)), strict=True)
+    x, t = torch.stack(xs).requires_grad_(True), torch.stack(ts)
+    if int_kind(name):
+        t[1, :3] = -100
+    loss_fn = make(name)
+    out = loss_fn.forward_members(x, t)
+    assert out.loss.shape == out.n_rows.shape == out.n_masked.shape == (members,)
+    for i in range(members):
+        ref_loss, ref_masked = reference(name, x[i].detach(), t[i])
+        counted = [r for r in range(n) if not int_kind(name) or int(t[i, r]) != -100]
+        assert int(out.n_rows[i]) == len(counted)
+        assert int(out.n_masked[i]) == sum(ref_masked[r] for r in counted)
+        expected = sum(ref_loss[r] for r in counted) / len(counted)
+        assert math.isclose(float(out.loss[i].detach()), expected, rel_tol=1e-9, abs_tol=1e-9), (i, out.loss)
+    weights = torch.tensor([1.0, 0.5, 2.0], dtype=x.dtype)
+    (out.loss * weights).sum().backward()
+    for i in range(members):
+        xi = x[i].detach().clone().requires_grad_(True)
+        (loss_fn(xi, t[i]).loss * weights[i]).backward()
+        torch.testing.assert_close(x.grad[i], xi.grad, rtol=1e-9, atol=1e-12)
+    z = x.detach().clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda v: loss_fn.forward_members(v, t).loss, (z,), atol=1e-7, rtol=1e-5)
+
+
+def test_members_need_a_leading_member_dimension() -> None:
+    with pytest.raises(ValueError, match=r"expected logits \(P, N, C\) with target \(P, N\) or \(P, N, C\), got "
+                                         r"logits \(4, 5\) and target \(4,\)"):
+        build_loss("softmax").forward_members(torch.randn(4, 5), torch.zeros(4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_float32_gradient_matches_float64(name: str) -> None:
     x64, t = inputs(name, 8, 151, seed=2)
     grads = []

@@ -6,10 +6,15 @@ Input kinds (C classes):
 - ``multilabel``: logits (N, C), target (N, C) multi-hot (float, int or bool)
 
 ``Loss.forward`` checks the kind, casts to fp32 (fp64 kept), flattens token input to rows and calls the one
-hook every loss implements, ``compute(x, target) -> LossOutput``: x (M, C); target (M,) int64 with -100 for
-rows that do not count, or (M, C) multi-hot in x's dtype. A loss defined row by row computes per-row losses
+hook every loss implements, ``compute(x, target, groups) -> LossOutput``: x (M, C); target (M,) int64 with -100
+for rows that do not count, or (M, C) multi-hot in x's dtype. A loss defined row by row computes per-row losses
 (its pure ``xxx_loss`` function) and hands them to the one reducer, ``mean_over_rows``; ``softmax``, the
 AS-Softmax family and Eq. 14 reduce inside their fused kernels, with the reducer's semantics (tested).
+
+``groups``: the M rows are G consecutive blocks of M / G rows, each reduced on its own (``LossOutput`` of (G,)
+tensors). ``Loss.forward_members`` uses it for a population (tune_as.training.population): P members' batches
+in one call, each member's loss, counts and gradient its own, where P calls would pay P times the launches and
+the Python of a small loss (GPU: launch-bound at these sizes, docs/benchmarks.md). G = 1: 0-dim tensors.
 
 Capabilities are declared on the class, never probed with ``getattr``:
 - ``supports_warmup``: ``set_warmup(active)`` makes the loss plain cross-entropy (delta = 1) while active.
@@ -39,9 +44,9 @@ KINDS = frozenset({"multiclass", "token", "multilabel"})
 
 
 class LossOutput(NamedTuple):
-    loss: Tensor  # scalar fp32 (fp64 for fp64 logits): mean over rows that count; 0 when none does
-    n_rows: Tensor  # 0-dim int64: rows (tokens) that counted
-    n_masked: Tensor  # 0-dim int64: counted rows whose loss is exactly 0 with gradient 0 (AS family)
+    loss: Tensor  # fp32 (fp64 for fp64 logits): mean over rows that count; 0 when none does. 0-dim, (G,) by group
+    n_rows: Tensor  # int64, loss's shape: rows (tokens) that counted
+    n_masked: Tensor  # int64, loss's shape: counted rows whose loss is exactly 0 with gradient 0 (AS family)
 
 
 def input_kind(logits: Tensor, target: Tensor) -> str:
@@ -92,34 +97,44 @@ def margin_cross_entropy(x: Tensor, t: Tensor, margin: float, scale: float = 1.0
     return F.cross_entropy(z * scale if scale != 1.0 else z, t, reduction="none")
 
 
-_ZEROS: dict[torch.device, Tensor] = {}
+_ZEROS: dict[tuple[torch.device, int], Tensor] = {}
 
 
-def zero_count(device: torch.device) -> Tensor:
-    """0-dim int64 zero, the n_masked of a loss that masks nothing: one per device, shared, so no loss call
-    pays for a new one. An inference tensor: an in-place update outside inference mode raises."""
-    zero = _ZEROS.get(device)
+def zero_count(device: torch.device, groups: int = 1) -> Tensor:
+    """int64 zeros (0-dim; (groups,) for groups > 1), the n_masked of a loss that masks nothing: one per device
+    and shape, shared, so no loss call pays for a new one. An inference tensor: an in-place update outside
+    inference mode raises."""
+    zero = _ZEROS.get((device, groups))
     if zero is None:
         with torch.inference_mode():
-            zero = _ZEROS[device] = torch.zeros((), dtype=torch.int64, device=device)
+            shape = () if groups == 1 else (groups,)
+            zero = _ZEROS[device, groups] = torch.zeros(shape, dtype=torch.int64, device=device)
     return zero
 
 
-def mean_over_rows(rows: Tensor, target: Tensor, masked: Tensor | None = None) -> LossOutput:
-    """The one reducer: per-row losses (M,) -> their mean over the rows that count, with the counts.
+def by_group(values: Tensor, groups: int) -> Tensor:
+    """Per-row values (M,) or (M, 1) -> their sum (0-dim) for groups == 1, else their sums (groups,) over
+    consecutive blocks of M / groups rows."""
+    return values.sum() if groups == 1 else values.reshape(groups, -1).sum(dim=1)
+
+
+def mean_over_rows(rows: Tensor, target: Tensor, masked: Tensor | None = None, groups: int = 1) -> LossOutput:
+    """The one reducer: per-row losses (M,) -> their mean over the rows that count, with the counts (per group
+    of M / groups consecutive rows: (groups,) tensors for groups > 1).
 
     ``target`` is the loss's target: (M,) int with -100 for rows that do not count (their per-row loss,
     computed on ``class_index``, is discarded), or (M, C) multi-hot (every row counts). ``masked`` (M,) bool
     marks rows whose loss is exactly 0 (None: the loss masks no row). No row counted: loss 0, gradient 0."""
     if target.dim() == 2:
-        n = rows.shape[0]
-        loss, n_rows = rows.sum() / max(n, 1), torch.full((), n, dtype=torch.int64, device=rows.device)
+        n = rows.shape[0] // groups
+        loss = by_group(rows, groups) / max(n, 1)
+        n_rows = torch.full(loss.shape, n, dtype=torch.int64, device=rows.device)
     else:
         valid = target != IGNORE_INDEX
-        n_rows = valid.sum()
-        loss = torch.where(valid, rows, 0.0).sum() / n_rows.clamp(min=1)
+        n_rows = by_group(valid, groups)
+        loss = by_group(torch.where(valid, rows, 0.0), groups) / n_rows.clamp(min=1)
         masked = masked & valid if masked is not None else None
-    n_masked = masked.sum() if masked is not None else zero_count(rows.device)
+    n_masked = by_group(masked, groups) if masked is not None else zero_count(rows.device, groups)
     return LossOutput(loss, n_rows, n_masked)
 
 
@@ -136,8 +151,9 @@ class Loss(nn.Module):
     def __init__(self) -> None:  # no hyper-parameters unless a subclass declares them
         super().__init__()
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        """x (M, C) fp32/fp64; target (M,) int64 (-100: does not count) or (M, C) multi-hot of x's dtype."""
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        """x (M, C) fp32/fp64; target (M,) int64 (-100: does not count) or (M, C) multi-hot of x's dtype;
+        reduced per group of M / groups consecutive rows (the module docstring)."""
         raise NotImplementedError
 
     def hparams(self) -> dict[str, float | int | str]:
@@ -186,12 +202,25 @@ class Loss(nn.Module):
         return ", ".join(f"{k}={v}" for k, v in self.hparams().items())
 
     def forward(self, logits: Tensor, target: Tensor) -> LossOutput:
-        x, t = self._flatten(logits, target)
+        return self._compute(*self._flatten(logits, target), 1)
+
+    def forward_members(self, logits: Tensor, target: Tensor) -> LossOutput:
+        """P independent batches in one call: logits (P, N, C) with target (P, N) int or (P, N, C) multi-hot ->
+        LossOutput of (P,) tensors, member i's equal to ``forward(logits[i], target[i])`` up to float rounding;
+        the gradient of ``loss`` weighted by w (P,) is each member's own gradient times w_i."""
+        if logits.dim() != 3 or target.dim() < 2 or target.shape[:2] != logits.shape[:2]:
+            raise ValueError("forward_members: expected logits (P, N, C) with target (P, N) or (P, N, C), got "
+                             f"logits {tuple(logits.shape)} and target {tuple(target.shape)}")
+        members = logits.shape[0]
+        rows = logits.reshape(-1, logits.shape[-1])
+        return self._compute(*self._flatten(rows, target.reshape(rows.shape[0], *target.shape[2:])), members)
+
+    def _compute(self, x: Tensor, t: Tensor, groups: int) -> LossOutput:
         # Losses are computed in fp32 (fp64 kept for gradcheck): bf16/fp16 exp and large sentinels overflow.
         if torch.is_autocast_enabled(x.device.type):
             with torch.autocast(x.device.type, enabled=False):
-                return self.compute(x, t)
-        return self.compute(x, t)
+                return self.compute(x, t, groups)
+        return self.compute(x, t, groups)
 
     def _flatten(self, logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
         """(x (M, C) fp32 or fp64, target (M,) int64 or (M, C) multi-hot of x's dtype); ValueError for a bad kind."""

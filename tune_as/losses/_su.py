@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._base import LossOutput
+from ._base import LossOutput, by_group
 
 # A class outside a set sits at a value in [-2 FILL, -FILL]: finite, so that an empty set's softmax stays
 # finite (its weight is 0), and far below any logit, so that its softmax weight is exactly 0.
@@ -132,38 +132,43 @@ def su_terms(
 
 
 class _SuFunction(torch.autograd.Function):
-    """Mean over rows of Eq. 14 (and variants) on z = scale * x, with n_rows and n_masked, in one node."""
+    """Mean over rows of Eq. 14 (and variants) on z = scale * x, with n_rows and n_masked, in one node (per
+    group of N / groups consecutive rows: (groups,) tensors for groups > 1)."""
 
     @staticmethod
     def forward(
-        ctx: Any, x: Tensor, y: Tensor, scale: float, thresholds: Thresholds | None, k: int | None
+        ctx: Any, x: Tensor, y: Tensor, scale: float, thresholds: Thresholds | None, k: int | None, groups: int
     ) -> tuple[Tensor, Tensor, Tensor]:
         rows, masked, saved = su_terms(x * scale if scale != 1.0 else x, y, thresholds, k)
-        n = x.shape[0]
+        n = x.shape[0] // groups
         ctx.save_for_backward(*saved)
-        ctx.coef = scale / max(n, 1)  # dL/dx = dL/dz * scale, averaged over the rows
-        n_rows, n_masked = torch.full((), n, dtype=torch.int64, device=x.device), masked.sum()
+        ctx.coef, ctx.groups = scale / max(n, 1), groups  # dL/dx = dL/dz * scale, averaged over the rows
+        n_masked = by_group(masked, groups)
+        n_rows = torch.full(n_masked.shape, n, dtype=torch.int64, device=x.device)
         ctx.mark_non_differentiable(n_rows, n_masked)
-        return rows.sum() / max(n, 1), n_rows, n_masked
+        return by_group(rows, groups) / max(n, 1), n_rows, n_masked
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, *_: Tensor | None) -> tuple[Tensor, None, None, None, None]:
+    def backward(ctx: Any, grad: Tensor, *_: Tensor | None) -> tuple[Tensor, None, None, None, None, None]:
         weight, neg_p, pos_p, *idx = ctx.saved_tensors
+        if ctx.groups > 1:  # each row its group's upstream gradient
+            grad = grad.repeat_interleave(weight.shape[1] // ctx.groups)[:, None]  # (N, 1)
         w = weight * (grad * ctx.coef)  # (2, N, 1); the positives' exponents are -z
         if idx:  # negatives: the top-k softmax (N, k), scattered back to their classes
             dx = torch.mul(pos_p, w[1].neg()).scatter_add_(1, idx[0], neg_p * w[0])
         else:  # the two softmaxes have disjoint supports (an empty set's has weight 0)
             dx = torch.mul(neg_p, w[0]).addcmul_(pos_p, w[1], value=-1.0)
-        return dx, None, None, None, None
+        return dx, None, None, None, None, None
 
 
 def su_loss(
-    logits: Tensor, target: Tensor, *, scale: float = 1.0, thresholds: Thresholds | None = None, k: int | None = None
+    logits: Tensor, target: Tensor, *, scale: float = 1.0, thresholds: Thresholds | None = None, k: int | None = None,
+    groups: int = 1,
 ) -> LossOutput:
     """Mean Eq. 14 (Eq. 18 with ``thresholds``, top-k negatives with ``k``) of scale * logits (N, C) over
     multi-hot targets (N, C)."""
     y = target.to(logits.dtype)  # the tensor itself when the dtype matches
-    return LossOutput(*_SuFunction.apply(logits, y, scale, thresholds, k))
+    return LossOutput(*_SuFunction.apply(logits, y, scale, thresholds, k, groups))
 
 
 @torch.no_grad()

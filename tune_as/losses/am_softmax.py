@@ -28,5 +28,5 @@ class AMSoftmaxLoss(Loss):
         self.s = check_range("s", s, 0.0, 128.0, lo_open=True)
         self.m = check_range("m", m, 0.0, 1.0)
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return mean_over_rows(am_softmax_loss(x, class_index(target), s=self.s, m=self.m), target)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return mean_over_rows(am_softmax_loss(x, class_index(target), s=self.s, m=self.m), target, groups=groups)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._base import IGNORE_INDEX, Loss, LossOutput, WarmupDelta
+from ._base import IGNORE_INDEX, Loss, LossOutput, WarmupDelta, by_group
 
 
 def softmax_rows(x: Tensor, row_max: Tensor) -> Tensor:
@@ -50,36 +50,41 @@ def kept_mass(x: Tensor, t1: Tensor, delta: float) -> tuple[Tensor, Tensor, Tens
 
 
 class _ASSoftmaxFunction(torch.autograd.Function):
-    """Mean AS-Softmax loss over the rows whose target is not -100, with n_rows and n_masked, in one node."""
+    """Mean AS-Softmax loss over the rows whose target is not -100, with n_rows and n_masked, in one node (per
+    group of M / groups consecutive rows: (groups,) tensors for groups > 1)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, t: Tensor, delta: float) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(ctx: Any, x: Tensor, t: Tensor, delta: float, groups: int) -> tuple[Tensor, Tensor, Tensor]:
         valid = t != IGNORE_INDEX  # (M,)
         t1 = t.clamp(min=0)[:, None]  # (M, 1); ignored rows: class 0, weight 0
         r, s, r_t, m = kept_mass(x, t1, delta)
         live = valid[:, None] > (s == r_t)  # (M, 1): counted and not masked
-        n_rows = valid.sum()
+        n_rows = by_group(valid, groups)
         scale = n_rows.clamp(min=1).to(x.dtype).reciprocal_()
-        weight = live.to(x.dtype).mul_(scale)  # (M, 1): 1 / n_rows, 0 on ignored and masked rows
+        # (M, 1): 1 / its group's n_rows, 0 on ignored and masked rows
+        weight = live.to(x.dtype).view(groups, -1).mul_(scale.view(-1, 1)).view(-1, 1)
         # log(sum_kept p / p_t) without log p_t, which underflows: the argmax is kept and max p = exp(max o - lse(o)),
         # so sum_kept p / p_t = (s / max r) exp(max o - o_t).
         rows = torch.log(s / r.amax(dim=1, keepdim=True)).sub_(x.gather(1, t1)).add_(m)
-        loss = torch.where(live, rows, 0.0).sum().mul_(scale)
+        loss = by_group(torch.where(live, rows, 0.0), groups).mul_(scale)
         ctx.save_for_backward(r, t1, weight / s, weight.neg())
-        n_masked = n_rows - live.sum()
+        ctx.groups = groups
+        n_masked = n_rows - by_group(live, groups)
         ctx.mark_non_differentiable(n_rows, n_masked)
         return loss, n_rows, n_masked
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, *_: Tensor | None) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad: Tensor, *_: Tensor | None) -> tuple[Tensor, None, None, None]:
         r, t1, weight_s, neg_weight = ctx.saved_tensors
+        if ctx.groups > 1:  # each row its group's upstream gradient
+            grad = grad.repeat_interleave(r.shape[0] // ctx.groups)[:, None]  # (M, 1)
         out = r * (weight_s * grad)  # z_i p_i / sum_j z_j p_j, times the row's weight and the upstream gradient
-        return out.scatter_add_(1, t1, neg_weight * grad), None, None  # - [i = t]; masked rows: 0 - 0
+        return out.scatter_add_(1, t1, neg_weight * grad), None, None, None  # - [i = t]; masked rows: 0 - 0
 
 
-def as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) -> LossOutput:
+def as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float, groups: int = 1) -> LossOutput:
     """Mean AS-Softmax loss of logits (M, C) over targets (M,) (-100: ignored), with n_rows and n_masked."""
-    return LossOutput(*_ASSoftmaxFunction.apply(logits, target, delta))
+    return LossOutput(*_ASSoftmaxFunction.apply(logits, target, delta, groups))
 
 
 def as_softmax_masked(logits: Tensor, target: Tensor, *, delta: float) -> Tensor:
@@ -98,8 +103,8 @@ class ASSoftmaxLoss(WarmupDelta, Loss):
         super().__init__()
         self.delta = delta
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return as_softmax_loss(x, target, delta=self.delta)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return as_softmax_loss(x, target, delta=self.delta, groups=groups)
 
     def masked_rows(self, x: Tensor, target: Tensor) -> Tensor:
         return as_softmax_masked(x, target, delta=self.delta)

@@ -28,10 +28,10 @@ class ASSpeedLoss(ASSoftmaxLoss):
     def make_accumulator(self) -> AdaptiveAccumulation:
         return AdaptiveAccumulation(self.lam, self.max_steps)
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
         if target.dim() == 2:  # multi-hot
-            return multilabel_as_softmax_loss(x, target, delta=self.delta)
-        return as_softmax_loss(x, target, delta=self.delta)
+            return multilabel_as_softmax_loss(x, target, delta=self.delta, groups=groups)
+        return as_softmax_loss(x, target, delta=self.delta, groups=groups)
 
     def masked_rows(self, x: Tensor, target: Tensor) -> Tensor:
         if target.dim() == 2:

@@ -38,6 +38,6 @@ class ASVariantLoss(Loss):
         super().__init__()
         self.delta = check_range("delta", delta, 0.0, 100.0)
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
         rows, masked = as_variant_loss(x, class_index(target), delta=self.delta)
-        return mean_over_rows(rows, target, masked)
+        return mean_over_rows(rows, target, masked, groups)

@@ -22,5 +22,5 @@ class BCELoss(Loss):
     name = "bce"
     kinds = frozenset({"multilabel"})
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return mean_over_rows(bce_loss(x, target), target)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return mean_over_rows(bce_loss(x, target), target, groups=groups)

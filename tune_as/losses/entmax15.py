@@ -24,5 +24,5 @@ class Entmax15Loss(Loss):
     name = "entmax15"
     kinds = frozenset({"multiclass", "token"})
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return mean_over_rows(entmax15_loss(x, class_index(target)), target)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return mean_over_rows(entmax15_loss(x, class_index(target)), target, groups=groups)

@@ -39,8 +39,8 @@ def as_thresholds(delta: float) -> Thresholds:
     return thresholds
 
 
-def multilabel_as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float) -> LossOutput:
-    return su_loss(logits, target, thresholds=as_thresholds(delta))
+def multilabel_as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float, groups: int = 1) -> LossOutput:
+    return su_loss(logits, target, thresholds=as_thresholds(delta), groups=groups)
 
 
 def multilabel_as_softmax_masked(logits: Tensor, target: Tensor, *, delta: float) -> Tensor:
@@ -58,8 +58,8 @@ class MultilabelASSoftmaxLoss(WarmupDelta, Loss):
         super().__init__()
         self.delta = delta
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return multilabel_as_softmax_loss(x, target, delta=self.delta)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return multilabel_as_softmax_loss(x, target, delta=self.delta, groups=groups)
 
     def masked_rows(self, x: Tensor, target: Tensor) -> Tensor:
         return multilabel_as_softmax_masked(x, target, delta=self.delta)

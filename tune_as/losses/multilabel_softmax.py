@@ -18,8 +18,8 @@ from ._base import Loss, LossOutput
 from ._su import su_loss
 
 
-def multilabel_softmax_loss(logits: Tensor, target: Tensor) -> LossOutput:
-    return su_loss(logits, target)
+def multilabel_softmax_loss(logits: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+    return su_loss(logits, target, groups=groups)
 
 
 class MultilabelSoftmaxLoss(Loss):
@@ -27,5 +27,5 @@ class MultilabelSoftmaxLoss(Loss):
     kinds = frozenset({"multilabel"})
     masks_rows = True
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return multilabel_softmax_loss(x, target)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return multilabel_softmax_loss(x, target, groups)

@@ -17,9 +17,9 @@ from ._base import Loss, LossOutput, check_int, zero_count
 from ._su import su_loss
 
 
-def multilabel_sparse_softmax_loss(logits: Tensor, target: Tensor, *, k: int) -> LossOutput:
-    out = su_loss(logits, target, k=k)
-    return out._replace(n_masked=zero_count(out.loss.device))  # masks_rows is not declared: the shared zero
+def multilabel_sparse_softmax_loss(logits: Tensor, target: Tensor, *, k: int, groups: int = 1) -> LossOutput:
+    out = su_loss(logits, target, k=k, groups=groups)
+    return out._replace(n_masked=zero_count(out.loss.device, groups))  # masks_rows is not declared: the shared zero
 
 
 class MultilabelSparseSoftmaxLoss(Loss):
@@ -30,5 +30,5 @@ class MultilabelSparseSoftmaxLoss(Loss):
         super().__init__()
         self.k = check_int("k", k, 1, 100_000)
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return multilabel_sparse_softmax_loss(x, target, k=self.k)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return multilabel_sparse_softmax_loss(x, target, k=self.k, groups=groups)

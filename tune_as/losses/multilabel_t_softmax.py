@@ -16,8 +16,8 @@ from ._base import Loss, LossOutput, check_range
 from ._su import su_loss
 
 
-def multilabel_t_softmax_loss(logits: Tensor, target: Tensor, *, tau: float) -> LossOutput:
-    return su_loss(logits, target, scale=1.0 / tau)
+def multilabel_t_softmax_loss(logits: Tensor, target: Tensor, *, tau: float, groups: int = 1) -> LossOutput:
+    return su_loss(logits, target, scale=1.0 / tau, groups=groups)
 
 
 class MultilabelTSoftmaxLoss(Loss):
@@ -29,5 +29,5 @@ class MultilabelTSoftmaxLoss(Loss):
         super().__init__()
         self.tau = check_range("tau", tau, 0.0, 100.0, lo_open=True)
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return multilabel_t_softmax_loss(x, target, tau=self.tau)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return multilabel_t_softmax_loss(x, target, tau=self.tau, groups=groups)

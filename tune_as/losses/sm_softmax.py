@@ -24,5 +24,5 @@ class SMSoftmaxLoss(Loss):
         super().__init__()
         self.m = check_range("m", m, 0.0, 10.0)
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return mean_over_rows(sm_softmax_loss(x, class_index(target), m=self.m), target)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return mean_over_rows(sm_softmax_loss(x, class_index(target), m=self.m), target, groups=groups)

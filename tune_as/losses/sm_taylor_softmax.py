@@ -29,8 +29,8 @@ class SMTaylorSoftmaxLoss(Loss):
         self.m = check_range("m", m, 0.0, 10.0)
         self.n = check_int("n", n, 2, 16, even=True)
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return mean_over_rows(sm_taylor_softmax_loss(x, class_index(target), m=self.m, n=self.n), target)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return mean_over_rows(sm_taylor_softmax_loss(x, class_index(target), m=self.m, n=self.n), target, groups=groups)
 
     def class_scores(self, logits: Tensor) -> Tensor:
         """The margin applies to the target in training only: a prediction compares f^n(z) of every class."""

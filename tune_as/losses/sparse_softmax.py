@@ -28,5 +28,5 @@ class SparseSoftmaxLoss(Loss):
         super().__init__()
         self.k = check_int("k", k, 1, 100_000)
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return mean_over_rows(sparse_softmax_loss(x, class_index(target), k=self.k), target)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return mean_over_rows(sparse_softmax_loss(x, class_index(target), k=self.k), target, groups=groups)

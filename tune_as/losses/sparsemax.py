@@ -32,5 +32,5 @@ class SparsemaxLoss(Loss):
     name = "sparsemax"
     kinds = frozenset({"multiclass", "token"})
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return mean_over_rows(sparsemax_loss(x, class_index(target)), target)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return mean_over_rows(sparsemax_loss(x, class_index(target)), target, groups=groups)

@@ -13,8 +13,8 @@ from ._base import Loss, LossOutput, check_range
 from .softmax import softmax_loss
 
 
-def t_softmax_loss(logits: Tensor, target: Tensor, *, tau: float) -> LossOutput:
-    return softmax_loss(logits / tau if tau != 1.0 else logits, target)
+def t_softmax_loss(logits: Tensor, target: Tensor, *, tau: float, groups: int = 1) -> LossOutput:
+    return softmax_loss(logits / tau if tau != 1.0 else logits, target, groups)
 
 
 class TSoftmaxLoss(Loss):
@@ -25,5 +25,5 @@ class TSoftmaxLoss(Loss):
         super().__init__()
         self.tau = check_range("tau", tau, 0.0, 100.0, lo_open=True)
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return t_softmax_loss(x, target, tau=self.tau)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return t_softmax_loss(x, target, tau=self.tau, groups=groups)

@@ -67,8 +67,8 @@ class TaylorSoftmaxLoss(Loss):
             raise ValueError(f"backward must be one of {list(BACKWARDS)}, got {backward!r}")
         self.backward = backward
 
-    def compute(self, x: Tensor, target: Tensor) -> LossOutput:
-        return mean_over_rows(taylor_softmax_loss(x, class_index(target), n=self.n, backward=self.backward), target)
+    def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
+        return mean_over_rows(taylor_softmax_loss(x, class_index(target), n=self.n, backward=self.backward), target, groups=groups)
 
     def class_scores(self, logits: Tensor) -> Tensor:
         return taylor_class_scores(logits, self.n)

@@ -119,6 +119,7 @@ class Population:
         self.window = torch.zeros(self.size, 3, dtype=torch.float64, device=self.device)
         self.window_steps = [0] * self.size
         self.pmargin: list[np.ndarray | None] = [None] * self.size
+        self._weights: tuple[list[int], Tensor] | None = None
 
     @property
     def progress(self) -> float:
@@ -202,12 +203,17 @@ class Population:
         masks = self.model.draw_masks(self.generators, x.shape[1], self.feature_dim)
         with self.autocast:
             logits = self.model(x, masks).float()
-        # each member's loss is the loss module's own, on its rows: a solo trial's numbers, member by member
-        outs = [self.loss_fn(logits[i], labels[i]) for i in range(size)]
-        total = torch.stack([out.loss / steps[i] for i, out in enumerate(outs)]).sum()
-        total.backward()
-        return torch.stack([torch.stack([o.loss.detach().double(), o.n_rows.double(), o.n_masked.double()])
-                            for o in outs])
+        # each member's loss is the loss module's own on its rows (a solo trial's numbers), all in one call
+        out = self.loss_fn.forward_members(logits, labels)
+        (out.loss * self.step_weights(steps)).sum().backward()
+        return torch.stack([out.loss.detach().double(), out.n_rows.double(), out.n_masked.double()], dim=1)
+
+    def step_weights(self, steps: Sequence[int]) -> Tensor:
+        """(P,) 1 / each member's micro-batches per cycle: made anew only when a cycle length changed (AS-Speed,
+        at a cycle's end), so that a step copies nothing from the host."""
+        if self._weights is None or self._weights[0] != list(steps):
+            self._weights = (list(steps), torch.tensor([1.0 / n for n in steps], device=self.device))
+        return self._weights[1]
 
     def close_cycles(self, ending: Sequence[bool], micro: Sequence[int], steps: Sequence[int]) -> None:
         """A cycle cut short at an epoch's end: its gradient rescaled to the mean over the micro-batches it ran."""
@@ -251,10 +257,11 @@ class Population:
             batch = batches.get(torch.arange(start, min(start + EVAL_ROWS, len(split))))
             with self.autocast:
                 logits = self.model(batch["features"], members=which).float()  # (k, n, C)
+            labels = batch["labels"].expand(k, *batch["labels"].shape)
+            out = self.loss_fn.forward_members(logits, labels)
+            loss_sum += out.loss.double() * out.n_rows
+            rows += out.n_rows
             for j in range(k):
-                out = self.loss_fn(logits[j], batch["labels"])
-                loss_sum[j] += out.loss.double() * out.n_rows
-                rows[j] += out.n_rows
                 preds[j].append(self.task.predict(self.loss_fn.class_scores(logits[j])).cpu())
                 if margins:
                     kept[j].append(p_margin(logits[j], batch["labels"]).cpu())
