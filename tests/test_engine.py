@@ -168,6 +168,48 @@ def test_searcher_gives_each_loss_its_quota_warm_start_first_and_seeds_for_param
     searcher.on_trial_complete("t0", {"error": "diverged"})  # told twice (a restart): ignored
 
 
+def test_optuna_trials_mirror_ray_trials_and_those_cut_early_are_pruned(tmp_path: Path) -> None:
+    """What optuna-dashboard reads: a trial early stopping cut before its epochs is PRUNED, valued by the last
+    evaluation it reached (TPE ranks pruned trials by how far they got); one that trained all its epochs COMPLETE;
+    an error FAIL. Every evaluation is an intermediate value at the samples seen. Results are flattened as Tune
+    flattens them for a searcher."""
+    import pickle
+
+    import optuna
+    from ray.tune.utils import flatten_dict
+
+    searcher = _searcher(tmp_path, SPACE)
+    configs = {f"t{i}": searcher.suggest(f"t{i}") for i in range(6)}
+    ids = {loss: [t for t, c in configs.items() if isinstance(c, dict) and c["loss"] == loss]
+           for loss in ("softmax", "as_softmax")}
+
+    def result(t: str, best: float, samples: int, epoch: float, **extra: Any) -> dict[str, Any]:
+        return flatten_dict({"best_val_accuracy": best, "samples_seen": samples, "epoch": epoch,
+                             "config": configs[t], **extra})
+
+    full, cut, crashed = ids["as_softmax"]
+    searcher.on_trial_result(full, result(full, 0.6, 100, 1.0))
+    searcher.on_trial_result(cut, result(cut, 0.3, 50, 0.5))
+    searcher.on_trial_result(crashed, result(crashed, 0.5, 100, 1.0))
+    searcher = pickle.loads(pickle.dumps(searcher))  # Tune pickles its searcher; the storage does not travel
+    searcher.on_trial_complete(full, result(full, 0.8, 200, 2.0))
+    searcher.on_trial_complete(cut, result(cut, 0.4, 100, 1.0))  # Tune stopped it on this result: 1 of 2 epochs
+    searcher.on_trial_complete(crashed, error=True)
+    diverged, finished, stopped = ids["softmax"]
+    searcher.on_trial_complete(diverged, result(diverged, 0.2, 100, 1.0, error="non-finite training loss"))
+    searcher.on_trial_complete(finished, result(finished, 0.7, 200, 2.0))
+    searcher.on_trial_complete(stopped)  # stopped while pending (the search was stopped): no result
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.load_study(study_name="digits-as_softmax", storage=url)
+    assert study.trials_dataframe()["state"].tolist() == ["COMPLETE", "PRUNED", "FAIL"]
+    assert [t.value for t in study.trials[:2]] == [0.8, 0.4]
+    assert [t.intermediate_values for t in study.trials] == [{100: 0.6, 200: 0.8}, {50: 0.3, 100: 0.4}, {100: 0.5}]
+    assert study.metric_names == ["best_val_accuracy"]  # the objective is named in optuna-dashboard
+    softmax = optuna.load_study(study_name="digits-softmax", storage=url)
+    assert [t.state.name for t in softmax.trials] == ["FAIL", "COMPLETE", "FAIL"]
+
+
 def run(i: int, loss: str, val: float, test: float, seed: int, stopped: bool = False, **params: str) -> TrialRun:
     return TrialRun(f"r{i}", "digits", loss, {"loss": loss, "seed": str(seed), **params}, "accuracy", val,
                     {"test_accuracy": test, "optimizer_steps": 10.0}, start_time=i, stopped_early=stopped)

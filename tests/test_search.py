@@ -102,6 +102,14 @@ def test_asha_stops_bad_trials_early(tmp_path: Path, mlflow_server, ray_local) -
     assert all(c.data.metrics["epoch"] < 4 for c in stopped)
     assert all(c.data.metrics["epoch"] == pytest.approx(4) for c in full)
     assert max(c.data.metrics["best_val_accuracy"] for c in full) > 0.8
+    # optuna-dashboard shows the cut trials as pruned, valued by the evaluation they were cut at
+    (search_dir,) = (tmp_path / "results").iterdir()
+    study = optuna.load_study(study_name="digits-softmax", storage=f"sqlite:///{search_dir / 'optuna.db'}")
+    states = {float(t.params["lr"]): t.state.name for t in study.trials if "repeat_of" not in t.user_attrs}
+    assert states == {float(c.data.params["lr"]): "PRUNED" if c.data.tags.get("tune_as.stopped_early") else
+                      "COMPLETE" for c in children}
+    pruned = [t for t in study.trials if t.state.name == "PRUNED"]
+    assert all(t.value == t.intermediate_values[t.last_step or 0] for t in pruned)
 
 
 @pytest.mark.parametrize(("argv", "message"), [

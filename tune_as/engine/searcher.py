@@ -9,10 +9,16 @@ Warm start: each loss's first trial is the paper's Table 6 setting where the sea
 the loss's own defaults. Without it a loss's first trial is a random draw, and with few trials per loss the answer
 is a lottery: on digits one draw of taylor_softmax backward=inf trained to 18% where its defaults reach 98%
 (docs/bench_efficiency.md). `sampler="random"` draws every other trial uniformly instead of by TPE (a baseline).
+
+Each Optuna trial mirrors its Ray trial: the objective so far at every evaluation (intermediate values), then
+COMPLETE with its value, FAIL (an error, no result), or PRUNED when early stopping cut it before its epochs (the
+same rule as the MLflow run's stopped-early tag, `callbacks.completed`): optuna-dashboard shows it as pruned, and
+TPE ranks a pruned trial by how far it got, then by its last value, as after Optuna's own pruning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import warnings
@@ -23,6 +29,7 @@ from typing import Any
 import optuna
 from ray.tune.search import Searcher
 
+from tune_as.engine.callbacks import completed
 from tune_as.engine.state import read_json, write_json
 from tune_as.errors import UserError
 from tune_as.settings import TrialSettings
@@ -38,6 +45,10 @@ MAX_LISTED = 100_000  # a finite space listed to enqueue an untried point; a lar
 REPEATS = 5  # repeats in a row before a finite space's next point is an untried one, enqueued
 # Ray calls save/restore with a path in the experiment's folder; the file is JSON, never a pickle (engine.state)
 STATE_WHAT = "the searcher state"
+# An intermediate value's step: the samples a trial has seen (an int that grows with training, comparable across a
+# loss's trials; the epoch is fractional when evaluations fall inside epochs).
+STEP = "samples_seen"
+PLANNED_EPOCHS = "config/epochs"  # Tune hands a searcher its results flattened (tune_controller, flatten_dict)
 
 
 def warm_start(space: LossSpace) -> dict[str, Any]:
@@ -77,6 +88,16 @@ class PerLossSearcher(Searcher):
         self.exhausted: set[str] = set()  # losses whose every setting has been tried (finite spaces)
         self.orphans: dict[str, list[int]] = {}  # per loss, Optuna trials a restart closed before they ran
         self._studies: dict[str, optuna.Study] = {}
+        self._storage: optuna.storages.RDBStorage | None = None
+        self._ids: dict[tuple[str, int], int] = {}  # (loss, Optuna trial number) -> the storage's trial id
+
+    def storage(self) -> optuna.storages.RDBStorage:
+        """Every loss's study in one storage; its public API is how a value reaches a trial known by its number
+        (a Ray trial outlives the driver's `optuna.trial.Trial` objects: a resumed search has only numbers)."""
+        storage = self.__dict__.get("_storage")  # absent from a searcher pickled before it existed
+        if storage is None:
+            storage = self._storage = optuna.storages.RDBStorage(self.storage_url)
+        return storage
 
     def study(self, loss: str) -> optuna.Study:
         if loss not in self._studies:
@@ -86,7 +107,7 @@ class PerLossSearcher(Searcher):
                 optuna.samplers.RandomSampler(seed=seed) if getattr(self, "sampler", "tpe") == "random"
                 else optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True))
             study = optuna.create_study(study_name=schema.study_name(self.study_prefix, loss),
-                                        storage=self.storage_url, direction="maximize", sampler=sampler,
+                                        storage=self.storage(), direction="maximize", sampler=sampler,
                                         load_if_exists=True)
             if study.metric_names is None:  # optuna-dashboard shows the objective by this name
                 with warnings.catch_warnings():  # "experimental" since Optuna 3.2, stable in use; not the user's
@@ -163,6 +184,10 @@ class PerLossSearcher(Searcher):
         fails again."""
         return "repeat_of" not in t.user_attrs and t.number not in self.__dict__.get("orphans", {}).get(loss, ())
 
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        if trial_id in self.live:
+            self._report(*self.live[trial_id], result)
+
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         if trial_id not in self.live:
             return
@@ -171,8 +196,29 @@ class PerLossSearcher(Searcher):
         if study.get_trials(deepcopy=False)[number].state.is_finished():
             return  # told before a driver restart whose searcher checkpoint predates the tell
         value = None if (error or not result or result.get("error")) else result.get(self.metric)
-        state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
-        study.tell(number, value, state=state)
+        if result is None or value is None:
+            study.tell(number, state=optuna.trial.TrialState.FAIL)
+        else:
+            self._report(loss, number, result)  # Tune passes the result it stopped a trial on to no on_trial_result
+            planned = result.get(PLANNED_EPOCHS)
+            if planned is not None and not completed(result, float(planned)):
+                study.tell(number, state=optuna.trial.TrialState.PRUNED)  # valued by its last intermediate value
+            else:
+                study.tell(number, value, state=optuna.trial.TrialState.COMPLETE)
+        self.__dict__.get("_ids", {}).pop((loss, number), None)
+
+    def _report(self, loss: str, number: int, result: dict[str, Any]) -> None:
+        """The trial's objective so far as its Optuna trial's intermediate value at STEP (a step reported again,
+        by a trial resumed from an earlier checkpoint, is overwritten with the same value)."""
+        value, step = result.get(self.metric), result.get(STEP)
+        if value is None or step is None or result.get("error"):
+            return
+        storage, ids = self.storage(), self.__dict__.setdefault("_ids", {})
+        if (loss, number) not in ids:
+            study_id = storage.get_study_id_from_name(schema.study_name(self.study_prefix, loss))
+            ids[(loss, number)] = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # told before a driver restart
+            storage.set_trial_intermediate_value(ids[(loss, number)], int(step), float(value))
 
     def save(self, checkpoint_path: str) -> None:
         write_json(Path(checkpoint_path), {"suggested": self.suggested, "live": self.live,
@@ -201,7 +247,7 @@ class PerLossSearcher(Searcher):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_studies"] = {}  # studies live in the database, not in pickles
+        state["_studies"], state["_storage"], state["_ids"] = {}, None, {}  # studies live in the database, not in pickles
         return state
 
 
