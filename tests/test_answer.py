@@ -130,6 +130,7 @@ def test_a_race_is_reproducible_replayed_exactly_and_never_pooled(tmp_path: Path
     assert metrics["delta_low_sparsemax"] < metrics["delta_sparsemax"] < metrics["delta_high_sparsemax"]
     assert tags["tune_as.verdict.label_smoothing"] == unmarked(rows["label_smoothing"][verdict])
     assert "sparsemax" not in tags["tune_as.best_set"] and tags["tune_as.winner"]
+    assert tags[schema.NOTE] == outcome.markdown, "the parent run's Description in the UI is the answer's table"
     # confirmation runs are named by the seed they confirm: every run name of the search is unique
     names = [r.info.run_name for r in client.search_runs([exp.experiment_id], f"tags.`{schema.SEARCH}` = 'race'")]
     assert len(names) == len(set(names)) and "softmax_seed5" in names

@@ -75,6 +75,9 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     table = run.stdout[run.stdout.index("digits: which loss wins"):]
     assert "Holm, family-wise 2.5%, margin ±0.5 points" in " ".join(table.split())  # the key wraps at 100
     assert "Best set on validation " in table and "Compute: " in table
+    # where to see it: the MLflow UI's runs table (MLflow 3.17 opens the GenAI view without the page's address)
+    assert "MLflow UI: mlflow ui --backend-store-uri sqlite:///mlflow.db\n  then open http://127.0.0.1:5000/#/" \
+           "experiments/1?workflowType=machine_learning" in table, table[-600:]
     # what it would take to decide the undecided, and how to ask for it (this race cannot take more seeds)
     assert re.search(r"What would decide the undecided .*a new search with --race --max-seeds \d+ asks for them",
                      " ".join(table.split())), table[-3000:]

@@ -342,3 +342,14 @@ def test_writes_that_cannot_be_kept_either_are_said_to_be_lost(tmp_path: Path) -
     message = str(WritesKept(tracker))
     assert message.startswith("MLflow: 1 writes could not be delivered to http://127.0.0.1:5000, and could not be "
                               "kept in the search's folder either (NotADirectoryError") and message.endswith("lost")
+
+
+def test_the_ui_line_opens_the_runs_table_of_the_experiment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow 3.17 opens an experiment on its GenAI overview whatever its kind tag says: the printed address asks
+    for the runs table; a store under the working folder is named as a person would type it."""
+    monkeypatch.chdir(tmp_path)
+    page = "#/experiments/7?workflowType=machine_learning"
+    assert schema.ui_line("http://127.0.0.1:5000/", "7") == f"MLflow UI: http://127.0.0.1:5000/{page}"
+    assert schema.ui_line(f"sqlite:///{tmp_path}/runs/m.db", "7").splitlines() == [
+        "MLflow UI: mlflow ui --backend-store-uri sqlite:///runs/m.db", f"  then open http://127.0.0.1:5000/{page}"]
+    assert schema.ui_line("sqlite:////elsewhere/m.db", "7").splitlines()[0].endswith("sqlite:////elsewhere/m.db")

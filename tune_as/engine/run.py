@@ -258,7 +258,8 @@ def _search_and_confirm(session: Session) -> Outcome:
     compute = Compute(search_epochs, confirmed.epochs, len(grid), len(confirmed.runs), time.monotonic() - tic,
                       r.budget)
     text = answered.table.markdown()
-    print("\n" + answered.table.render(r.output_format) + "\n" + compute.line())
+    print("\n" + answered.table.render(r.output_format) + "\n" + compute.line() + "\n"
+          + schema.ui_line(session.tracker.shown, str(session.tracker.experiment_id)))
     with tempfile.TemporaryDirectory() as tmp:
         md, csv, record_file = (Path(tmp) / name for name in (schema.RANKING_MD, schema.RANKING_CSV,
                                                               schema.ANSWER_JSON))
@@ -270,7 +271,7 @@ def _search_and_confirm(session: Session) -> Outcome:
         drawn = forest(answered, record.margin_points, plan.baseline, plan.metric, figure, plan.name)
         session.tracker.search_artifacts([md, csv, record_file, *([figure] if drawn else [])], {
             schema.SEARCH_EPOCHS: compute.search_epochs, schema.CONFIRM_EPOCHS: compute.confirm_epochs, **metrics},
-            {schema.ANSWER_TAG_PREFIX + k: v for k, v in tags.items()})
+            {schema.NOTE: text, **{schema.ANSWER_TAG_PREFIX + k: v for k, v in tags.items()}})
     if not any(row.val for row in rows):
         raise NoResult(f"no loss has a result: every trial failed, diverged or was stopped early "
                        f"({'; '.join(f'{row.loss}: {row.failure}' for row in rows)[:600]})")

@@ -28,7 +28,9 @@ EXPERIMENTS = "tune_as.experiments"  # on a report run: the experiments it read
 ORPHANED = "tune_as.orphaned"
 DATA_WARNINGS = "tune_as.data_warnings"  # on a search's parent run: what in the data could mislead (leakage, ...)
 PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
-# MLflow 3 opens an experiment in its GenAI view (traces) unless this experiment tag says it holds model runs
+NOTE = "mlflow.note.content"  # a run's Description in the MLflow UI: on a search's parent run, its answer's table
+# MLflow 3 opens an experiment in its GenAI view (traces) unless this experiment tag says it holds model runs; from
+# MLflow 3.17 the browser's own choice wins over the tag, and only the page address (`ui_line`) opens the runs table
 EXPERIMENT_KIND, MODEL_RUNS = "mlflow.experimentKind", "custom_model_development"
 # On a search's parent run, from its answer (tune_as.results.answer.summary): tags tune_as.winner, tune_as.best_set
 # and tune_as.verdict.<loss>; metrics delta_<loss>, delta_low_<loss>, delta_high_<loss> (points).
@@ -69,3 +71,15 @@ def study_name(prefix: str, loss: str) -> str:
 
 def optuna_url(search_dir: Path) -> str:
     return f"sqlite:///{search_dir / OPTUNA_DB}"
+
+
+def ui_line(shown_uri: str, experiment_id: str) -> str:
+    """Where a person sees a search's runs: the MLflow UI's runs table of its experiment (the parent run holds the
+    answer). `shown_uri` is the store without its password: a server's address, or a store `mlflow ui` serves."""
+    page = f"#/experiments/{experiment_id}?workflowType=machine_learning"
+    if shown_uri.startswith(("http://", "https://")):
+        return f"MLflow UI: {shown_uri.rstrip('/')}/{page}"
+    prefix = "sqlite:///"
+    if shown_uri.startswith(prefix) and Path(shown_uri[len(prefix):]).is_relative_to(Path.cwd()):
+        shown_uri = prefix + str(Path(shown_uri[len(prefix):]).relative_to(Path.cwd()))  # as a person types it
+    return f"MLflow UI: mlflow ui --backend-store-uri {shown_uri}\n  then open http://127.0.0.1:5000/{page}"
