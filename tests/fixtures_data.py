@@ -2,8 +2,8 @@
 
 Each writer produces what a real user has after `load_dataset(...).save_to_disk(folder)` (ClassLabel and
 Image features included), or the JSON Lines a user gets from `Dataset.to_json`, so the tests drive the
-same loader code as a real run. Schemas: coastalcph/lex_glue eurlex, web_of_science WOS46985,
-google-research-datasets/go_emotions simplified (and ../shared/data/goemotions's JSON Lines),
+same loader code as a real run. Schemas: coastalcph/lex_glue eurlex (and ../shared/data/eurlex's EURLEX57K),
+web_of_science WOS46985, google-research-datasets/go_emotions simplified (and ../shared/data/goemotions's JSON Lines),
 nyu-mll/glue mnli / qnli / qqp, ylecun/mnist, uoft-cs/cifar10, uoft-cs/cifar100.
 The last section writes broken files, as users end up with them (cut-off downloads, misnamed files).
 """
@@ -61,6 +61,33 @@ def eurlex(folder: Path, sizes: tuple[int, int, int] = (60, 20, 20)) -> Path:
                                   "labels": datasets.Sequence(datasets.ClassLabel(names=EURLEX_LABELS))})
     splits = {name: eurlex_rows(n, i) for i, (name, n) in enumerate(zip(("train", "validation", "test"), sizes, strict=True))}
     return save_to_disk(folder, splits, features)
+
+
+# EURLEX57K's layout (../shared/data/eurlex): EUROVOC descriptor ids as strings, names in labels.json; the last two
+# concepts never occur in train, so they are only in `labels_all` (as the real data's 163 zero-shot concepts).
+EURLEX57K_NAMES = {"3": "adhesive", "4": "State trading", "5": "retail trade", "6": "wholesale trade",
+                   "7": "arms trade", "9": "foreign trade", "10": "domestic trade", "11": "international trade",
+                   "12": "accession to the European Union", "13": "marketing", "15": "committee of inquiry",
+                   "20": "award of contract"}
+EURLEX57K_IN_TRAIN = list(EURLEX57K_NAMES)[:10]
+
+
+def eurlex57k(folder: Path, sizes: tuple[int, int, int] = (60, 20, 20)) -> Path:
+    """JSON Lines {"text", "labels", "labels_all", "id"} per split and labels.json, as tools/make_eurlex.py writes
+    them. Concept "3" is on every row, "4" on every other, "5" on every third: in train the three most frequent.
+    Every fifth validation and test row also has a zero-shot concept, in `labels_all` only."""
+    concepts = list(EURLEX57K_NAMES)
+    for seed, (split, n) in enumerate(zip(("train", "validation", "test"), sizes, strict=True)):
+        rng = random.Random(seed)
+        rows = []
+        for i in range(n):
+            picked = {"3", *(["4"] if i % 2 == 0 else []), *(["5"] if i % 3 == 0 else []), rng.choice(concepts[3:10])}
+            every = sorted(picked | ({rng.choice(concepts[10:])} if split != "train" and i % 5 == 0 else set()), key=int)
+            rows.append({"text": sentence(rng, 30), "labels": sorted(picked, key=int), "labels_all": every,
+                         "id": f"3{seed}{i:04d}R"})
+        write_jsonl(folder / f"{split}.jsonl.gz", rows)
+    (folder / "labels.json").write_text(json.dumps(EURLEX57K_NAMES, indent=0), encoding="utf-8")
+    return folder
 
 
 def wos_rows(n: int, seed: int, parents: int = 3, children_per_parent: int = 2) -> dict[str, list[Any]]:

@@ -109,7 +109,7 @@ class Task:
         """Load, label, subsample and featurize (uncached; `tasks.prepare` wraps this in the disk cache)."""
         raw, notes = self.raw_splits(spec.data_dir)
         train = raw["train"]
-        labels = self.fit_labels(train)
+        labels = self.fit_labels(train).titled(self.label_titles(spec.data_dir))
         used: dict[str, RawSplit] = {}  # the rows each split keeps (after subsampling)
 
         def examples_of(split: str) -> dict[str, Any]:
@@ -157,6 +157,16 @@ class Task:
                 warnings.append(f"{self.name}: every text of the {split} split is empty ({len(texts)} rows): its "
                                 "scores cannot measure reading")
         return warnings
+
+    def label_titles(self, data_dir: Path | None) -> dict[str, str]:
+        """Readable names of the label ids where the data has them (eurlex's EUROVOC concept names), shown next
+        to an id wherever a label is printed; {} where the labels are their own names."""
+        return {}
+
+    def summary(self, data: PreparedData) -> str | None:
+        """One line saying what `data` is (eurlex: which label set), logged by `prepare` whenever the data is
+        built or read; None where the data needs no such line."""
+        return None
 
     def fit_labels(self, train: RawSplit) -> LabelMap:
         name = train.field_name(self.fields["label"])

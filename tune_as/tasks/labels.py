@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import clip, excerpt
@@ -12,9 +12,19 @@ class LabelMap:
     """Ids follow the dataset's own ClassLabel order when it has one, else the sorted training labels
     (numeric order for integer labels, so GLUE's "0"/"1" keep 1 = the positive class for F1)."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], titles: Mapping[str, str] | None = None) -> None:
         self.names = tuple(names)
         self.ids = {name: i for i, name in enumerate(self.names)}
+        self.titles = dict(titles or {})  # readable names of ids (EUROVOC concepts), shown next to them
+
+    def titled(self, titles: Mapping[str, str]) -> LabelMap:
+        """The same ids, shown with `titles` (`Task.label_titles`) where a label is printed."""
+        return LabelMap(self.names, titles) if titles else self
+
+    def title(self, name: Any) -> str:
+        """What follows a printed label: its title in parentheses where the data has one, else nothing."""
+        title = self.titles.get(str(name))
+        return f" ({clip(title, 40)})" if title else ""
 
     @classmethod
     def fit(cls, values: Iterable[Any], order: Sequence[str] | None = None, origin: str = "train") -> LabelMap:
@@ -41,7 +51,8 @@ class LabelMap:
             raise ValueError(f"{where}: expected a label in the {split} split, got null")
         key = str(value)
         if key not in self.ids:
-            shown = ", ".join(clip(n, 40) for n in self.names[:10]) + (", ..." if len(self.names) > 10 else "")
-            raise ValueError(f"{where}: label {excerpt(value)} in the {split} split does not occur in the training "
+            shown = ", ".join(clip(n, 40) + self.title(n) for n in self.names[:10])
+            shown += ", ..." if len(self.names) > 10 else ""
+            raise ValueError(f"{where}: label {excerpt(value)}{self.title(value)} in the {split} split does not occur in the training "
                              f"split; expected one of the {len(self.names)} training labels ({shown})")
         return self.ids[key]

@@ -1,5 +1,5 @@
-"""Multi-label text classification: eurlex (LexGLUE), wos46985 (Web of Science, parent + child labels) and
-goemotions (GoEmotions, 28 emotions).
+"""Multi-label text classification: eurlex (EURLEX57K or LexGLUE), wos46985 (Web of Science, parent + child
+labels) and goemotions (GoEmotions, 28 emotions).
 
 Prediction is every class with logit > 0 (the AS-Softmax paper's rule for Eq. 14 and its variants, and sigmoid
 > 0.5 for bce), except on wos46985 (the two highest logits). The trial predicts `task.predict(loss.class_scores(
@@ -8,7 +8,9 @@ logits))`; every multi-label loss's class scores are its logits. docs/losses.md 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -55,8 +57,9 @@ class MultiLabelText(Task):
     def check_labels(self, train: RawSplit, labels: LabelMap) -> None:
         label_sets = {tuple(sorted(map(str, row))) for row in self.label_lists(train)}
         if len(label_sets) < 2:
+            shown = excerpt([v + labels.title(v) for v in label_sets.pop()])
             raise ValueError(f"{train.origin}: expected rows with different labels in the train split, found "
-                             f"{excerpt(list(label_sets.pop()))} on all {len(train)} rows: nothing to learn, and a "
+                             f"{shown} on all {len(train)} rows: nothing to learn, and a "
                              f"validation split like it would score 1.0")
 
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
@@ -106,8 +109,53 @@ class WebOfScience(MultiLabelText):
         return metrics.top_k_multi_hot(logits, 2)
 
 
+CONCEPT_NAMES = "labels.json"  # EURLEX57K's EUROVOC concept id -> English name, beside its splits
+
+
+def concept_names(data_dir: Path | None) -> dict[str, str]:
+    """EURLEX57K's concept names (`labels.json` in data_dir); {} where there is none (LexGLUE: the hub or its
+    save_to_disk copy, whose ClassLabel names are the concept ids)."""
+    path = data_dir / CONCEPT_NAMES if data_dir is not None else None
+    if path is None or not path.is_file():
+        return {}
+    expected = f"{path}: expected a JSON object mapping EUROVOC concept ids to names"
+    try:
+        names = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # no OSError escapes for a local file
+        raise ValueError(f"{expected}, got a file it cannot read ({type(exc).__name__})") from None
+    if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
+        raise ValueError(f"{expected}, got {excerpt(names)}")
+    return names
+
+
+@dataclass
+class EurLex(MultiLabelText):
+    """eurlex in either layout, told apart by `labels.json`: EURLEX57K (a folder of JSON Lines with the concept
+    names in labels.json, as ../shared/data/eurlex; the labels are the EUROVOC descriptors present in train) or
+    LexGLUE's eurlex (the hub, or its save_to_disk copy: the level-2 concepts as ClassLabel ids, no names)."""
+
+    def label_titles(self, data_dir: Path | None) -> dict[str, str]:
+        return concept_names(data_dir)
+
+    def summary(self, data: PreparedData) -> str | None:
+        """Which label set the model's outputs are, so no score is read as the other layout's."""
+        outputs, data_dir = len(data.label_names), data.spec.data_dir
+        names = concept_names(data_dir)
+        if not names:
+            source = self.hub if data_dir is None else data_dir
+            return (f"{self.name}: LexGLUE eurlex, {outputs:,} level-2 EUROVOC concepts ({source}; no concept "
+                    "names in the data)")
+        per_label = data.train.columns["labels"].sum(0)  # (C,) training documents kept per concept
+        present = int((per_label > 0).sum())
+        top = per_label.argsort(descending=True, stable=True)[:3].tolist()
+        shown = ", ".join(repr(names.get(data.label_names[i], data.label_names[i])) for i in top)
+        kept = f"; {present:,} of them in the {len(data.train):,} training documents kept" if present < outputs else ""
+        return (f"{self.name}: EURLEX57K, {len(names):,} EUROVOC concepts (labels present in train: {outputs:,}, "
+                f"the model's outputs{kept}; most frequent: {shown})")
+
+
 MULTILABEL_TASKS = {
-    "eurlex": MultiLabelText("eurlex", "multilabel", ("micro_f1", "macro_f1"),
+    "eurlex": EurLex("eurlex", "multilabel", ("micro_f1", "macro_f1"),
                              TaskDefaults(20, 16, 3e-5, 512, "bert-base-cased"), HubSource("coastalcph/lex_glue", "eurlex")),
     "wos46985": WebOfScience("wos46985", "multilabel", ("micro_f1", "macro_f1"),
                              TaskDefaults(10, 12, 3e-5, 512, "bert-base-cased"), HubSource("web_of_science", "WOS46985"),
