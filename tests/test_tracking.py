@@ -55,6 +55,42 @@ def test_replayed_results_are_logged_once_across_a_driver_restart(mlflow_server)
 
 
 @pytest.mark.slow
+def test_a_writer_delivers_off_the_callers_thread_in_order(mlflow_server) -> None:
+    """With a writer (what the search's Tune callback starts), an event only queues its write: a flush in
+    progress (a slow MLflow's: held here by another thread) never holds Tune's event loop; the writes then arrive
+    in order, and the search's end delivers what is left."""
+    tracker = _tracker(mlflow_server.uri, "trk-writer")
+    tracker.start_writer()
+    held, release = threading.Event(), threading.Event()
+
+    def slow_flush() -> None:
+        with tracker.lock:
+            held.set()
+            release.wait()
+
+    threading.Thread(target=slow_flush, daemon=True).start()
+    assert held.wait(timeout=60)
+
+    def events() -> None:
+        tracker.trial_started("t1", {"loss": "softmax", "lr": 0.1}, TAGS)
+        for step in (1, 2, 3):
+            tracker.trial_result("t1", {"training_iteration": step, "val_accuracy": step / 10})
+        tracker.trial_ended("t1", "FINISHED")
+
+    caller = threading.Thread(target=events, daemon=True)
+    caller.start()
+    caller.join(timeout=120)  # a bound for the failure only: the events return at once
+    assert not caller.is_alive(), "an event waited for MLflow on the caller's thread"
+    assert len(tracker.pending) == 5, "queued, not delivered, while the flush in progress holds the store"
+    release.set()
+    assert tracker.search_ended("FINISHED") and not tracker.pending and tracker.writer is None
+    client = MlflowClient(mlflow_server.uri)
+    (run,) = [r for r in client.search_runs([str(tracker.experiment_id)]) if r.data.tags.get(schema.ROLE) == "trial"]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [1, 2, 3]
+    assert run.info.status == "FINISHED" and run.data.params["lr"] == "0.1"
+
+
+@pytest.mark.slow
 def test_a_driver_killed_between_a_results_metrics_and_its_tags_logs_no_step_twice(tmp_path: Path) -> None:
     """The SQLite store commits a batch's metrics, then its tags: a driver SIGKILLed in between leaves step 2's
     metrics with the last-step tag still at 1 (the state is made here by hand; tests/test_reliability.py's racing

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 import ray
 from ray import tune
 
-from tune_as.engine import interrupt
+from tune_as.engine import disk, interrupt
 from tune_as.engine.members import POPULATION, flat_report, members, settings_config
 from tune_as.engine.plan import git_commit
 from tune_as.tracking import schema
@@ -94,7 +95,11 @@ class PopulationReporter:
 
 def trainable(config: dict[str, Any], data: Any = None, task: Any = None, checkpoint_interval_s: float = 30.0) -> None:
     """What Tune runs in a worker: one trial (or one population of seeds), restored from Tune's checkpoint when
-    there is one."""
+    there is one. A full disk under the storage path ends it with a result saying so (tune_as.engine.disk)."""
+    disk.reported(partial(_train, config, data, task, checkpoint_interval_s))
+
+
+def _train(config: dict[str, Any], data: Any, task: Any, checkpoint_interval_s: float) -> None:
     checkpoint = tune.get_checkpoint()
     with checkpoint.as_directory() if checkpoint else nullcontext(None) as restore_dir:
         seeds = config.get(POPULATION)
@@ -139,6 +144,11 @@ class MlflowCallback(tune.Callback):
     def tracker(self) -> tracking.MlflowTracker:
         return self._trackers[self.search_id]
 
+    def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None,
+              **info: Any) -> None:
+        # MLflow's writes leave Tune's event loop: a slow or absent server must not hold every trial's next result
+        self.tracker.start_writer()
+
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         # each member of a population is a run of its own (tune_as.engine.members), with a solo trial's params
         for member in members(trial.trial_id, trial.config, {}):
@@ -171,9 +181,6 @@ class MlflowCallback(tune.Callback):
             self.tracker.trial_ended(member.run_id, "FAILED", error=trial_error(trial),
                                      artifacts=checkpoint_files(trial, schema.PMARGIN_FILE))
 
-    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        if self.tracker.pending:
-            self.tracker.flush()
 
 
 class DropFinishedWeights(tune.Callback):

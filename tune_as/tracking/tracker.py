@@ -11,10 +11,10 @@ by its trial's tag, metrics already logged are skipped by step).
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -24,8 +24,11 @@ from typing import Any
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
-from tune_as.errors import UserError, first_line
+from tune_as.errors import UserError
+from tune_as.tracking import journal
+from tune_as.tracking.background import Writer
 from tune_as.tracking.client import DEFAULT_URI, failure_reason, is_outage, open_client, redact_uri, scrub
+from tune_as.tracking.journal import JOURNAL, JOURNAL_FILES, OPERATIONS, WritesKept  # noqa: F401 - also the tracker's names
 from tune_as.tracking.schema import (
     ERROR,
     EXPERIMENT_KIND,
@@ -41,26 +44,9 @@ from tune_as.tracking.schema import (
 )
 
 log = logging.getLogger(__name__)
-JOURNAL = "tracking_journal.jsonl"  # in the search's folder: writes not delivered, one JSON operation a line
-JOURNAL_FILES = "tracking_journal_files"  # the files those writes log
-OPERATIONS = ("start", "result", "end", "artifacts", "orphans", "search_end")
 NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", "hostname", "node_ip", "pid",
                "experiment_tag", "config", "time_this_iter_s", "time_total_s", "timestamp", "time_since_restore",
                "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint", "training_iteration"}
-
-
-class WritesKept(Exception):
-    """A search that finished with tracking writes MLflow did not take: they are in its journal. The CLI's exit
-    code 4."""
-
-    def __init__(self, tracker: MlflowTracker) -> None:
-        folder, lost = tracker.journal_dir, f"MLflow: {len(tracker.pending)} writes could not be delivered to {tracker.shown}"
-        if folder is None or tracker.unkept:
-            super().__init__(f"{lost}, and could not be kept in the search's folder either "
-                             f"({tracker.unkept or 'no folder'}): they are lost")
-        else:
-            super().__init__(f"{lost}; they are kept in {folder / JOURNAL}: `python -m tune_as.sync {folder}` "
-                             "delivers them once MLflow answers (so does --resume)")
 
 
 @dataclass
@@ -94,6 +80,8 @@ class MlflowTracker:
         self.journal_dir = journal_dir  # the search's folder: writes not delivered at its end are kept there
         self.unkept: str | None = None  # why the journal could not be written (a full disk), if it could not
         self.outage_since: float | None = None
+        self.lock = threading.RLock()  # one flush at a time: the search's thread, or the writer's (`start_writer`)
+        self.writer: Writer | None = None
 
     @property
     def client(self) -> MlflowClient:
@@ -150,10 +138,22 @@ class MlflowTracker:
     # -- queued operations: data (JSON), so that what cannot be delivered is kept on disk -------------------
     def _enqueue(self, what: str, op: dict[str, Any]) -> None:
         self.pending.append((what, op))
-        self.flush()
+        if self.writer is None:
+            self.flush()
+        else:
+            self.writer.wake()
+
+    def start_writer(self) -> None:
+        """From now on, deliver on a thread of its own (tune_as.tracking.background), off the caller's event loop."""
+        if self.writer is None:
+            self.writer = Writer(self)
 
     def flush(self, deadline: float | None = None) -> bool:
         """Run queued operations in order; stop at the first outage. True when the queue is empty."""
+        with self.lock:
+            return self._flush(deadline)
+
+    def _flush(self, deadline: float | None) -> bool:
         while self.pending:
             what, op = self.pending[0]
             try:
@@ -322,6 +322,9 @@ class MlflowTracker:
         """Close the parent run (and, after an interruption, every trial still open, as KILLED) and wait
         (bounded) for buffered writes. False if some writes could not be delivered: they are then kept in the
         journal (`keep`), when the tracker has a folder for it."""
+        writer, self.writer = self.writer, None
+        if writer is not None:  # what it has not delivered is flushed here, bounded
+            writer.stop()
         for trial_id in self.unfinished():
             self.trial_ended(trial_id, "KILLED")
         if status == "FINISHED":
@@ -334,60 +337,13 @@ class MlflowTracker:
                       f"; kept in {kept}" if kept else "")
         return done
 
-    # -- the journal: writes that could not be delivered, kept in the search's folder --------------------
     def keep(self) -> Path | None:
-        """Write what is still queued to the journal (its staged files moved beside it), or remove a journal
-        with nothing left in it. The journal's path, or None when nothing is kept."""
-        if self.journal_dir is None:
-            return None
-        path = self.journal_dir / JOURNAL
-        files = self.journal_dir / JOURNAL_FILES
-        if not self.pending:
-            path.unlink(missing_ok=True)
-            shutil.rmtree(files, ignore_errors=True)
-            return None
-        lines = []
-        try:
-            for what, op in self.pending:
-                staged = op.get("staged")
-                if staged is not None and Path(staged).parent != files:
-                    files.mkdir(exist_ok=True)
-                    moved = files / Path(staged).name
-                    shutil.move(staged, moved)
-                    op["staged"] = str(moved)
-                kept = {**op, "staged": Path(op["staged"]).name} if staged is not None else op
-                lines.append(json.dumps({"what": what, **kept}))
-            partial = path.with_suffix(".partial")
-            partial.write_text("\n".join(lines) + "\n")
-            partial.replace(path)  # whole or not at all
-        except OSError as exc:  # a full disk, a folder gone: said, never a traceback over the search's answer
-            self.unkept = f"{type(exc).__name__}: {first_line(exc)[:200]}"
-            log.error("MLflow: %d writes could not be kept in %s either (%s)", len(self.pending), path, self.unkept)
-            return None
-        return path
+        """What is still queued, kept in the search's folder (tune_as.tracking.journal.keep)."""
+        return journal.keep(self)
 
     def replay(self, skip_search_end: bool = False) -> int:
-        """Queue the journal's writes first (a resumed search ends its parent run itself: `skip_search_end`); the
-        journal stays until `keep` after the next flush rewrites or removes it. The number of writes queued."""
-        if self.journal_dir is None or not (self.journal_dir / JOURNAL).is_file():
-            return 0
-        files = self.journal_dir / JOURNAL_FILES
-        ops = []
-        for n, line in enumerate((self.journal_dir / JOURNAL).read_text().splitlines(), 1):
-            try:
-                op = json.loads(line)
-                if not isinstance(op, dict) or op.get("op") not in OPERATIONS:
-                    raise ValueError(f"operation {op.get('op') if isinstance(op, dict) else op!r}")
-                what = str(op.pop("what", op["op"]))
-            except ValueError as exc:
-                raise UserError(f"{self.journal_dir / JOURNAL}:{n}: expected a tracking write that tune_as kept "
-                                f"(JSON), got {first_line(exc)[:200]}") from None
-            if op.get("staged") is not None:
-                op["staged"] = str(files / Path(op["staged"]).name)
-            if not (skip_search_end and op["op"] == "search_end"):
-                ops.append((what, op))
-        self.pending.extendleft(reversed(ops))
-        return len(ops)
+        """The journal's writes queued first (tune_as.tracking.journal.replay)."""
+        return journal.replay(self, skip_search_end)
 
 
 def _staged(paths: list[Path] | None) -> str | None:
