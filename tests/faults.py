@@ -8,6 +8,8 @@ After every report of a trial, in the worker:
   SIGKILLs a worker that is certainly alive and certainly between two evaluation points (no sleep, no race);
 - with TUNE_AS_BLOCK_IN=EXPERIMENT:K (e.g. confirm-2:3), blocks the same way, once, at the first report of the
   K-th trial to report in the Tune experiment EXPERIMENT (the order of first lines in reports.jsonl);
+- with TUNE_AS_HOLD_UNTIL=PATH, holds the first report of the search, once, until PATH exists (a test does
+  something to the search's world meanwhile, e.g. fills its disk), then lets the trial go on;
 - with TUNE_AS_FAIL_AT_EPOCH=E, raises after a report at epoch >= E, at most TUNE_AS_FAIL_TIMES times per
   trial (default 1), only for loss TUNE_AS_FAIL_LOSS if set.
 """
@@ -40,6 +42,16 @@ def _block_once(where: Path) -> None:
     threading.Event().wait()  # until the test kills this process
 
 
+def _hold_once(where: Path, until: Path) -> None:
+    try:
+        (where / "held").open("x").close()  # exclusive create: one report of all the workers is held
+    except FileExistsError:
+        return
+    (where / "holding").write_text(str(os.getpid()))
+    while not until.exists():  # a condition the test makes true; a short wait between looks
+        threading.Event().wait(0.05)
+
+
 def trial_order(where: Path, experiment: str) -> list[str]:
     """The trials of a Tune experiment in the order of their first report."""
     return list(dict.fromkeys(row["trial_id"] for row in reports(where) if row["experiment"] == experiment))
@@ -62,6 +74,9 @@ def hook(metrics: dict[str, Any], loss: str) -> None:
         out.write(json.dumps(row) + "\n")
     if os.environ.get("TUNE_AS_BLOCK_ONCE"):
         _block_once(where)
+    hold = os.environ.get("TUNE_AS_HOLD_UNTIL")
+    if hold:
+        _hold_once(where, Path(hold))
     block_in = os.environ.get("TUNE_AS_BLOCK_IN")
     if block_in:
         name, _, k = block_in.rpartition(":")

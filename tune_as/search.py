@@ -273,6 +273,8 @@ def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Hea
     from tune_as.engine.cluster import loopback_ray
 
     loopback_ray(args.address)
+    from tune_as.engine.disk import EXIT_CODE as DISK_FULL
+    from tune_as.engine.disk import DiskFull
     from tune_as.engine.resume import SearchFinished
     from tune_as.engine.run import NoResult, SearchInterrupted, run_search
     from tune_as.sync import KEPT
@@ -302,6 +304,9 @@ def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Hea
     except SearchInterrupted as exc:
         print(interrupt.interrupted_line(str(exc)), file=sys.stderr)
         code = 130
+    except DiskFull as exc:  # the storage path's disk filled up: stopped like an interruption, resumable
+        print(f"error: {exc}\n{interrupt.interrupted_line(exc.hint)}", file=sys.stderr)
+        code = DISK_FULL
     except KeyboardInterrupt:
         print(interrupt.interrupted_line(None), file=sys.stderr)
         code = 130

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
-from tune_as.engine.resume import check_unfinished, latest_search, read_state, restore_request
+from tune_as.engine.resume import check_in_place, check_unfinished, latest_search, read_state, restore_request
 from tune_as.engine.state import check_ownership
 from tune_as.errors import UserError, first_line
 from tune_as.paths import absolute_sqlite, check_tracking_store, check_writable_folder
@@ -161,8 +161,10 @@ def state_of(plan: SearchPlan) -> dict[str, Any]:
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in saved.items()}
     from tune_as.tracking.client import redact_uri
 
+    made = (read_state(plan.search_dir) or {}).get("folder") if r.resume else str(plan.search_dir)
     return {"search_id": plan.search_id, "task": plan.task.name, "fingerprint": plan.space.fingerprint(),
             "losses": plan.losses, "experiment": plan.experiment, "request": saved, "finished": False,
+            "folder": made,  # the folder Ray's pickled state names: a resume elsewhere is refused (resume.py)
             "mlflow_uri": redact_uri(r.mlflow_uri) if r.mlflow_uri else None,  # never a password
             "mlflow_uri_redacted": r.mlflow_uri is not None and redact_uri(r.mlflow_uri) != r.mlflow_uri}
 
@@ -278,6 +280,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
                             f"{state['fingerprint']} for losses {state['losses']}, got {space.fingerprint()} "
                             f"for {list(space.losses)}); start a new search instead")
         check_unfinished(state, r, name)
+        check_in_place(state, storage / name)
     else:
         name = r.name or f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         if (storage / name).exists():

@@ -49,6 +49,19 @@ def check_unfinished(state: dict[str, Any], r: SearchRequest, name: str) -> None
                              "prints its answer)")
 
 
+def check_in_place(state: dict[str, Any], search_dir: Path) -> None:
+    """Refuse to resume an unfinished search whose folder was moved or copied: Ray Tune's pickled state (the search
+    algorithm's experiment, the searcher's study) names the folder it was started in, and Ray would write the
+    trials still to run there, outside this folder. A finished search only gets new confirmation rounds, made here.
+    A state saved before the folder was recorded is not checked."""
+    made = state.get("folder")
+    if made and Path(made) != search_dir and not state.get("finished"):
+        raise UserError(f"--resume: expected the search folder where {search_dir.name} was started, {made}, got "
+                        f"{search_dir}: Ray Tune's saved state names {made} and would write the trials still to run "
+                        f"there, not here; resume it with --storage-path {Path(made).parent} (move the folder back "
+                        "first if it was moved)")
+
+
 def restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
     """The saved request with this process's runtime options; refuse a changed option that changes results."""
     saved = dict(state["request"])

@@ -18,7 +18,7 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from tune_as.engine import callbacks, cluster, interrupt, members
+from tune_as.engine import callbacks, cluster, disk, interrupt, members
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.head import Head
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
@@ -99,14 +99,14 @@ def _trainable_for(plan: SearchPlan, res: dict[str, float]) -> Any:
         callbacks.trainable, data=plan.data, task=plan.task, checkpoint_interval_s=plan.request.checkpoint_interval_s), res)
 
 
-def _tuner(session: Session, name: str, role: str, search_alg: Searcher, scheduler: TrialScheduler,
-           num_samples: int) -> tune.Tuner:
+def _tuner(session: Session, name: str, role: str, search_alg: Searcher, scheduler: TrialScheduler, num_samples: int) -> tune.Tuner:
     plan, r = session.plan, session.plan.request
     callback = callbacks.MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
         callbacks=[callback, callbacks.DropFinishedWeights(), callbacks.NoticeInterrupt()], verbose=min(r.verbose, 1),
         progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
+        stop=disk.StopOnFullDisk(),  # a worker's full disk ends the search (engine.disk), not only its trial
         # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
         # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
@@ -188,9 +188,10 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str], sta
     interrupt.register(tracker, session.hint)
     status = "FAILED"
     try:
-        yield session
+        with disk.stopping(plan.search_dir, session.hint):  # a full disk stops it as an interruption does
+            yield session
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, disk.DiskFull):
         status = "KILLED"
         raise
     finally:
