@@ -332,6 +332,15 @@ def test_members_are_each_the_loss_of_their_own_rows(name: str) -> None:
     assert torch.autograd.gradcheck(lambda v: loss_fn.forward_members(v, t).loss, (z,), atol=1e-7, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["softmax", "as_softmax", "multilabel_softmax", "bce"])
+def test_one_member_is_a_member_too(name: str) -> None:
+    """P = 1: (1,) tensors, as for any P (a population of one seed), equal to the plain call."""
+    x, t = inputs(name, 6, 9, seed=4)
+    out, plain = make(name).forward_members(x[None], t[None]), make(name)(x, t)
+    assert out.loss.shape == out.n_rows.shape == out.n_masked.shape == (1,)
+    assert float(out.loss) == pytest.approx(float(plain.loss), rel=1e-12) and int(out.n_rows) == int(plain.n_rows)
+
+
 def test_members_need_a_leading_member_dimension() -> None:
     with pytest.raises(ValueError, match=r"expected logits \(P, N, C\) with target \(P, N\) or \(P, N, C\), got "
                                          r"logits \(4, 5\) and target \(4,\)"):

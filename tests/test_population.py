@@ -113,6 +113,18 @@ def test_each_member_is_the_solo_trial_of_its_seed(loss: str) -> None:
         assert_same_run(solo.reports, members.reports[i], f"{loss} seed {seed}")
 
 
+@pytest.mark.parametrize("loss", ["softmax", "as_speed"])
+def test_a_population_of_one_is_its_solo_trial(loss: str) -> None:
+    """P = 1 (bench_population's first size; a round with one seed left of a loss): the same run as a solo trial."""
+    data, task = frozen("multiclass")
+    cfg = config(loss)
+    members = Members(1)
+    run_population(cfg, SEEDS[:1], data, task, members)
+    solo = Solo()
+    run_trial({**cfg, "seed": SEEDS[0]}, data, task, solo)
+    assert_same_run(solo.reports, members.reports[0], f"{loss} alone")
+
+
 @pytest.mark.parametrize("every", [None, 2])
 def test_as_speed_members_accumulate_on_their_own_schedules_as_their_solo_trials(every: int | None) -> None:
     """The per-member rule is exercised: the members end with different optimizer step counts (their cycles

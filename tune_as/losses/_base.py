@@ -213,7 +213,8 @@ class Loss(nn.Module):
                              f"logits {tuple(logits.shape)} and target {tuple(target.shape)}")
         members = logits.shape[0]
         rows = logits.reshape(-1, logits.shape[-1])
-        return self._compute(*self._flatten(rows, target.reshape(rows.shape[0], *target.shape[2:])), members)
+        out = self._compute(*self._flatten(rows, target.reshape(rows.shape[0], *target.shape[2:])), members)
+        return LossOutput(*(v.reshape(1) for v in out)) if members == 1 else out  # (P,) for one member too
 
     def _compute(self, x: Tensor, t: Tensor, groups: int) -> LossOutput:
         # Losses are computed in fp32 (fp64 kept for gradcheck): bf16/fp16 exp and large sentinels overflow.
