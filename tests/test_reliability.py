@@ -201,9 +201,10 @@ def test_a_signal_to_the_process_group_stops_marks_runs_killed_and_prints_one_re
 
 
 def test_an_mlflow_outage_while_trials_start_report_and_end_loses_nothing(tmp_path: Path) -> None:
-    """The tracking server goes away after the first child run exists and comes back once two more trials' worth of
-    evaluations (8 reports: at least one trial started, reported and ended) were made without it: a condition on
-    the trials' own reports (tests/faults.py), not a sleep. Every write reaches MLflow, once, in order."""
+    """The tracking server goes away while the first trial holds its first report (tests/faults.py), and comes back
+    once 8 more evaluations (at least one trial started, reported and ended) were made without it: conditions on
+    the trials' own reports, not a sleep (a search faster than the test's look cannot outrun it: 17 evaluations
+    follow the held one). Every write reaches MLflow, once, in order."""
     server = MlflowServer(tmp_path / "mlflow")
     server.root.mkdir()
     server.start()
@@ -211,12 +212,16 @@ def test_an_mlflow_outage_while_trials_start_report_and_end_loses_nothing(tmp_pa
     fault_dir = tmp_path / "faults"
     fault_dir.mkdir()
     try:
+        go = tmp_path / "go"
         proc = start_cli(tmp_path, server.uri, ["--search-space", str(space), "--experiment", "rel-outage",
                                                 "--max-concurrent", "1", "--no-asha"],
-                         env={"TUNE_AS_FAULT_DIR": str(fault_dir)})
+                         env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_HOLD_UNTIL": str(go)})
+        wait_for(lambda: (fault_dir / "holding").exists() or proc.poll() is not None, 300,
+                 "the first trial's first report")
         wait_for(lambda: len(runs(server.uri, "rel-outage")[1]) >= 1, 300, "the first child run")
         server.stop()
         before = len(faults.reports(fault_dir))
+        go.touch()
         wait_for(lambda: len(faults.reports(fault_dir)) >= before + 8 or proc.poll() is not None, 300,
                  "8 evaluations made while MLflow is away")
         restarted = MlflowServer(server.root)
