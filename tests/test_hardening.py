@@ -204,7 +204,10 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
     other = f"sqlite:///{tmp_path / 'other.db'}"
     assert main(["--resume", "--name", "life", "--storage-path", str(storage), "--mlflow-uri", other]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --resume: --mlflow-uri changes where life is tracked"), err
+    assert len(err) == 1 and err[0].startswith("error: --resume: --mlflow-uri: expected a store that holds life's "
+                                               "runs"), err
+    assert err[0].endswith("other.db does not exist; resume without it, or point it at the store its runs were "
+                           "moved to"), err
     assert not (tmp_path / "other.db").exists()
     assert (storage / "life" / "tune_as_search.json").read_bytes() == state
     assert len(runs(uri, experiment)[1]) == 1

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 from test_reliability import finish, runs, start_cli, wait_for, write_space
 
 from tune_as.engine.disk import EXIT_CODE
@@ -91,33 +92,49 @@ def contents(folder: Path) -> dict[str, tuple[int, str]]:
 
 
 def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(tmp_path: Path, mlflow_server) -> None:
-    """A finished search copied to another storage path gets its confirmation there (`--resume --confirm 2`): it
-    completes, and not one file of the original changes (root ignores a read-only mode, so mtimes and bytes are
-    compared). An unfinished copy is refused in one line, exit 2: Ray Tune's pickled state names the original
-    folder, and Ray would train its remaining trials there."""
+    """A finished search and its SQLite store, both copied elsewhere, get its confirmation there (`--resume
+    --confirm 2 --mlflow-uri <the copied store>`): it completes, and not one file of the original folder or store
+    changes (root ignores a read-only mode, so mtimes and bytes are compared). A store that does not hold the
+    search's runs is refused in one line, exit 2. An unfinished copy is refused in one line, exit 2: Ray Tune's
+    pickled state names the original folder, and Ray would train its remaining trials there."""
     space = write_space(tmp_path, trials=1, epochs=1)
     name, first, second = "digits-copy", tmp_path / "first", tmp_path / "second"
-    code, out = finish(start_cli(tmp_path, mlflow_server.uri, [
+    first_db, second_db = tmp_path / "stores" / "first.db", tmp_path / "moved" / "second.db"
+    first_db.parent.mkdir()
+    code, out = finish(start_cli(tmp_path, f"sqlite:///{first_db}", [
         "--search-space", str(space), "--experiment", "rel-copy", "--name", name, "--storage-path", str(first),
         "--max-concurrent", "1", "--no-asha"]))
     assert code == 0, out[-3000:]
     shutil.copytree(first, second, symlinks=True)
-    original = contents(first)
+    shutil.copytree(first_db.parent, second_db.parent)
+    (second_db.parent / "first.db").rename(second_db)
+    original = contents(first), contents(first_db.parent)
 
-    code, out = finish(start_cli(tmp_path, mlflow_server.uri, [
+    # the session's server holds no run of this search: not its store
+    code, out = finish(start_cli(tmp_path, mlflow_server.uri, ["--resume", "--name", name, "--storage-path",
+                                                               str(second), "--confirm", "2"]))
+    assert code == 2, out[-3000:]
+    (line,) = [line for line in out.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: --resume: --mlflow-uri: expected a store that holds {name}'s runs") and \
+        f"expected the parent run of search '{name}'" in line, line
+
+    code, out = finish(start_cli(tmp_path, f"sqlite:///{second_db}", [
         "--resume", "--name", name, "--storage-path", str(second), "--confirm", "2"]))
     assert code == 0, out[-3000:]
     assert "Confirmation round 1: 4 runs of 2 losses" in out, out[-3000:]
     assert len(list((second / name / "confirm").glob("*/checkpoint_*"))) == 4
-    assert contents(first) == original, "resuming the copy wrote into the original folder"
-    parents, _ = runs(mlflow_server.uri, "rel-copy")
-    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert (contents(first), contents(first_db.parent)) == original, "resuming the copy wrote into the original"
+    parents, trials = runs(f"sqlite:///{second_db}", "rel-copy")
+    assert [p.info.status for p in parents] == ["FINISHED"] and len(trials) == 2
+    client = MlflowClient(f"sqlite:///{second_db}")
+    confirmations = client.search_runs([parents[0].info.experiment_id], "tags.`tune_as.role` = 'confirmation'")
+    assert len(confirmations) == 4 and all(r.info.status == "FINISHED" for r in confirmations)
 
     state = second / name / "tune_as_search.json"
     state.write_text(state.read_text().replace('"finished": true', '"finished": false'))
-    code, out = finish(start_cli(tmp_path, mlflow_server.uri, ["--resume", "--name", name,
-                                                               "--storage-path", str(second)]))
+    code, out = finish(start_cli(tmp_path, f"sqlite:///{second_db}", ["--resume", "--name", name,
+                                                                      "--storage-path", str(second)]))
     assert code == 2, out[-3000:]
     (line,) = [line for line in out.splitlines() if line.startswith("error:")]
     assert f"started, {first / name}, got {second / name}" in line, out[-3000:]
-    assert contents(first) == original
+    assert (contents(first), contents(first_db.parent)) == original

@@ -62,6 +62,25 @@ def check_in_place(state: dict[str, Any], search_dir: Path) -> None:
                         "first if it was moved)")
 
 
+def _check_moved_store(uri: str, shown: str, state: dict[str, Any], name: str, experiment: str) -> None:
+    """Another --mlflow-uri on resume is the same store moved (a copied SQLite file, a server at a new address) only
+    if it holds this search's runs (its parent run, found by the search's tag, as `tune_as.sync` finds it); else
+    the resumed search would split its runs over two stores. Nothing is created: an SQLite file must exist."""
+    from tune_as.tracking.tracker import MlflowTracker
+
+    why = f"{uri.removeprefix('sqlite:///')} does not exist" if uri.startswith("sqlite:///") and not Path(
+        uri.removeprefix("sqlite:///")).is_file() else None
+    if why is None:
+        try:
+            MlflowTracker(uri, experiment, str(state.get("search_id", name))).attach()
+        except UserError as exc:
+            why = first_line(exc)
+    if why is not None:
+        raise UserError(f"--resume: --mlflow-uri: expected a store that holds {name}'s runs (it was started with "
+                        f"{state['mlflow_uri']}; a moved store must hold its parent run), got {shown}: {why}; "
+                        "resume without it, or point it at the store its runs were moved to")
+
+
 def restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
     """The saved request with this process's runtime options; refuse a changed option that changes results."""
     saved = dict(state["request"])
@@ -91,8 +110,7 @@ def restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> Searc
 
     given = redact_uri(absolute_sqlite(r.mlflow_uri) or "") if r.mlflow_uri else None
     if given and state.get("mlflow_uri") and given != state["mlflow_uri"]:
-        raise UserError(f"--resume: --mlflow-uri changes where {name} is tracked (it would split its runs over two "
-                        f"stores): it was started with {state['mlflow_uri']}, got {given}; resume without it")
+        _check_moved_store(str(absolute_sqlite(r.mlflow_uri)), given, state, name, str(experiment))
     uri = r.mlflow_uri or state.get("mlflow_uri")
     if uri and not r.mlflow_uri and state.get("mlflow_uri_redacted"):
         raise UserError(f"--resume: {name} tracked to {uri}; pass --mlflow-uri again (or set "
