@@ -389,3 +389,10 @@ def test_the_ui_line_opens_the_runs_table_of_the_experiment(tmp_path: Path, monk
     assert schema.ui_line(f"sqlite:///{tmp_path}/runs/m.db", "7").splitlines() == [
         "MLflow UI: mlflow ui --backend-store-uri sqlite:///runs/m.db", f"  then open http://127.0.0.1:5000/{page}"]
     assert schema.ui_line("sqlite:////elsewhere/m.db", "7").splitlines()[0].endswith("sqlite:////elsewhere/m.db")
+
+
+def test_the_database_file_of_a_store_uri() -> None:
+    assert schema.sqlite_file("sqlite:////data/m.db") == Path("/data/m.db")
+    assert schema.sqlite_file("sqlite:///m.db?mode=ro") == Path("m.db")
+    assert schema.sqlite_file("sqlite:///:memory:") is None and schema.sqlite_file("sqlite:///") is None
+    assert schema.sqlite_file("http://127.0.0.1:5000") is None and schema.sqlite_file("postgresql://h/db") is None

@@ -68,8 +68,8 @@ def _check_moved_store(uri: str, shown: str, state: dict[str, Any], name: str, e
     the resumed search would split its runs over two stores. Nothing is created: an SQLite file must exist."""
     from tune_as.tracking.tracker import MlflowTracker
 
-    why = f"{uri.removeprefix('sqlite:///')} does not exist" if uri.startswith("sqlite:///") and not Path(
-        uri.removeprefix("sqlite:///")).is_file() else None
+    file = schema.sqlite_file(uri)
+    why = f"{file} does not exist" if file is not None and not file.is_file() else None
     if why is None:
         try:
             MlflowTracker(uri, experiment, str(state.get("search_id", name))).attach()

@@ -19,6 +19,7 @@ from mlflow.protos import databricks_pb2 as codes
 from mlflow.tracking import MlflowClient
 
 from tune_as.errors import UserError, first_line, tcp_unreachable
+from tune_as.tracking.schema import sqlite_file
 
 log = logging.getLogger(__name__)
 DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
@@ -129,9 +130,9 @@ def _first_use_lock(uri: str) -> Iterator[None]:
     """Serializes MLflow's opening of a SQLite file across processes: two processes migrating a fresh file at
     once leave it broken ("table _alembic_tmp_tags already exists"). The lock is an flock on a sibling
     `<file>.lock`, released when the client exists (the schema is complete by then)."""
-    path = uri.removeprefix("sqlite:///").split("?", 1)[0] if uri.startswith("sqlite:///") else ""
+    path = sqlite_file(uri)
     fd = None
-    if path and path != ":memory:":
+    if path is not None:
         try:
             fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:  # e.g. a read-only folder: MLflow cannot migrate a file there either, and says so

@@ -73,6 +73,15 @@ def optuna_url(search_dir: Path) -> str:
     return f"sqlite:///{search_dir / OPTUNA_DB}"
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The database file an `sqlite:///` store URI names (its query dropped); None for another store or an
+    in-memory one."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
 def ui_line(shown_uri: str, experiment_id: str) -> str:
     """Where a person sees a search's runs: the MLflow UI's runs table of its experiment (the parent run holds the
     answer). `shown_uri` is the store without its password: a server's address, or a store `mlflow ui` serves."""
