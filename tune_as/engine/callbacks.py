@@ -182,7 +182,6 @@ class MlflowCallback(tune.Callback):
                                      artifacts=checkpoint_files(trial, schema.PMARGIN_FILE))
 
 
-
 class DropFinishedWeights(tune.Callback):
     """Once a trial has ended (completed, stopped early, diverged), nothing trains it again: its checkpoint keeps a
     marker and pmargin.npy, not its weights (`trainable.drop_weights`). Until Ray's next experiment snapshot a

@@ -36,7 +36,6 @@ class DiskFull(Exception):
                          "the search stopped where it was: free space there, then resume it")
 
 
-
 def no_space(exc: BaseException | None) -> str | None:
     """Why `exc` means a full disk or an exhausted quota ("No space left on device"), found along its cause chain
     (`__cause__`, `__context__`, and a Ray task error's `cause`); None when it does not."""

@@ -67,6 +67,7 @@ def keep(tracker: Any) -> Path | None:
         return None
     return path
 
+
 def replay(tracker: Any, skip_search_end: bool = False) -> int:
     """Queue the journal's writes first (a resumed search ends its parent run itself: `skip_search_end`); the
     journal stays until `keep` after the next flush rewrites or removes it. The number of writes queued."""
