@@ -14,17 +14,19 @@ weights (tune_as.training.stacked) and runs the loop of `tune_as.training.trial.
   others go on. Each evaluation is reported per member (`PopulationReporter.report(member, ...)`), with the
   keys of a solo trial's report.
 
-Where populations do not apply (a fine-tuned transformer or a CNN: one model per trial; token tasks' ragged
-features; fp16 with a loss scaler shared by all members; row skipping, which re-batches per example), `problem`
-says so and the solo trial is the path. Tested member by member against solo trials for every loss
-(tests/test_population.py); benchmarks/bench_population.py measures the speed.
+Two kinds of model stack: frozen-feature heads of sentence tasks (`StackedFrozen`) and the image CNNs without
+BatchNorm (`StackedCNN`: digits, mnist). Where populations do not apply (a fine-tuned transformer: one model per
+trial; a CNN with BatchNorm; token tasks' ragged features; fp16 with a loss scaler shared by all members; row
+skipping, which re-batches per example), `problem` says so and the solo trial is the path. Tested member by
+member against solo trials for every loss (tests/test_population.py, tests/test_population_cnn.py);
+benchmarks/bench_population.py measures the speed.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -34,13 +36,17 @@ from torch import Tensor
 
 from tune_as.losses import build_loss
 from tune_as.settings import TrialSettings
-from tune_as.training.stacked import StackedAdamW, StackedFrozen, clip_members, column
+from tune_as.training.stacked import Stacked, StackedAdamW, StackedFrozen, clip_members, column
+from tune_as.training.stacked_cnn import STACKABLE, StackedCNN
 from tune_as.training.tools import Batches, Counts, autocast_for, epoch_order, lr_factor, p_margin
-from tune_as.training.trial import EVAL_ROWS, Evaluation
+from tune_as.training.trial import Evaluation
 
 __all__ = ["KINDS", "Population", "PopulationReporter", "applies", "problem", "run_population"]
 
 KINDS = ("multiclass", "multilabel")  # sentence tasks: one feature row per example (token tasks are ragged)
+# the task kinds each model (its encoder: data.model_info["encoder"]) can stack for
+APPLIES: dict[str, tuple[str, ...]] = {"frozen": KINDS, "cnn": ("multiclass",)}
+STACKED: dict[str, Callable[[list[Any]], Stacked]] = {"frozen": StackedFrozen, "cnn": StackedCNN}
 
 
 class PopulationReporter(Protocol):
@@ -53,9 +59,10 @@ class PopulationReporter(Protocol):
 
 
 def applies(encoder: str | None, kind: str) -> bool:
-    """Whether data of this encoder and task kind can train as a population: a frozen encoder's sentence
-    features (the one rule; the plan refuses --seeds-per-trial by it before the data is prepared)."""
-    return encoder == "frozen" and kind in KINDS
+    """Whether data of this encoder ("cnn" for an image task) and task kind can train as a population: a frozen
+    encoder's sentence features, or an image CNN (the plan refuses --seeds-per-trial by it before the data is
+    prepared; a CNN with BatchNorm is found by `problem`, once the data says which topology it is)."""
+    return kind in APPLIES.get(encoder or "", ())
 
 
 def problem(cfg: TrialSettings, data: Any, device: torch.device | None) -> str | None:
@@ -63,8 +70,11 @@ def problem(cfg: TrialSettings, data: Any, device: torch.device | None) -> str |
     None: the CPU)."""
     encoder = data.model_info.get("encoder")
     if not applies(encoder, data.kind):
-        return (f"a population trains frozen-feature heads of sentence tasks, got encoder {encoder!r} on a "
-                f"{data.kind} task (one model per trial: use solo trials)")
+        return (f"a population trains frozen-feature heads of sentence tasks and image CNNs, got encoder "
+                f"{encoder!r} on a {data.kind} task (one model per trial: use solo trials)")
+    if encoder == "cnn" and data.model_info["cnn"] not in STACKABLE:
+        return (f"a population of CNNs stacks the topologies without BatchNorm {STACKABLE}, got "
+                f"{data.model_info['cnn']!r} (one model per trial: use solo trials)")
     if cfg.skip_masked_rows:
         return "skip_masked_rows: expected false in a population (row skipping re-batches per example), got true"
     if autocast_for(cfg, device or torch.device("cpu"))[1]:
@@ -102,7 +112,7 @@ class Population:
             else:  # a GPU's dropout is its own kernel: same distribution, not a solo trial's draws
                 g.manual_seed(c.seed)
             self.generators.append(g)
-        self.model = StackedFrozen(members).to(self.device)
+        self.model = STACKED[data.model_info["encoder"]](members).to(self.device)
         named = list(self.model.named_parameters())
         self.params = [p for _, p in named]
         self.optimizer = StackedAdamW([([p for n, p in named if self.model.decays(n)], cfg.weight_decay),
@@ -112,7 +122,6 @@ class Population:
         self.warmup = cfg.warmup_r > 0 and self.loss_fn.supports_warmup
         self.batches = Batches(data.train, self.device)
         self.n_train, self.size = len(data.train), len(self.cfgs)
-        self.feature_dim = int(data.model_info["feature_dim"])
         self.total_samples = max(1, int(round(cfg.epochs * self.n_train)))
         self.counts = [Counts() for _ in self.cfgs]  # samples, epochs, batches: the same in every member
         self.alive = [True] * self.size
@@ -198,11 +207,9 @@ class Population:
         """Forward and backward of every member's micro-batch; (P, 3) [mean loss, counted rows, masked rows]."""
         batch = self.batches.get(idx)
         size = self.size
-        x = batch["features"].reshape(size, -1, self.feature_dim)
         labels = batch["labels"].reshape(size, -1, *batch["labels"].shape[1:])
-        masks = self.model.draw_masks(self.generators, x.shape[1], self.feature_dim)
         with self.autocast:
-            logits = self.model(x, masks).float()
+            logits = self.model.logits(batch, self.generators).float()
         # each member's loss is the loss module's own on its rows (a solo trial's numbers), all in one call
         out = self.loss_fn.forward_members(logits, labels)
         (out.loss * self.step_weights(steps)).sum().backward()
@@ -253,10 +260,11 @@ class Population:
         kept: list[list[Tensor]] = [[] for _ in members]
         loss_sum = torch.zeros(k, dtype=torch.float64, device=self.device)
         rows = torch.zeros(k, dtype=torch.float64, device=self.device)
-        for start in range(0, len(split), EVAL_ROWS):
-            batch = batches.get(torch.arange(start, min(start + EVAL_ROWS, len(split))))
+        step = self.model.eval_rows(k)
+        for start in range(0, len(split), step):
+            batch = batches.get(torch.arange(start, min(start + step, len(split))))
             with self.autocast:
-                logits = self.model(batch["features"], members=which).float()  # (k, n, C)
+                logits = self.model.logits(batch, members=which).float()  # (k, n, C)
             labels = batch["labels"].expand(k, *batch["labels"].shape)
             out = self.loss_fn.forward_members(logits, labels)
             loss_sum += out.loss.double() * out.n_rows

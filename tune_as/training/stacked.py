@@ -8,7 +8,8 @@ here rather than taken from torch:
   cosine head) becomes batched matrix products over the member dimension. `torch.func.vmap` would do the
   products, but its dropout draws one mask for the whole stack from the global generator; here each member
   draws its masks from a generator of its own, in the order and shapes a solo trial draws them (on the CPU,
-  `F.dropout` is `bernoulli_(1 - p)` then a scale: the same numbers from the same generator state).
+  `F.dropout` is `bernoulli_(1 - p)` then a scale: the same numbers from the same generator state). The image
+  CNNs without BatchNorm stack the same way, their convolutions grouped (tune_as.training.stacked_cnn).
 - `torch.nn.utils.clip_grad_norm_` has one norm for all parameters it is given; a member's norm must be its own.
 - `torch.optim.AdamW` keeps one step count per parameter tensor; under AS-Speed's accumulation, or when a
   cycle's every row was masked, members step at different times, so each has its own count and a member that
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 from torch.optim.adamw import adamw
 
 from tune_as.tasks.models import DROPOUT, CosineHead, FrozenClassifier
+from tune_as.training.trial import EVAL_ROWS
 
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s: coefficient max_norm / (norm + 1e-6)
 
@@ -36,31 +38,84 @@ def column(values: Tensor, like: Tensor) -> Tensor:
     return values.reshape(-1, *([1] * (like.dim() - 1)))
 
 
-class StackedFrozen(nn.Module):
-    """P `FrozenClassifier`s (same feature size, classes and head kind) as one module: x (P, B, D) -> (P, B, C)."""
+def member_masks(generators: Sequence[torch.Generator], batch: int, width: int, p: float,
+                 device: torch.device) -> Tensor:
+    """(P, batch, width) dropout masks, member i's drawn from generators[i] as a solo trial's `F.dropout` draws
+    its mask (`bernoulli_(1 - p)`, then the scale 1 / (1 - p))."""
+    mask = torch.empty(len(generators), batch, width, device=device)
+    for i, g in enumerate(generators):
+        mask[i].bernoulli_(1.0 - p, generator=g)
+    return mask.div_(1.0 - p)
 
-    def __init__(self, members: Sequence[FrozenClassifier]) -> None:
-        super().__init__()
-        linear: list[Any] = [m.trunk[1] for m in members]
-        heads: list[Any] = [m.head for m in members]
+
+class Stacked(nn.Module):
+    """What the stacked models share: the task head (linear or cosine, see tasks.models) stacked (P, H, C), the
+    weight-decay rule, and `logits(batch, ...)`, the one call a population makes."""
+
+    w2: nn.Parameter
+    b2: nn.Parameter | None
+
+    def stack_head(self, heads: Sequence[Any]) -> None:
         kinds = {type(h) for h in heads}
-        if len(kinds) != 1 or not all(isinstance(x, nn.Linear) for x in linear):
+        if len(kinds) != 1:
             raise ValueError(f"a population needs members of one architecture, got heads {sorted(map(str, kinds))}")
         self.cosine = isinstance(heads[0], CosineHead)
-        # weights stored transposed, (P, in, out): the batched products then read them without a copy per call
-        self.w1 = nn.Parameter(torch.stack([x.weight.detach().T for x in linear]).contiguous())  # (P, D, H)
-        self.b1 = nn.Parameter(torch.stack([x.bias.detach() for x in linear]))  # (P, H)
-        self.w2 = nn.Parameter(torch.stack([h.weight.detach().T for h in heads]).contiguous())  # (P, H, C)
+        # stored transposed, (P, H, C): the batched products then read them without a copy per call
+        self.w2 = nn.Parameter(torch.stack([h.weight.detach().T for h in heads]).contiguous())
         bias = [] if self.cosine else [h.bias.detach() for h in heads]
         self.b2 = nn.Parameter(torch.stack(bias)) if bias else None
 
     @property
     def size(self) -> int:
-        return int(self.w1.shape[0])
+        return int(self.w2.shape[0])
 
     def decays(self, name: str) -> bool:
-        """Whether the parameter `name` gets weight decay: a solo trial's rule (matrices yes, biases no)."""
-        return name in ("w1", "w2")
+        """Whether the parameter `name` gets weight decay: a solo trial's rule (matrices and kernels yes, biases
+        no), on a member's slice."""
+        return self.get_parameter(name).dim() > 2
+
+    def eval_rows(self, members: int) -> int:
+        """Rows per evaluation batch for `members` members at once."""
+        return EVAL_ROWS
+
+    def head(self, h: Tensor, members: Tensor | None) -> Tensor:
+        """(k, B, H) features -> (k, B, C) logits through each member's head (`members`: theirs; None: all)."""
+        w2: Tensor = self.w2
+        b2: Tensor | None = self.b2
+        if members is not None:
+            w2, b2 = w2[members], (b2[members] if b2 is not None else None)
+        if self.cosine:
+            return F.normalize(h, dim=-1) @ F.normalize(w2, dim=1)  # a class's weights: a column here
+        assert b2 is not None
+        return torch.baddbmm(b2.unsqueeze(1), h, w2)
+
+    def logits(self, batch: dict[str, Tensor], generators: Sequence[torch.Generator] | None = None,
+               members: Tensor | None = None) -> Tensor:
+        """Training (`generators` given, one per member): the batch holds each member's rows, member after member,
+        -> (P, B, C), each member's dropout drawn from its generator. Evaluation: the batch is shared by `members`
+        (None: all) -> (k, B, C)."""
+        raise NotImplementedError
+
+
+class StackedFrozen(Stacked):
+    """P `FrozenClassifier`s (same feature size, classes and head kind) as one module: x (P, B, D) -> (P, B, C)."""
+
+    def __init__(self, members: Sequence[FrozenClassifier]) -> None:
+        super().__init__()
+        linear: list[Any] = [m.trunk[1] for m in members]
+        if not all(isinstance(x, nn.Linear) for x in linear):
+            raise ValueError("a population of frozen-feature heads needs FrozenClassifier members")
+        self.stack_head([m.head for m in members])
+        self.w1 = nn.Parameter(torch.stack([x.weight.detach().T for x in linear]).contiguous())  # (P, D, H)
+        self.b1 = nn.Parameter(torch.stack([x.bias.detach() for x in linear]))  # (P, H)
+
+    def logits(self, batch: dict[str, Tensor], generators: Sequence[torch.Generator] | None = None,
+               members: Tensor | None = None) -> Tensor:
+        x = batch["features"]
+        if generators is None:
+            return self(x, members=members)
+        x = x.reshape(self.size, -1, x.shape[-1])
+        return self(x, self.draw_masks(generators, x.shape[1], x.shape[2]))
 
     def forward(self, x: Tensor, masks: Sequence[Tensor] | None = None, members: Tensor | None = None) -> Tensor:
         """x (P, B, D) (or (B, D), shared by every member) -> logits (P, B, C). `masks`: the two dropout masks
@@ -68,11 +123,8 @@ class StackedFrozen(nn.Module):
         these members (their weights), x then has their count in its first dim (or none)."""
         w1: Tensor = self.w1
         b1: Tensor = self.b1
-        w2: Tensor = self.w2
-        b2: Tensor | None = self.b2
         if members is not None:
-            w1, b1, w2 = w1[members], b1[members], w2[members]
-            b2 = b2[members] if b2 is not None else None
+            w1, b1 = w1[members], b1[members]
         if x.dim() == 2:
             x = x.expand(w1.shape[0], *x.shape)
         if masks is not None:
@@ -80,22 +132,12 @@ class StackedFrozen(nn.Module):
         h = F.gelu(torch.baddbmm(b1.unsqueeze(1), x, w1))
         if masks is not None:
             h = h * masks[1]
-        if self.cosine:
-            return F.normalize(h, dim=-1) @ F.normalize(w2, dim=1)  # a class's weights: a column here
-        assert b2 is not None
-        return torch.baddbmm(b2.unsqueeze(1), h, w2)
+        return self.head(h, members)
 
     def draw_masks(self, generators: Sequence[torch.Generator], batch: int, feature_dim: int) -> list[Tensor]:
-        """The two dropout masks of one training forward, member i's drawn from generators[i] in a solo trial's
-        order (input, then hidden), scaled by 1 / (1 - p) as `F.dropout` scales them."""
-        device, hidden = self.w1.device, self.w1.shape[2]
-        out = []
-        for width in (feature_dim, hidden):
-            mask = torch.empty(self.size, batch, width, device=device)
-            for i, g in enumerate(generators):
-                mask[i].bernoulli_(1.0 - DROPOUT, generator=g)
-            out.append(mask.div_(1.0 - DROPOUT))
-        return [out[0], out[1]]
+        """The two dropout masks of one training forward, in a solo trial's order (input, then hidden)."""
+        return [member_masks(generators, batch, width, DROPOUT, self.w1.device)
+                for width in (feature_dim, self.w1.shape[2])]
 
 
 def member_norms(grads: Sequence[Tensor]) -> Tensor:

@@ -1,0 +1,108 @@
+"""A population of the digits CNN (tune_as.training.stacked_cnn): member i is the run a solo trial of seed i makes,
+for every multiclass loss, AS-Softmax's masked cycles and AS-Speed's accumulation included; members fail alone;
+a CNN with BatchNorm keeps solo trials."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from test_population import SEEDS, Members, Solo, assert_same_run, config
+
+from tune_as.losses import LOSSES
+from tune_as.settings import DataSettings
+from tune_as.tasks import PreparedData, Split, build_task
+from tune_as.training.population import Population, run_population
+from tune_as.training.stacked_cnn import StackedCNN
+from tune_as.training.trial import EVAL_ROWS, run_trial
+
+MULTICLASS = sorted(name for name, loss in LOSSES.items() if "multiclass" in loss.kinds)
+
+
+def digits(rows: tuple[int, int, int] = (64, 40, 40), cnn: str = "digits") -> tuple[PreparedData, Any]:
+    """Real 8x8 digits (sklearn's), the first rows of each split, as the digits task prepares them."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    pixels = torch.from_numpy(bunch.images.astype(np.uint8))[:, None]  # (N, 1, 8, 8)
+    labels = torch.from_numpy(bunch.target).long()
+    norm = (16.0, float((pixels[: rows[0]] / 16.0).mean()), float((pixels[: rows[0]] / 16.0).std()))
+    bounds = np.cumsum([0, *rows])
+    splits = [Split({"pixels": pixels[a:b], "labels": labels[a:b]}, pixel_norm=norm)
+              for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    names = tuple(str(i) for i in range(10))
+    for s in splits:
+        s.label_names = names
+    info = {"encoder": "cnn", "cnn": cnn, "image_shape": (1, 8, 8), "backbone": "cnn"}
+    data = PreparedData("digits", "multiclass", DataSettings("digits", backbone="cnn"), *splits, names, info)
+    return data, build_task("digits")
+
+
+def cnn_config(loss: str, **over: Any) -> dict[str, Any]:
+    return config(loss, **{"epochs": 2.0, "warmup_r": 0.3 if LOSSES[loss].supports_warmup else 0.0, **over})
+
+
+def solo_reports(cfg: dict[str, Any], seed: int, data: PreparedData, task: Any) -> list[dict[str, Any]]:
+    solo = Solo()
+    run_trial({**cfg, "seed": seed}, data, task, solo)
+    return solo.reports
+
+
+@pytest.mark.parametrize("loss", MULTICLASS)
+def test_each_cnn_member_is_the_solo_trial_of_its_seed(loss: str) -> None:
+    data, task = digits()
+    cfg = cnn_config(loss)
+    members = Members(len(SEEDS))
+    run_population(cfg, SEEDS, data, task, members)
+    for i, seed in enumerate(SEEDS):
+        assert_same_run(solo_reports(cfg, seed, data, task), members.reports[i], f"{loss} seed {seed}")
+
+
+def test_as_softmax_members_skip_their_own_all_masked_cycles() -> None:
+    """A small delta masks every row of many cycles, more often for some members than others: the members end
+    with different optimizer step counts, each its solo trial's."""
+    data, task = digits()
+    cfg = cnn_config("as_softmax", batch_size=2, warmup_r=0.0, lr=1e-2, **{"loss.delta": 0.0})
+    members = Members(len(SEEDS))
+    run_population(cfg, SEEDS, data, task, members)
+    assert len({r[-1]["optimizer_steps"] for r in members.reports}) > 1
+    for i, seed in enumerate(SEEDS):
+        assert_same_run(solo_reports(cfg, seed, data, task), members.reports[i], f"seed {seed}")
+
+
+def test_as_speed_cnn_members_accumulate_on_their_own_schedules() -> None:
+    """Each member's own cycle lengths (different step counts), and an evaluation split larger than a population's
+    evaluation batch (it is evaluated in chunks): every report its solo trial's."""
+    data, task = digits(rows=(128, EVAL_ROWS // len(SEEDS) + 20, 40))
+    cfg = cnn_config("as_speed", batch_size=8, lr=1e-2, **{"loss.lam": 1.0})
+    members = Members(len(SEEDS))
+    run_population(cfg, SEEDS, data, task, members)
+    assert len({r[-1]["optimizer_steps"] for r in members.reports}) > 1
+    assert all(r[-1]["masked_ratio"] > 0 for r in members.reports)
+    for i, seed in enumerate(SEEDS):
+        assert_same_run(solo_reports(cfg, seed, data, task), members.reports[i], f"seed {seed}")
+
+
+def test_a_diverging_cnn_member_fails_alone() -> None:
+    data, task = digits()
+    cfg = cnn_config("softmax")
+    pop = Population(cfg, SEEDS, data, task, Members(len(SEEDS)))
+    assert isinstance(pop.model, StackedCNN)
+    with torch.no_grad():
+        pop.model.conv_weight[0][1].fill_(float("inf"))  # member 1 diverges at its first step
+    members = pop.reporter
+    pop.run()
+    assert isinstance(members, Members)
+    assert list(members.reports[1][0])[0] == "error" and len(members.reports[1]) == 1
+    for i in (0, 2):  # the others train to the end, as their solo trials do
+        assert_same_run(solo_reports(cfg, SEEDS[i], data, task), members.reports[i], f"member {i}")
+
+
+def test_a_cnn_with_batchnorm_keeps_solo_trials() -> None:
+    data, task = digits(cnn="cifar10")
+    cfg = cnn_config("softmax")
+    with pytest.raises(ValueError, match="a population of CNNs stacks the topologies without BatchNorm"):
+        Population(cfg, SEEDS, data, task, Members(len(SEEDS)), device=torch.device("cpu"))
+
