@@ -1,28 +1,26 @@
 """`python -m tune_as.search --task TASK`: the CLI. It maps arguments onto a `SearchRequest` and calls
-`tune_as.engine.run.run_search`. Defaults are SearchRequest's (shown here, owned there)."""
+`tune_as.engine.run.run_search`. Every option but --debug is a SearchRequest field, derived from its declaration
+(type, default, help, flag: tune_as.engine.request); argparse shows the defaults, the request owns them."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
 import sys
 import traceback
+import typing
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from tune_as.engine import head as ray_head
 from tune_as.engine import interrupt
-from tune_as.engine.request import OUTPUT_FORMATS, SAMPLERS, SearchRequest
+from tune_as.engine.request import OPTIONS, SearchRequest, flag
 from tune_as.errors import BUG, UserError
 from tune_as.paths import OneLineParser
-
-
-def D(name: str) -> Any:  # noqa: N802 - reads as a marker in the option table below
-    """The default of a SearchRequest field: argparse shows it, the request owns it (one place)."""
-    return SearchRequest.__dataclass_fields__[name].default
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,120 +28,31 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m tune_as.search",
         description="Search loss hyper-parameters for a task with Ray Tune + Optuna + ASHA, tracked in MLflow.",
     )
-    p.add_argument("--task", default=None,
-                   help="task name (see docs/tasks.md), e.g. clinc_oos, eurlex, digits (with --resume: read from the "
-                        "saved search)")
-    p.add_argument("--losses", default=None,
-                   help="comma-separated losses (default: every loss that applies to the task's kind)")
-    p.add_argument("--trials-per-loss", type=int, default=None,
-                   help="Optuna trials per loss (default: the search space file's value)")
-    p.add_argument("--max-epochs", type=float, default=None, help="override the task's epochs (ASHA's max_t)")
-    p.add_argument("--backbone", default=None,
-                   help="HF model id or local path, or 'minilm' / 'tiny' (offline); default: the task's")
-    p.add_argument("--encoder", choices=["finetune", "frozen"], default=D("encoder"),
-                   help="finetune the backbone, or train a head on cached frozen features")
-    p.add_argument("--encode-precision", choices=["fp32", "bf16"], default=D("encode_precision"),
-                   help="with --encoder frozen: compute the features in fp32, or under bf16 autocast (2-2.8x faster "
-                        "on CPUs with AMX/AVX-512 bf16; features within 0.003 of fp32, docs/tasks.md)")
-    p.add_argument("--max-length", type=int, default=None, help="token length (default: the task's)")
-    p.add_argument("--data-dir", type=Path, default=None,
-                   help="local folder of train/validation/test.jsonl[.gz] or HF save_to_disk (default: HF hub)")
-    p.add_argument("--max-train-samples", type=int, default=None, help="subsample the training split")
-    p.add_argument("--max-eval-samples", type=int, default=None, help="subsample the validation and test splits")
-    p.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="task option, repeatable (the jsonl task: kind=, text_field=, label_field=, ...)")
-    p.add_argument("--search-space", type=Path, default=None,
-                   help="search space YAML (default: search_spaces/<task>.yaml)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override a fixed trial setting, repeatable: lr, batch_size, weight_decay, lr_warmup, "
-                        "warmup_r, max_grad_norm, precision, skip_masked_rows (docs/search_spaces.md)")
-    p.add_argument("--seed", type=int, default=D("seed"), help="seed for Optuna, data order and model init")
-    p.add_argument("--confirm", type=_count, default=D("confirm"), metavar="N",
-                   help="after the search, re-run each loss's selected setting with exactly N new seeds (no early "
-                        "stopping): verdicts against the baseline and the best set, family-wise error 5%% "
-                        "(default 0: single runs; --race decides the seeds instead)")
-    p.add_argument("--confirm-top", type=int, default=None, metavar="K",
-                   help="with --confirm: confirm only the K losses with the best validation in the search, and "
-                        "softmax (the baseline of the paired differences); the others are shown as single runs "
-                        "(default: every loss)")
-    p.add_argument("--race", action="store_true",
-                   help="confirm in rounds (3, 5, 7, ... new seeds) until each verdict is decided or --max-seeds; "
-                        "error controlled across rounds (docs/verdicts.md)")
-    p.add_argument("--max-seeds", type=int, default=D("max_seeds"), help="with --race: the most seeds per loss")
-    p.add_argument("--seeds-per-trial", type=int, default=D("seeds_per_trial"), metavar="N",
-                   help="train up to N confirmation seeds of one loss as one population in one trial: the same "
-                        "runs, faster (frozen-feature tasks; docs/architecture.md, 'Populations'; default 1)")
-    p.add_argument("--margin", type=float, default=D("margin"),
-                   help="equivalence margin in points of the metric (default %(default)s): 'equivalent' means the "
-                        "difference to the baseline is proven inside ±margin; at least one item of the test "
-                        "split (a smaller margin is refused)")
-    p.add_argument("--baseline", default=None,
-                   help="the loss every verdict compares with (default: softmax, multilabel_softmax for "
-                        "multi-label tasks)")
-    p.add_argument("--budget", type=float, default=None, metavar="E",
-                   help="trial-epochs for the whole answer, split by the engine: the first confirmation round is "
-                        "reserved (at most a quarter of the budget; the losses best on validation first), a loss with nothing to tune gets one search trial, the losses with parameters get "
-                        "the search trials the rest pays (unless --trials-per-loss says), later rounds take what is "
-                        "left (default: no cap)")
-    p.add_argument("--sampler", choices=list(SAMPLERS), default=D("sampler"),
-                   help="each loss's Optuna sampler: tpe (default) or random (uniform draws, a baseline)")
-    p.add_argument("--no-warm-start", action="store_true",
-                   help="do not start each loss with its warm start (the search space's `paper` setting, else the "
-                        "loss's own defaults where they lie in the searched range)")
-    p.add_argument("--gpus-per-trial", type=float, default=None,
-                   help="GPUs per trial (0.5 packs two trials per GPU; default 1 when the cluster has GPUs, else 0)")
-    p.add_argument("--cpus-per-trial", type=float, default=D("cpus_per_trial"), help="CPUs per trial")
-    p.add_argument("--max-concurrent", type=int, default=None,
-                   help="cap on concurrent trials (default: what the cluster's resources allow, at most 8)")
-    p.add_argument("--eval-every-steps", type=int, default=None,
-                   help="evaluate every N optimizer steps (default: once per epoch)")
-    p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
-                   help="Ray cluster address ('auto', HOST:6379 or ray://HOST:10001); default: a local Ray "
-                        "(env RAY_ADDRESS)")
-    p.add_argument("--storage-path", type=Path, default=D("storage_path"),
-                   help="where Ray Tune keeps trial checkpoints and the Optuna study (shared storage on clusters)")
-    p.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
-                   help="MLflow tracking URI (default: sqlite:///mlflow.db; env MLFLOW_TRACKING_URI)")
-    p.add_argument("--experiment", default=None, help="MLflow experiment name (default: the task name)")
-    p.add_argument("--name", default=None,
-                   help="search name: its folder under --storage-path (default: <task>-<timestamp>; "
-                        "with --resume: the latest search of the task)")
-    p.add_argument("--resume", action="store_true", help="resume the search --name from its last state")
-    p.add_argument("--max-failures", type=int, default=D("max_failures"), help="retries of a crashed trial from its checkpoint")
-    p.add_argument("--grace-period", type=float, default=None,
-                   help="ASHA grace period, in epochs (default: a third of the epochs, at least 1)")
-    p.add_argument("--reduction-factor", type=float, default=D("reduction_factor"), help="ASHA reduction factor")
-    p.add_argument("--no-asha", action="store_true", help="run every trial to the end (no early stopping)")
-    p.add_argument("--asha-scope", choices=["loss", "search"], default=D("asha_scope"),
-                   help="compare a trial with trials of its own loss (default) or with every trial of the search "
-                        "(an unfair ablation, for benchmarks)")
-    p.add_argument("--checkpoint-interval", type=float, default=D("checkpoint_interval_s"), dest="checkpoint_interval_s",
-                   help="seconds between a trial's checkpoints (it always checkpoints at its end; 0: every evaluation)")
-    p.add_argument("--dashboard-host", default=D("dashboard_host"),
-                   help="bind the local Ray dashboard here (binding wider than loopback prints a warning)")
-    p.add_argument("--no-dashboard", action="store_true",
-                   help="start a local Ray without its dashboard (about 2 s sooner; nothing to browse)")
-    p.add_argument("--verbose", action="store_const", const=2, default=D("verbose"),
-                   help="Ray's per-trial progress table (one column per parameter) instead of one line per loss")
-    p.add_argument("--format", choices=list(OUTPUT_FORMATS), default=D("output_format"), dest="output_format",
-                   help="how the answer is printed: a table fitted to the terminal (default), markdown (as logged in "
-                        "ranking.md), csv or json (for scripts)")
+    hints = typing.get_type_hints(SearchRequest)
+    for field in dataclasses.fields(SearchRequest):
+        if OPTIONS[field.name].cli:
+            p.add_argument(flag(field.name), dest=field.name, **_argument(field, hints[field.name]))
     p.add_argument("--debug", action="store_true",
                    help="print the traceback of a refused input too (an unexpected failure always prints one)")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny backbone, small data, few steps: the whole pipeline in well under a minute")
     return p
 
 
-def _count(text: str) -> int:
-    """A non-negative integer, for argparse (which then prints one line and exits 2 on anything else)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
+def _argument(field: dataclasses.Field[Any], hint: Any) -> dict[str, Any]:
+    """argparse's keywords for a SearchRequest field, from its annotation, default and `Option`."""
+    o = OPTIONS[field.name]
+    default = None if field.default is dataclasses.MISSING else field.default
+    if o.env:
+        default = os.environ.get(o.env, default)
+    shown = {"default": default, "help": o.help}
+    if o.const is not None:
+        return {**shown, "action": "store_const", "const": o.const}
+    if hint is bool:  # a switch: --x turns a False default on, --no-x a True one off
+        return {**shown, "action": "store_false" if default else "store_true"}
+    if default == ():  # repeatable, KEY=VALUE pairs split by request_from_args
+        return {**shown, "action": "append", "default": [], "metavar": o.metavar}
+    kind = next((a for a in typing.get_args(hint) if a is not type(None)), hint)  # X | None -> X
+    kind = o.parse or (kind if kind in (int, float, Path) else None)  # str (and losses' comma list) stay text
+    return {**shown, "type": kind, "choices": o.choices, "metavar": o.metavar}
 
 
 def request_from_args(args: argparse.Namespace, typed: frozenset[str] | None = None) -> SearchRequest:
@@ -155,21 +64,15 @@ def request_from_args(args: argparse.Namespace, typed: frozenset[str] | None = N
     if args.losses is not None:
         losses = tuple(x.strip() for x in args.losses.split(",") if x.strip())
     task_args = []
-    for item in args.task_arg or []:
+    for item in args.task_args or []:
         if "=" not in item:
             raise UserError(f"--task-arg: expected KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         task_args.append((key.strip(), value.strip()))
     overrides = tuple(parse_overrides(args.overrides).items())
-    switches = {FIELD_OF_DEST[k]: not v for k, v in vars(args).items() if k.startswith("no_")}  # --no-X: X off
-    fields = {k: v for k, v in vars(args).items()
-              if k not in ("losses", "task_arg", "overrides", "debug") and not k.startswith("no_")}
-    return SearchRequest(**{**fields, **switches, "task": args.task or "", "losses": losses,
-                            "task_args": tuple(task_args), "overrides": overrides, "typed": typed})
-
-
-# argparse destinations whose SearchRequest field has another name
-FIELD_OF_DEST = {"task_arg": "task_args", "no_asha": "asha", "no_warm_start": "warm_start", "no_dashboard": "dashboard"}
+    fields = {k: v for k, v in vars(args).items() if k != "debug"}
+    return SearchRequest(**{**fields, "task": args.task or "", "losses": losses, "task_args": tuple(task_args),
+                            "overrides": overrides, "typed": typed})
 
 
 def typed_options(args: argparse.Namespace, argv: list[str] | None) -> frozenset[str]:
@@ -179,7 +82,7 @@ def typed_options(args: argparse.Namespace, argv: list[str] | None) -> frozenset
     parser = build_parser()
     for action in parser._actions:  # noqa: SLF001 - argparse lists its actions nowhere public
         action.default = argparse.SUPPRESS
-    return frozenset(FIELD_OF_DEST.get(dest, dest) for dest in vars(parser.parse_args(argv)))
+    return frozenset(vars(parser.parse_args(argv)))
 
 
 class _Fitted(logging.Handler):

@@ -1,14 +1,18 @@
 """What a user asks of a search: one typed request, validated once, at the edge (before anything is written).
 
-The CLI (tune_as.search) maps its arguments onto `SearchRequest`; the report's confirmation and the tests call
-the engine with one directly. Defaults live here and in `tune_as.settings` (trial settings) only.
+Each field is declared once, here: its type (the annotation), default, help, unit, and whether it changes results
+(`option(...)`, kept in the field's metadata). The CLI's options (tune_as.search.build_parser), the options a resume
+compares (`RESULT_OPTIONS`) and the flag a message names (`flag`) derive from that. The report's confirmation and
+the tests call the engine with a request directly. Defaults live here and in `tune_as.settings` (trial settings).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,16 +21,6 @@ from tune_as.errors import UserError
 from tune_as.results.render import FORMATS as OUTPUT_FORMATS  # light: no rich until a table is drawn
 from tune_as.settings import SEED_MAX
 
-# Options whose value changes what a trial computes: a resumed search must keep them (tune_as.engine.plan).
-RESULT_OPTIONS = ("task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "encode_precision", "max_length", "data_dir",
-                  "max_train_samples", "max_eval_samples", "task_args", "search_space", "seed", "overrides",
-                  "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke", "confirm",
-                  "confirm_top", "sampler", "warm_start", "race", "max_seeds", "margin", "baseline", "budget",
-                  "seeds_per_trial")
-# Options whose CLI flag is not "--" + the name with '-' (messages name the flag a user typed).
-FLAGS = {"overrides": "--set", "task_args": "--task-arg", "asha": "--no-asha", "warm_start": "--no-warm-start",
-         "checkpoint_interval_s": "--checkpoint-interval", "output_format": "--format",
-         "dashboard": "--no-dashboard"}
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # The registered tasks (tune_as.tasks.TASKS, which a test keeps equal to this), named here so that a mistyped
 # --task is refused before torch, Ray and transformers are imported (in well under 2 s, not ~4 s).
@@ -37,58 +31,170 @@ MOST_PER_TRIAL = 64  # --seeds-per-trial: members of one population
 MOST_EPOCHS = 1e6  # --budget and --max-epochs above this are a typo (1e300 printed a 300-digit trial count)
 
 
+# Dataclass metadata rather than pydantic or attrs: the request is a frozen dataclass like every other settings
+# type here, the metadata is a few lines, and it needs no new dependency.
+@dataclass(frozen=True)
+class Option:
+    """How a SearchRequest field is offered and kept (its type and default are the field's own)."""
+
+    help: str  # the CLI's help, verbatim (argparse's %-format: '%%' is a percent sign)
+    result: bool  # it changes what a trial computes or what the answer says: saved, and compared on resume
+    flag: str | None = None  # its CLI flag, where not "--" + the name with '-' ("--no-" + that for a True switch)
+    unit: str | None = None  # what a number counts, named in the help too
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    env: str | None = None  # an environment variable that gives the CLI's default
+    const: Any = None  # a flag without a value that stores this (argparse's store_const)
+    parse: Callable[[str], Any] | None = None  # the CLI's text -> value, where the annotation's type is not enough
+    cli: bool = True  # False: set through the engine's API only
+
+
+def option(default: Any = dataclasses.MISSING, **how: Any) -> Any:
+    """A SearchRequest field: its default, and `Option(**how)` (an unknown key fails at import)."""
+    return dataclasses.field(default=default, metadata={"option": Option(**how)})
+
+
+def count(text: str) -> int:
+    """A non-negative integer, for argparse (which then prints one line and exits 2 on anything else)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class SearchRequest:
-    task: str
-    losses: tuple[str, ...] | None = None
-    trials_per_loss: int | None = None  # None: the search space file's value
-    max_epochs: float | None = None
-    backbone: str | None = None
-    encoder: str = "finetune"
-    encode_precision: str = "fp32"  # a frozen encoder's arithmetic: fp32, or bf16 autocast (2-2.8x on AMX CPUs)
-    max_length: int | None = None
-    data_dir: Path | None = None
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    task_args: tuple[tuple[str, str], ...] = ()
-    search_space: Path | None = None
-    overrides: tuple[tuple[str, Any], ...] = ()  # --set KEY=VALUE, already typed (search_space.parse_overrides)
-    seed: int = 0
-    confirm: int = 0  # new seeds per loss for its selected setting, after the search
-    confirm_top: int | None = None  # confirm only the K losses best on validation (and softmax); None: every loss
-    race: bool = False  # confirm in rounds (3, 5, 7, ... seeds) until each verdict is decided or max_seeds
-    max_seeds: int = 10  # with race: the most confirmation seeds a loss gets
-    seeds_per_trial: int = 1  # confirmation seeds of one loss trained as one population (tune_as.training.population)
-    margin: float = 0.5  # equivalence margin, in points of the metric (docs/verdicts.md)
-    baseline: str | None = None  # the loss every verdict compares with (None: by the task's kind)
-    budget: float | None = None  # trial-epochs for the whole answer (search and confirmation); None: no cap
-    sampler: str = "tpe"  # each loss's Optuna sampler: "tpe", or "random" (uniform draws: a baseline)
-    warm_start: bool = True  # each loss's first trial: the space's `paper` setting, else the loss's own defaults
-    gpus_per_trial: float | None = None
-    cpus_per_trial: float = 1.0
-    max_concurrent: int | None = None
-    eval_every_steps: int | None = None
-    address: str | None = None
-    storage_path: Path = Path("tune_as_results")
-    mlflow_uri: str | None = None
-    experiment: str | None = None
-    name: str | None = None
-    resume: bool = False
-    max_failures: int = 2
-    grace_period: float | None = None  # None: a third of the epochs (tune_as.engine.schedulers)
-    reduction_factor: float = 3.0
-    asha: bool = True
-    asha_scope: str = "loss"  # "loss": brackets per loss; "search": one set for every loss (an ablation only)
-    checkpoint_interval_s: float = 30.0  # a trial checkpoints at an evaluation at most this often (and at its end)
-    dashboard_host: str = "127.0.0.1"
-    dashboard: bool = True  # a local Ray's dashboard (--no-dashboard: ~2 s less to start, nothing to browse)
-    smoke: bool = False
-    cache_dir: Path | None = None
-    verbose: int = 1
-    output_format: str = "table"  # how the answer is printed: tune_as.results.render.FORMATS
-    # the options the user typed (the CLI knows; a value equal to its default is still typed), None: a caller of
-    # the engine's API, whose non-default values count as given
-    typed: frozenset[str] | None = None
+    task: str = option(result=True,
+                       help="task name (see docs/tasks.md), e.g. clinc_oos, eurlex, digits (with --resume: read "
+                            "from the saved search)")
+    losses: tuple[str, ...] | None = option(
+        None, result=True, help="comma-separated losses (default: every loss that applies to the task's kind)")
+    trials_per_loss: int | None = option(None, result=True, unit="trials",
+                                         help="Optuna trials per loss (default: the search space file's value)")
+    max_epochs: float | None = option(None, result=True, unit="epochs",
+                                      help="override the task's epochs (ASHA's max_t)")
+    backbone: str | None = option(
+        None, result=True, help="HF model id or local path, or 'minilm' / 'tiny' (offline); default: the task's")
+    encoder: str = option("finetune", result=True, choices=("finetune", "frozen"),
+                          help="finetune the backbone, or train a head on cached frozen features")
+    encode_precision: str = option(
+        "fp32", result=True, choices=("fp32", "bf16"),
+        help="with --encoder frozen: compute the features in fp32, or under bf16 autocast (2-2.8x faster on CPUs "
+             "with AMX/AVX-512 bf16; features within 0.003 of fp32, docs/tasks.md)")
+    max_length: int | None = option(None, result=True, unit="tokens", help="token length (default: the task's)")
+    data_dir: Path | None = option(
+        None, result=True,
+        help="local folder of train/validation/test.jsonl[.gz] or HF save_to_disk (default: HF hub)")
+    max_train_samples: int | None = option(None, result=True, help="subsample the training split")
+    max_eval_samples: int | None = option(None, result=True, help="subsample the validation and test splits")
+    task_args: tuple[tuple[str, str], ...] = option(
+        (), result=True, flag="--task-arg", metavar="KEY=VALUE",
+        help="task option, repeatable (the jsonl task: kind=, text_field=, label_field=, ...)")
+    search_space: Path | None = option(None, result=True,
+                                       help="search space YAML (default: search_spaces/<task>.yaml)")
+    # (KEY, text) pairs, split and key-checked as the command line is read; typed once, when the search is planned
+    # (tune_as.space.overrides.check_overrides)
+    overrides: tuple[tuple[str, Any], ...] = option(
+        (), result=True, flag="--set", metavar="KEY=VALUE",
+        help="override a fixed trial setting, repeatable: lr, batch_size, weight_decay, lr_warmup, warmup_r, "
+             "max_grad_norm, precision, skip_masked_rows (docs/search_spaces.md)")
+    seed: int = option(0, result=True, help="seed for Optuna, data order and model init")
+    confirm: int = option(
+        0, result=True, unit="seeds", metavar="N", parse=count,
+        help="after the search, re-run each loss's selected setting with exactly N new seeds (no early stopping): "
+             "verdicts against the baseline and the best set, family-wise error 5%% (default 0: single runs; "
+             "--race decides the seeds instead)")
+    confirm_top: int | None = option(
+        None, result=True, unit="losses", metavar="K",
+        help="with --confirm: confirm only the K losses with the best validation in the search, and softmax (the "
+             "baseline of the paired differences); the others are shown as single runs (default: every loss)")
+    race: bool = option(False, result=True,
+                        help="confirm in rounds (3, 5, 7, ... new seeds) until each verdict is decided or "
+                             "--max-seeds; error controlled across rounds (docs/verdicts.md)")
+    max_seeds: int = option(10, result=True, unit="seeds", help="with --race: the most seeds per loss")
+    seeds_per_trial: int = option(
+        1, result=True, unit="seeds", metavar="N",
+        help="train up to N confirmation seeds of one loss as one population in one trial: the same runs, faster "
+             "(frozen-feature tasks; docs/architecture.md, 'Populations'; default 1)")
+    margin: float = option(
+        0.5, result=True, unit="points",  # of the metric, as printed (docs/verdicts.md)
+        help="equivalence margin in points of the metric (default %(default)s): 'equivalent' means the difference "
+             "to the baseline is proven inside ±margin; at least one item of the test split (a smaller margin is "
+             "refused)")
+    baseline: str | None = option(None, result=True,
+                                  help="the loss every verdict compares with (default: softmax, multilabel_softmax "
+                                       "for multi-label tasks)")
+    budget: float | None = option(
+        None, result=True, unit="trial-epochs", metavar="E",
+        help="trial-epochs for the whole answer, split by the engine: the first confirmation round is reserved (at "
+             "most a quarter of the budget; the losses best on validation first), a loss with nothing to tune gets "
+             "one search trial, the losses with parameters get the search trials the rest pays (unless "
+             "--trials-per-loss says), later rounds take what is left (default: no cap)")
+    sampler: str = option("tpe", result=True, choices=SAMPLERS,
+                          help="each loss's Optuna sampler: tpe (default) or random (uniform draws, a baseline)")
+    warm_start: bool = option(True, result=True,
+                              help="do not start each loss with its warm start (the search space's `paper` setting, "
+                                   "else the loss's own defaults where they lie in the searched range)")
+    gpus_per_trial: float | None = option(
+        None, result=False, unit="GPUs",
+        help="GPUs per trial (0.5 packs two trials per GPU; default 1 when the cluster has GPUs, else 0)")
+    cpus_per_trial: float = option(1.0, result=False, unit="CPUs", help="CPUs per trial")
+    max_concurrent: int | None = option(
+        None, result=False, unit="trials",
+        help="cap on concurrent trials (default: what the cluster's resources allow, at most 8)")
+    eval_every_steps: int | None = option(None, result=True, unit="optimizer steps",
+                                          help="evaluate every N optimizer steps (default: once per epoch)")
+    address: str | None = option(
+        None, result=False, env="RAY_ADDRESS",
+        help="Ray cluster address ('auto', HOST:6379 or ray://HOST:10001); default: a local Ray (env RAY_ADDRESS)")
+    storage_path: Path = option(
+        Path("tune_as_results"), result=False,
+        help="where Ray Tune keeps trial checkpoints and the Optuna study (shared storage on clusters)")
+    mlflow_uri: str | None = option(
+        None, result=False, env="MLFLOW_TRACKING_URI",
+        help="MLflow tracking URI (default: sqlite:///mlflow.db; env MLFLOW_TRACKING_URI)")
+    experiment: str | None = option(None, result=False, help="MLflow experiment name (default: the task name)")
+    name: str | None = option(None, result=False,
+                              help="search name: its folder under --storage-path (default: <task>-<timestamp>; with "
+                                   "--resume: the latest search of the task)")
+    resume: bool = option(False, result=False, help="resume the search --name from its last state")
+    max_failures: int = option(2, result=False, unit="retries",
+                               help="retries of a crashed trial from its checkpoint")
+    grace_period: float | None = option(  # None: tune_as.engine.schedulers decides
+        None, result=True, unit="epochs",
+        help="ASHA grace period, in epochs (default: a third of the epochs, at least 1)")
+    reduction_factor: float = option(3.0, result=True, help="ASHA reduction factor")
+    asha: bool = option(True, result=True, help="run every trial to the end (no early stopping)")
+    asha_scope: str = option("loss", result=True, choices=("loss", "search"),
+                             help="compare a trial with trials of its own loss (default) or with every trial of the "
+                                  "search (an unfair ablation, for benchmarks)")
+    checkpoint_interval_s: float = option(
+        30.0, result=False, unit="seconds", flag="--checkpoint-interval",
+        help="seconds between a trial's checkpoints (it always checkpoints at its end; 0: every evaluation)")
+    dashboard_host: str = option(
+        "127.0.0.1", result=False,
+        help="bind the local Ray dashboard here (binding wider than loopback prints a warning)")
+    dashboard: bool = option(True, result=False,
+                             help="start a local Ray without its dashboard (about 2 s sooner; nothing to browse)")
+    smoke: bool = option(False, result=True,
+                         help="tiny backbone, small data, few steps: the whole pipeline in well under a minute")
+    cache_dir: Path | None = option(
+        None, result=False, cli=False,  # tests and benchmarks point it at a folder of their own
+        help="where prepared data and frozen features are cached (default: $TUNE_AS_CACHE, else ~/.cache/tune_as)")
+    verbose: int = option(
+        1, result=False, const=2,
+        help="Ray's per-trial progress table (one column per parameter) instead of one line per loss")
+    output_format: str = option(
+        "table", result=False, flag="--format", choices=OUTPUT_FORMATS,
+        help="how the answer is printed: a table fitted to the terminal (default), markdown (as logged in "
+             "ranking.md), csv or json (for scripts)")
+    typed: frozenset[str] | None = option(
+        None, result=False, cli=False,
+        help="the options the user typed (the CLI knows; a value equal to its default is still typed); None: a "
+             "caller of the engine's API, whose non-default values count as given")
 
     def check(self) -> None:
         """Every check that needs nothing but the request; UserError names the option."""
@@ -166,9 +272,15 @@ class SearchRequest:
                 if (k in self.typed if self.typed is not None else getattr(self, k) != defaults[k])}
 
 
-def flag(option: str) -> str:
-    """The CLI flag of a SearchRequest field, e.g. "overrides" -> "--set"."""
-    return FLAGS.get(option, "--" + option.replace("_", "-"))
+OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for f in dataclasses.fields(SearchRequest)}
+# Options whose value changes what a trial computes: a resumed search must keep them (tune_as.engine.plan).
+RESULT_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.result)
+
+
+def flag(name: str) -> str:
+    """The CLI flag of a SearchRequest field, e.g. "overrides" -> "--set", "asha" -> "--no-asha"."""
+    switch_off = SearchRequest.__dataclass_fields__[name].default is True
+    return OPTIONS[name].flag or ("--no-" if switch_off else "--") + name.replace("_", "-")
 
 
 def _positive(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
