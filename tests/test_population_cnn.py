@@ -14,9 +14,9 @@ from test_population import SEEDS, Members, Solo, assert_same_run, config
 from tune_as.losses import LOSSES
 from tune_as.settings import DataSettings
 from tune_as.tasks import PreparedData, Split, build_task
-from tune_as.training.population import Population, run_population
+from tune_as.training.population import Population
 from tune_as.training.stacked_cnn import StackedCNN
-from tune_as.training.trial import EVAL_ROWS, run_trial
+from tune_as.training.trial import EVAL_ROWS, Trial
 
 MULTICLASS = sorted(name for name, loss in LOSSES.items() if "multiclass" in loss.kinds)
 
@@ -44,20 +44,35 @@ def cnn_config(loss: str, **over: Any) -> dict[str, Any]:
     return config(loss, **{"epochs": 2.0, "warmup_r": 0.3 if LOSSES[loss].supports_warmup else 0.0, **over})
 
 
-def solo_reports(cfg: dict[str, Any], seed: int, data: PreparedData, task: Any) -> list[dict[str, Any]]:
-    solo = Solo()
-    run_trial({**cfg, "seed": seed}, data, task, solo)
-    return solo.reports
+def assert_members_are_solo_trials(cfg: dict[str, Any], data: PreparedData, task: Any,
+                                   pop: Population | None = None, compare: tuple[int, ...] = (0, 1, 2)) -> Members:
+    """Train the population (`pop`, or one of SEEDS) and the solo trials of its members in `compare`: the same
+    reports (counts exactly, numbers to float rounding) and the same final weights."""
+    pop = pop or Population(cfg, SEEDS, data, task, Members(len(SEEDS)))
+    pop.run()
+    members = pop.reporter
+    assert isinstance(members, Members)
+    for i in compare:
+        solo = Trial({**cfg, "seed": SEEDS[i]}, data, task, Solo())
+        solo.run()
+        assert isinstance(solo.reporter, Solo)
+        assert_same_run(solo.reporter.reports, members.reports[i], f"{cfg['loss']} seed {SEEDS[i]}")
+        stacked = {name: p.detach() for name, p in pop.model.named_parameters()}
+        for mine, theirs in zip(pop.model.solo_layout(stacked, i), solo.model.parameters(), strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
+    return members
 
 
 @pytest.mark.parametrize("loss", MULTICLASS)
 def test_each_cnn_member_is_the_solo_trial_of_its_seed(loss: str) -> None:
     data, task = digits()
-    cfg = cnn_config(loss)
-    members = Members(len(SEEDS))
-    run_population(cfg, SEEDS, data, task, members)
-    for i, seed in enumerate(SEEDS):
-        assert_same_run(solo_reports(cfg, seed, data, task), members.reports[i], f"{loss} seed {seed}")
+    assert_members_are_solo_trials(cnn_config(loss), data, task)
+
+
+def test_an_mnist_cnn_population_is_its_solo_trials() -> None:
+    """The mnist topology (ten convolutions, three pools, no dropout; here on 8x8 images): the same runs."""
+    data, task = digits(rows=(32, 16, 16), cnn="mnist")
+    assert_members_are_solo_trials(cnn_config("softmax"), data, task)
 
 
 def test_as_softmax_members_skip_their_own_all_masked_cycles() -> None:
@@ -65,11 +80,8 @@ def test_as_softmax_members_skip_their_own_all_masked_cycles() -> None:
     with different optimizer step counts, each its solo trial's."""
     data, task = digits()
     cfg = cnn_config("as_softmax", batch_size=2, warmup_r=0.0, lr=1e-2, **{"loss.delta": 0.0})
-    members = Members(len(SEEDS))
-    run_population(cfg, SEEDS, data, task, members)
+    members = assert_members_are_solo_trials(cfg, data, task)
     assert len({r[-1]["optimizer_steps"] for r in members.reports}) > 1
-    for i, seed in enumerate(SEEDS):
-        assert_same_run(solo_reports(cfg, seed, data, task), members.reports[i], f"seed {seed}")
 
 
 def test_as_speed_cnn_members_accumulate_on_their_own_schedules() -> None:
@@ -77,12 +89,9 @@ def test_as_speed_cnn_members_accumulate_on_their_own_schedules() -> None:
     evaluation batch (it is evaluated in chunks): every report its solo trial's."""
     data, task = digits(rows=(128, EVAL_ROWS // len(SEEDS) + 20, 40))
     cfg = cnn_config("as_speed", batch_size=8, lr=1e-2, **{"loss.lam": 1.0})
-    members = Members(len(SEEDS))
-    run_population(cfg, SEEDS, data, task, members)
+    members = assert_members_are_solo_trials(cfg, data, task)
     assert len({r[-1]["optimizer_steps"] for r in members.reports}) > 1
     assert all(r[-1]["masked_ratio"] > 0 for r in members.reports)
-    for i, seed in enumerate(SEEDS):
-        assert_same_run(solo_reports(cfg, seed, data, task), members.reports[i], f"seed {seed}")
 
 
 def test_a_diverging_cnn_member_fails_alone() -> None:
@@ -92,12 +101,8 @@ def test_a_diverging_cnn_member_fails_alone() -> None:
     assert isinstance(pop.model, StackedCNN)
     with torch.no_grad():
         pop.model.conv_weight[0][1].fill_(float("inf"))  # member 1 diverges at its first step
-    members = pop.reporter
-    pop.run()
-    assert isinstance(members, Members)
+    members = assert_members_are_solo_trials(cfg, data, task, pop, compare=(0, 2))  # the others go on
     assert list(members.reports[1][0])[0] == "error" and len(members.reports[1]) == 1
-    for i in (0, 2):  # the others train to the end, as their solo trials do
-        assert_same_run(solo_reports(cfg, SEEDS[i], data, task), members.reports[i], f"member {i}")
 
 
 def test_a_cnn_with_batchnorm_keeps_solo_trials() -> None:

@@ -236,7 +236,7 @@ class Population:
         members = [int(i) for i in np.flatnonzero(stepping)]
         if members:
             mask = torch.tensor(stepping, device=self.device) if len(members) < self.size else None
-            clip_members(self.params, self.cfg.max_grad_norm, mask)
+            clip_members(self.model, self.cfg.max_grad_norm, mask)
             self.optimizer.step(members)
             for i in members:
                 self.counts[i].optimizer_steps += 1

@@ -10,7 +10,8 @@ here rather than taken from torch:
   draws its masks from a generator of its own, in the order and shapes a solo trial draws them (on the CPU,
   `F.dropout` is `bernoulli_(1 - p)` then a scale: the same numbers from the same generator state). The image
   CNNs without BatchNorm stack the same way, their convolutions grouped (tune_as.training.stacked_cnn).
-- `torch.nn.utils.clip_grad_norm_` has one norm for all parameters it is given; a member's norm must be its own.
+- `torch.nn.utils.clip_grad_norm_` has one norm for all parameters it is given; a member's norm must be its own
+  (taken as clip_grad_norm_ takes it: its per-tensor kernel on the member's tensors in the solo order).
 - `torch.optim.AdamW` keeps one step count per parameter tensor; under AS-Speed's accumulation, or when a
   cycle's every row was masked, members step at different times, so each has its own count and a member that
   does not step this time does not move (its momentum and weight decay included). The update itself is torch's
@@ -49,7 +50,7 @@ def member_masks(generators: Sequence[torch.Generator], batch: int, width: int, 
 
 
 class Stacked(nn.Module):
-    """What the stacked models share: the task head (linear or cosine, see tasks.models) stacked (P, H, C), the
+    """What the stacked models share: the task head (linear or cosine, see tasks.models) stacked (P, C, H), the
     weight-decay rule, and `logits(batch, ...)`, the one call a population makes."""
 
     w2: nn.Parameter
@@ -60,8 +61,8 @@ class Stacked(nn.Module):
         if len(kinds) != 1:
             raise ValueError(f"a population needs members of one architecture, got heads {sorted(map(str, kinds))}")
         self.cosine = isinstance(heads[0], CosineHead)
-        # stored transposed, (P, H, C): the batched products then read them without a copy per call
-        self.w2 = nn.Parameter(torch.stack([h.weight.detach().T for h in heads]).contiguous())
+        # (P, C, H), as the solo head keeps it: the cosine head's row norms are then the solo trial's numbers
+        self.w2 = nn.Parameter(torch.stack([h.weight.detach() for h in heads]))
         bias = [] if self.cosine else [h.bias.detach() for h in heads]
         self.b2 = nn.Parameter(torch.stack(bias)) if bias else None
 
@@ -85,9 +86,18 @@ class Stacked(nn.Module):
         if members is not None:
             w2, b2 = w2[members], (b2[members] if b2 is not None else None)
         if self.cosine:
-            return F.normalize(h, dim=-1) @ F.normalize(w2, dim=1)  # a class's weights: a column here
+            return F.normalize(h, dim=-1) @ F.normalize(w2, dim=-1).transpose(1, 2)
         assert b2 is not None
-        return torch.baddbmm(b2.unsqueeze(1), h, w2)
+        return torch.baddbmm(b2.unsqueeze(1), h, w2.transpose(1, 2))
+
+    def solo_layout(self, stacked: dict[str, Tensor], member: int) -> list[Tensor]:
+        """Member `member`'s slices of `stacked` (a tensor per parameter name: the parameters, or their gradients)
+        as its solo model's parameters: in their order and shapes."""
+        raise NotImplementedError
+
+    def head_layout(self, stacked: dict[str, Tensor], member: int) -> list[Tensor]:
+        """`solo_layout` of the head (its weight (C, H), then its bias if it has one): a solo model's last."""
+        return [stacked["w2"][member]] + ([stacked["b2"][member]] if "b2" in stacked else [])
 
     def logits(self, batch: dict[str, Tensor], generators: Sequence[torch.Generator] | None = None,
                members: Tensor | None = None) -> Tensor:
@@ -108,6 +118,9 @@ class StackedFrozen(Stacked):
         self.stack_head([m.head for m in members])
         self.w1 = nn.Parameter(torch.stack([x.weight.detach().T for x in linear]).contiguous())  # (P, D, H)
         self.b1 = nn.Parameter(torch.stack([x.bias.detach() for x in linear]))  # (P, H)
+
+    def solo_layout(self, stacked: dict[str, Tensor], member: int) -> list[Tensor]:
+        return [stacked["w1"][member].T, stacked["b1"][member], *self.head_layout(stacked, member)]
 
     def logits(self, batch: dict[str, Tensor], generators: Sequence[torch.Generator] | None = None,
                members: Tensor | None = None) -> Tensor:
@@ -140,21 +153,25 @@ class StackedFrozen(Stacked):
                 for width in (feature_dim, self.w1.shape[2])]
 
 
-def member_norms(grads: Sequence[Tensor]) -> Tensor:
-    """(P,) the 2-norm of each member's gradient over every stacked parameter, as clip_grad_norm_ takes it:
-    the norm of the per-parameter norms."""
-    per_param = [torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads]
-    return torch.linalg.vector_norm(torch.stack(per_param, dim=1), dim=1)
+def member_norms(per_member: Sequence[Sequence[Tensor]]) -> Tensor:
+    """(P,) the 2-norm of each member's gradient, as clip_grad_norm_ takes it: each tensor's norm by torch's own
+    kernel (`_foreach_norm`, clip_grad_norm_'s), given in the solo model's order and layout, then the norm of
+    those; on the CPU the solo trial's numbers bit for bit, where the layouts match."""
+    n = len(per_member[0])
+    norms = torch._foreach_norm([g for member in per_member for g in member], 2.0)
+    return torch.stack([torch.linalg.vector_norm(torch.stack(norms[i * n:(i + 1) * n]))
+                        for i in range(len(per_member))])
 
 
-def clip_members(params: Sequence[nn.Parameter], max_norm: float, stepping: Tensor | None) -> None:
+def clip_members(model: Stacked, max_norm: float, stepping: Tensor | None) -> None:
     """clip_grad_norm_ member by member, for the members that step now (`stepping` (P,) bool; None: all); the
     others' gradients (still accumulating) are left as they are."""
-    grads = [p.grad for p in params if p.grad is not None]
-    coef = (max_norm / (member_norms(grads) + CLIP_EPS)).clamp_(max=1.0)
+    grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    norms = member_norms([model.solo_layout(grads, i) for i in range(model.size)])
+    coef = (max_norm / (norms + CLIP_EPS)).clamp_(max=1.0)
     if stepping is not None:
         coef = torch.where(stepping, coef, torch.ones_like(coef))
-    for g in grads:
+    for g in grads.values():
         g.mul_(column(coef, g))
 
 

@@ -10,7 +10,8 @@ stacks heads (tune_as.training.stacked), layer by layer of the solo model's trun
   launched as one).
 - ReLU and MaxPool2d act per channel: unchanged on the stack.
 - Flatten: (B, P * C, H, W) -> (P, B, C * H * W), each member's features in the solo order (C, H, W).
-- Linear, then the task head: batched matrix products (P, in, out), as `StackedFrozen`'s.
+- Linear, then the task head: batched matrix products, as `StackedFrozen`'s (the Linear weights kept as the
+  solo layer keeps them, (P, out, in), so that clipping sees a member's tensors as its solo model has them).
 - Dropout after the flatten: each member's mask from its own generator, in the solo draw order and shape.
 
 BatchNorm (its running statistics and batch statistics would need a per-member layer) and dropout on feature
@@ -41,7 +42,7 @@ class StackedCNN(Stacked):
 
     def __init__(self, members: Sequence[Any]) -> None:
         super().__init__()
-        # per layer: conv (P, C_out, C_in, k, k) and (P, C_out); fc (P, in, out) and (P, out)
+        # per layer: conv (P, C_out, C_in, k, k) and (P, C_out); fc (P, out, in) and (P, out)
         self.conv_weight, self.conv_bias = nn.ParameterList(), nn.ParameterList()
         self.fc_weight, self.fc_bias = nn.ParameterList(), nn.ParameterList()
         self.program: list[tuple[str, Any]] = []  # (what, its argument), a solo trunk's layers in order
@@ -55,7 +56,7 @@ class StackedCNN(Stacked):
                 self.conv_bias.append(stack_params([x.bias for x in layers]))
                 self.program.append(("conv", (first.stride, first.padding, first.dilation)))
             elif isinstance(first, nn.Linear) and flat and first.bias is not None:
-                self.fc_weight.append(stack_params([x.weight.T for x in layers]))
+                self.fc_weight.append(stack_params([x.weight for x in layers]))  # (P, out, in), as solo
                 self.fc_bias.append(stack_params([x.bias for x in layers]))
                 self.program.append(("linear", None))
             elif isinstance(first, nn.Dropout) and flat:
@@ -67,6 +68,13 @@ class StackedCNN(Stacked):
                 raise ValueError(f"a population of CNNs stacks Conv2d, ReLU, MaxPool2d, Flatten, then Linear, ReLU and "
                                  f"Dropout layers; got {first}")
         self.stack_head([m.head for m in members])
+
+    def solo_layout(self, stacked: dict[str, Tensor], member: int) -> list[Tensor]:
+        """In the solo order: each layer's weight and bias, then the head's."""
+        layers = [(f"conv_weight.{j}", f"conv_bias.{j}") for j in range(len(self.conv_weight))]
+        layers += [(f"fc_weight.{j}", f"fc_bias.{j}") for j in range(len(self.fc_weight))]
+        out = [stacked[name][member] for pair in layers for name in pair]
+        return out + self.head_layout(stacked, member)
 
     def eval_rows(self, members: int) -> int:
         """A solo trial's evaluation batch shared among the members: activations grow with members x rows."""
@@ -92,11 +100,15 @@ class StackedCNN(Stacked):
         x = x.repeat(1, k, 1, 1) if x.dim() == 4 else x.transpose(0, 1).reshape(x.shape[1], -1, *x.shape[3:])
         for what, arg in self.program:
             if what == "conv":
-                w, (stride, padding, dilation) = next(conv_w), arg
-                x = F.conv2d(x, w.reshape(-1, *w.shape[2:]), next(conv_b).reshape(-1), stride=stride,
-                             padding=padding, dilation=dilation, groups=k)
+                w, b, (stride, padding, dilation) = next(conv_w), next(conv_b), arg
+                if w.shape[2] == 1:  # one input channel per group: not the solo kernel (docstring); per member
+                    x = torch.cat([F.conv2d(xi, wi, bi, stride, padding, dilation)
+                                   for xi, wi, bi in zip(x.chunk(k, dim=1), w, b, strict=True)], dim=1)
+                else:
+                    x = F.conv2d(x, w.reshape(-1, *w.shape[2:]), b.reshape(-1), stride=stride, padding=padding,
+                                 dilation=dilation, groups=k)
             elif what == "linear":
-                x = torch.baddbmm(next(fc_b).unsqueeze(1), x, next(fc_w))
+                x = torch.baddbmm(next(fc_b).unsqueeze(1), x, next(fc_w).transpose(1, 2))
             elif what == "dropout":
                 if generators is not None:
                     x = x * member_masks(generators, x.shape[1], x.shape[2], arg, x.device)
