@@ -296,9 +296,11 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         if len(space.losses) < 2:
             raise UserError(f"--losses: expected at least two losses to confirm a comparison, got {list(space.losses)}")
     data_settings, base = resolve_settings(r, task, space)
-    if r.seeds_per_trial > 1 and not population_applies(data_settings.encoder, task.kind):
+    model = data_settings.encoder if task.uses_backbone else "cnn"  # an image task's model is its CNN
+    if r.seeds_per_trial > 1 and not population_applies(model, task.kind):
         raise UserError(f"--seeds-per-trial: expected 1 for {task.name} with encoder {data_settings.encoder} (a "
-                        f"population trains frozen-feature heads of sentence tasks), got {r.seeds_per_trial}")
+                        f"population trains frozen-feature heads of sentence tasks and image CNNs), got "
+                        f"{r.seeds_per_trial}")
     check_length(data_settings, task)
     check_capabilities(base, space)
     try:  # a budget that cannot pay for the answer is refused before the data is prepared
