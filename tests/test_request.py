@@ -68,3 +68,16 @@ def test_environment_defaults_are_defaults_not_typed_options(monkeypatch: pytest
     request = request_from_args(args, typed_options(args, argv))
     assert (request.address, request.mlflow_uri) == ("auto", "sqlite:///env.db")
     assert request.typed == {"task"}, f"expected only --task typed, got {request.typed}"
+
+
+def test_a_setting_with_its_own_flag_has_one_way_in() -> None:
+    """`--set` refuses a setting that has its own option and names that option: the table it names them by
+    (space.overrides.OWN_OPTIONS, which may not import the engine) is the request's own flags."""
+    from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS
+    from tune_as.space.overrides import OWN_OPTIONS
+
+    settings = (set(TRIAL_FIELDS) | set(DATA_FIELDS)) - {"loss", "task"}
+    expected = {name: flag(name) for name in settings & set(FIELDS)} | {"epochs": flag("max_epochs")}
+    assert expected == OWN_OPTIONS
+    flags = {s for a in build_parser()._actions for s in a.option_strings}  # noqa: SLF001
+    assert set(OWN_OPTIONS.values()) <= flags

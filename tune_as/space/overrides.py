@@ -13,7 +13,9 @@ from tune_as.space.strict_yaml import clip as _clip
 from tune_as.space.strict_yaml import show as _show
 
 # Settings with their own command-line option: --set refuses them, so each has one way in.
+# (tests/test_request.py keeps it equal to the request's flags: this layer may not import the engine)
 OWN_OPTIONS = {"backbone": "--backbone", "encoder": "--encoder", "data_dir": "--data-dir", "seed": "--seed",
+               "encode_precision": "--encode-precision",
                "max_train_samples": "--max-train-samples", "max_eval_samples": "--max-eval-samples",
                "epochs": "--max-epochs", "max_length": "--max-length", "eval_every_steps": "--eval-every-steps"}
 OVERRIDE_KEYS = frozenset(TRIAL_KEYS - set(OWN_OPTIONS))
