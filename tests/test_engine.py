@@ -520,3 +520,23 @@ def test_the_formats_the_cli_offers_are_the_renderers() -> None:
     assert OUTPUT_FORMATS == FORMATS
     with pytest.raises(UserError, match="--format: expected one of table, markdown, csv, json, got 'html'"):
         SearchRequest(task="digits", output_format="html").check()
+
+
+def test_the_parent_run_params_are_every_result_option_then_what_the_plan_resolved(tmp_path: Path) -> None:
+    """The search's MLflow params derive from the request's declaration (request.RESULT_OPTIONS): every option that
+    changes results, as asked; then the values the plan resolved (the losses it runs, the epochs, the margin)."""
+    from tune_as.engine.plan import plan_search
+    from tune_as.engine.record import parent_params
+    from tune_as.engine.request import RESULT_OPTIONS
+
+    plan = plan_search(SearchRequest(task="digits", storage_path=tmp_path / "results", name="p", race=True,
+                                     mlflow_uri=f"sqlite:///{tmp_path / 'm.db'}", max_epochs=2.0, margin=0.25,
+                                     losses=("softmax", "sparsemax"), overrides=(("lr", "0.01"),),
+                                     cache_dir=tmp_path / "cache"))
+    params = parent_params(plan, "abc")
+    unset = {k for k in RESULT_OPTIONS if getattr(plan.request, k) in (None, ())}
+    assert set(RESULT_OPTIONS) - unset <= set(params), set(RESULT_OPTIONS) - unset - set(params)
+    assert (params["losses"], params["max_epochs"], params["epochs"], params["overrides"]) == (
+        "softmax,sparsemax", 2.0, 2.0, "lr=0.01")
+    assert (params["margin"], params["race"], params["max_seeds"], params["git_commit"]) == (0.25, True, 10, "abc")
+    assert params["backbone"] == plan.data_settings.backbone and params["trials_per_loss"] == plan.search_trials

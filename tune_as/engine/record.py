@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tune_as.engine.plan import SearchPlan
+from tune_as.engine.request import RESULT_OPTIONS
 from tune_as.errors import UserError
 from tune_as.results import racing
 from tune_as.results.answer import AnswerRecord, Mode
@@ -89,3 +90,17 @@ def reach(race: racing.Plan, baseline: str, search_epochs: float, per_run: float
         line += (f" {'--confirm' if fixed else '--max-seeds'} {more} (a --budget of at most {budget:g} trial-epochs "
                  f"in all) would need {racing.decidable(wider)[-1][1]:.3g}·s at its last look.")
     return line
+
+
+def parent_params(plan: SearchPlan, commit: str | None) -> dict[str, Any]:
+    """The search's MLflow params: every option that changes results (request.RESULT_OPTIONS, as asked), then what
+    the plan resolved them to (the losses, trials, backbone and epochs it runs, the margin it judges with)."""
+    r = plan.request
+    asked = {k: ",".join(f"{x[0]}={x[1]}" if isinstance(x, tuple) else str(x) for x in v) if isinstance(v, tuple)
+             else v for k in RESULT_OPTIONS if (v := getattr(r, k)) not in (None, ())}  # --set pairs as KEY=VALUE
+    resolved = {"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.search_trials,
+                "backbone": plan.data_settings.backbone, "encoder": plan.data_settings.encoder,
+                "epochs": plan.base.epochs, "max_seeds": r.max_seeds if r.race else None,
+                "margin_points": margin_points(plan), "baseline": plan.baseline, "git_commit": commit,
+                "search_space": str(plan.space.path)}
+    return {k: v for k, v in {**asked, **resolved}.items() if v is not None}

@@ -23,7 +23,14 @@ from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.head import Head
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
 from tune_as.engine.progress import reporter
-from tune_as.engine.record import answer_record, check_margin, margin_points, reach, resolution_points
+from tune_as.engine.record import (
+    answer_record,
+    check_margin,
+    margin_points,
+    parent_params,
+    reach,
+    resolution_points,
+)
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher
@@ -218,14 +225,7 @@ def run_search(r: SearchRequest, head: Head | None = None) -> Outcome:
     local Ray the CLI started as it began (engine.head), joined instead of starting one here."""
     plan = plan_search(r)
     check_margin(plan)
-    r = plan.request
-    state = state_of(plan)
-    params = {"task": plan.task.name, "losses": ",".join(plan.losses), "trials_per_loss": plan.search_trials,
-              "backbone": plan.data_settings.backbone, "encoder": plan.data_settings.encoder,
-              "epochs": plan.base.epochs, "seed": r.seed, "confirm": r.confirm, "race": r.race,
-              "max_seeds": r.max_seeds if r.race else None, "margin_points": margin_points(plan), "baseline": plan.baseline,
-              "budget": r.budget, "git_commit": git_commit(), "search_space": str(plan.space.path)}
-    params = {k: v for k, v in params.items() if v is not None}
+    state, params = state_of(plan), parent_params(plan, git_commit())
     tags = {schema.DATA_WARNINGS: " | ".join(plan.data.warnings)[:5000]} if plan.data.warnings else {}
     with _tracked(plan, params, tags, state, head=head) as session:
         print(f"MLflow: {session.tracker.shown}\n  experiment {plan.experiment!r}, parent run {session.tracker.parent_id}")
