@@ -16,10 +16,10 @@ weights (tune_as.training.stacked) and runs the loop of `tune_as.training.trial.
 
 Two kinds of model stack: frozen-feature heads of sentence tasks (`StackedFrozen`) and the image CNNs without
 BatchNorm (`StackedCNN`: digits, mnist). Where populations do not apply (a fine-tuned transformer: one model per
-trial; a CNN with BatchNorm; token tasks' ragged features; fp16 with a loss scaler shared by all members; row
-skipping, which re-batches per example), `problem` says so and the solo trial is the path. Tested member by
-member against solo trials for every loss (tests/test_population.py, tests/test_population_cnn.py);
-benchmarks/bench_population.py measures the speed.
+trial; the cifar CNNs, with BatchNorm or dropout on feature maps; token tasks' ragged features; fp16 with a loss
+scaler shared by all members; row skipping, which re-batches per example), `problem` says so and the solo trial
+is the path. Tested member by member against solo trials for every loss (tests/test_population.py,
+tests/test_population_cnn.py); benchmarks/bench_population.py measures the speed.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def problem(cfg: TrialSettings, data: Any, device: torch.device | None) -> str |
         return (f"a population trains frozen-feature heads of sentence tasks and image CNNs, got encoder "
                 f"{encoder!r} on a {data.kind} task (one model per trial: use solo trials)")
     if encoder == "cnn" and data.model_info["cnn"] not in STACKABLE:
-        return (f"a population of CNNs stacks the topologies without BatchNorm {STACKABLE}, got "
-                f"{data.model_info['cnn']!r} (one model per trial: use solo trials)")
+        return (f"a population of CNNs stacks the topologies without BatchNorm or dropout on feature maps "
+                f"{STACKABLE}, got {data.model_info['cnn']!r} (one model per trial: use solo trials)")
     if cfg.skip_masked_rows:
         return "skip_masked_rows: expected false in a population (row skipping re-batches per example), got true"
     if autocast_for(cfg, device or torch.device("cpu"))[1]:
