@@ -40,6 +40,8 @@ def stack_params(tensors: Sequence[Tensor]) -> nn.Parameter:
 class StackedCNN(Stacked):
     """P `tune_as.tasks.models.ImageClassifier`s of one CNN topology: pixels (P, B, C, H, W) -> logits (P, B, C)."""
 
+    HEAD_TRANSPOSED = False  # the solo layout: the members' weights stay their solo trials' bit for bit (CPU)
+
     def __init__(self, members: Sequence[Any]) -> None:
         super().__init__()
         # per layer: conv (P, C_out, C_in, k, k) and (P, C_out); fc (P, out, in) and (P, out)
