@@ -59,7 +59,9 @@ def assert_members_are_solo_trials(cfg: dict[str, Any], data: PreparedData, task
         assert_same_run(solo.reporter.reports, members.reports[i], f"{cfg['loss']} seed {SEEDS[i]}")
         stacked = {name: p.detach() for name, p in pop.model.named_parameters()}
         for mine, theirs in zip(pop.model.solo_layout(stacked, i), solo.model.parameters(), strict=True):
-            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
+            # float rounding: at one thread (a Ray trial's) bit for bit except the cosine head; with more threads
+            # the matrix products split their sums differently for a stack and for one member
+            torch.testing.assert_close(mine, theirs, rtol=1e-3, atol=2e-5)
     return members
 
 
