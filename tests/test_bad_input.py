@@ -147,9 +147,10 @@ CASES = {
         "    paper: {delta: 0.3, lr: 5.0}\n"))], "losses.as_softmax.paper.lr: expected a searched parameter"),
     "frozen encoder on images": (lambda d: ["--task", "digits", "--encoder", "frozen"],
                                  "--encoder: expected finetune for digits"),
-    "population of a CNN": (lambda d: ["--task", "digits", "--race", "--seeds-per-trial", "3"],
-                            "--seeds-per-trial: expected 1 for digits with encoder finetune (a population trains "
-                            "frozen-feature heads of sentence tasks), got 3"),
+    "population of a fine-tuned model": (lambda d: ["--task", "sst2", "--backbone", "tiny", "--race",
+                                                    "--seeds-per-trial", "3"],
+                                         "--seeds-per-trial: expected 1 for sst2 with encoder finetune (a population "
+                                         "trains frozen-feature heads of sentence tasks and image CNNs), got 3"),
     "population without confirmation": (lambda d: ["--task", "digits", "--seeds-per-trial", "3"],
                                         "--seeds-per-trial: expected it with --race or --confirm N"),
     "bf16 features without a frozen encoder": (
