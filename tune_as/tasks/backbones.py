@@ -119,5 +119,12 @@ def load_backbone(info: dict[str, Any], seed: int) -> nn.Module:
         torch.manual_seed(seed)
         return BertModel(BertConfig(**info["tiny_config"]), add_pooling_layer=False)
     from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
 
-    return AutoModel.from_pretrained(info["path"])
+    shown = hf_logging.is_progress_bar_enabled()  # its "Loading weights" bar: a line of noise, weights are local
+    hf_logging.disable_progress_bar()
+    try:
+        return AutoModel.from_pretrained(info["path"])
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
