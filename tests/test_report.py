@@ -574,3 +574,12 @@ def test_bad_places_and_options_are_one_line_before_any_work(tmp_path: Path, cap
         err = capsys.readouterr().err
         assert rc == 2 and err.startswith(expected) and err.count("\n") == 1, (extra, err)
     assert not (tmp_path / "out").exists() and not (tmp_path / "none.db").exists()
+
+
+def test_the_optuna_figure_of_a_multilabel_task_is_its_multilabel_as_softmax() -> None:
+    """The report's Optuna history figure draws the task's AS-Softmax study: Eq. 18's on a multi-label task (the
+    eurlex study's report said 'expected study eurlex-as_softmax' and drew none)."""
+    from tune_as.report.cli import as_loss
+
+    cells: dict[tuple[str, str], object] = {("eurlex", "multilabel_as_softmax"): None, ("digits", "as_softmax"): None}
+    assert (as_loss(cells, "eurlex"), as_loss(cells, "digits")) == ("multilabel_as_softmax", "as_softmax")

@@ -141,6 +141,11 @@ def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[
     return runs
 
 
+def as_loss(cells: dict[tuple[str, str], Cell], task: str) -> str:
+    """The task's AS-Softmax: Eq. 18's multi-label form where the task is multi-label."""
+    return "multilabel_as_softmax" if (task, "multilabel_as_softmax") in cells else "as_softmax"
+
+
 def pmargins(client: MlflowClient, cells: dict[tuple[str, str], Cell], task: str, tmp: Path) -> dict[str, np.ndarray]:
     from mlflow.exceptions import MlflowException
 
@@ -279,7 +284,7 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
             drawn = [figs.fig1_masked_ratio(task, cells, histories, out), figs.fig2_delta(task, trials, out),
                      figs.fig3_curves(task, cells, histories, out),
                      figs.fig4_pmargin(task, cells, pmargins(client, cells, task, Path(tmp)), out),
-                     figs.optuna_history(storage, schema.study_name(task, "as_softmax"), out)]
+                     figs.optuna_history(storage, schema.study_name(task, as_loss(cells, task)), out)]
             report.figures += [d.path for d in drawn if isinstance(d, figs.Drawing)]
             notes += [d for d in drawn if isinstance(d, str)]
     written = write(report)
