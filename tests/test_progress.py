@@ -92,3 +92,16 @@ def test_the_first_line_says_what_will_run_before_the_slow_imports() -> None:
     joined = starting_line(SearchRequest(task="sst5", confirm=3, address="ray://u:pw@host:10001"))
     assert "then 3 seeds per loss" in joined and "pw" not in joined and "--address" in joined
     assert starting_line(SearchRequest(task="", resume=True, name="digits-1")).startswith("resuming digits-1;")
+
+
+def test_a_population_shows_its_best_member_so_far() -> None:
+    """A population's result holds each member's report under its prefix (engine.members.flat_report): the
+    progress line shows the best member's value, as a loss's solo trials show theirs (before: '-')."""
+    from tune_as.engine.members import POPULATION, flat_report
+    from tune_as.engine.progress import best_of
+
+    last = flat_report({1: {"epoch": 1.0, "best_val_accuracy": 0.91}, 2: {"epoch": 1.0, "best_val_accuracy": 0.93},
+                        3: {"epoch": 1.0}}, {1, 2, 3}, 3)
+    assert best_of({POPULATION: [1, 2, 3]}, last, "accuracy") == 0.93
+    assert best_of({}, {"best_val_accuracy": 0.5}, "accuracy") == 0.5
+    assert best_of({POPULATION: [1]}, {"epoch": 0.0}, "accuracy") is None

@@ -16,6 +16,7 @@ from typing import Any
 
 from ray.tune import CLIReporter, ProgressReporter
 
+from tune_as.engine.members import POPULATION, prefix
 from tune_as.engine.plan import SearchPlan
 from tune_as.space.search_space import config_key
 from tune_as.tracking import schema
@@ -130,9 +131,16 @@ class LossProgress(ProgressReporter):
         loss = str(config.get("loss", "?"))
         setting = ", ".join(f"{k.removeprefix('loss.')}={config[k]}" for k in self.searched.get(loss, ())
                             if k in config)
-        best = last.get(f"best_val_{self.metric}")
         return TrialStatus(loss, str(trial.status), float(last.get("epoch", 0.0)), float(config.get("epochs", 0.0)),
-                           float(best) if isinstance(best, (int, float)) else None, setting, bool(last.get("error")))
+                           best_of(config, last, self.metric), setting, bool(last.get("error")))
+
+
+def best_of(config: dict[str, Any], last: dict[str, Any], metric: str) -> float | None:
+    """A trial's best validation value so far: its own, or a population's best member's (each under its prefix)."""
+    key = f"best_val_{metric}"
+    values = [last.get(key)] + [last.get(prefix(seed) + key) for seed in config.get(POPULATION) or ()]
+    numbers = [float(v) for v in values if isinstance(v, (int, float))]
+    return max(numbers) if numbers else None
 
 
 def reporter(plan: SearchPlan, role: str) -> ProgressReporter:
