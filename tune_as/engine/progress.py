@@ -16,7 +16,7 @@ from typing import Any
 
 from ray.tune import CLIReporter, ProgressReporter
 
-from tune_as.engine.members import POPULATION, prefix
+from tune_as.engine.members import members
 from tune_as.engine.plan import SearchPlan
 from tune_as.space.search_space import config_key
 from tune_as.tracking import schema
@@ -136,9 +136,8 @@ class LossProgress(ProgressReporter):
 
 
 def best_of(config: dict[str, Any], last: dict[str, Any], metric: str) -> float | None:
-    """A trial's best validation value so far: its own, or a population's best member's (each under its prefix)."""
-    key = f"best_val_{metric}"
-    values = [last.get(key)] + [last.get(prefix(seed) + key) for seed in config.get(POPULATION) or ()]
+    """A trial's best validation value so far: its own, or a population's best member's."""
+    values = [m.metrics.get(f"best_val_{metric}") for m in members("", config, last)]
     numbers = [float(v) for v in values if isinstance(v, (int, float))]
     return max(numbers) if numbers else None
 
