@@ -192,3 +192,22 @@ def test_each_module_imports_first_in_a_fresh_tune_as() -> None:
     proc = subprocess.run([sys.executable, "-c", FRESH_IMPORTS, *names], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+# What a Ray worker must not import: it pays each import at the start of every Tuner's first trial (MLflow and
+# the driver's plan were ~2 s of it on a 2-core machine). The driver's side of a trial is engine.callbacks.
+NOT_IN_A_WORKER = ("mlflow", "optuna", "transformers", "tune_as.engine.plan", "tune_as.engine.run",
+                   "tune_as.engine.callbacks", "tune_as.tracking.tracker", "tune_as.report")
+
+
+def test_a_worker_imports_what_training_needs_and_no_driver_library() -> None:
+    from tune_as.engine import run, worker
+
+    assert run._trainable_for.__module__ == "tune_as.engine.run" and worker.trainable.__module__ == worker.__name__
+    code = ("import sys, tune_as.engine.worker; "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {{'mlflow', 'optuna', 'transformers'}} "
+            f"or m in {NOT_IN_A_WORKER!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]", f"a worker imports driver-side modules: {proc.stdout.strip()}"
+    assert "torch" in sys.modules  # this process imported it through worker: the check above is not vacuous

@@ -4,8 +4,8 @@
       -> run (one Tuner: PerLossSearcher + PerLossASHA, MlflowCallback) -> confirmation -> record (the answer's
       record, replayed by the report; the answer itself: tune_as.results)
 
-Modules: request, plan, resume, searcher, schedulers, callbacks, cluster, interrupt, folder, progress, state,
-record, run
+Modules: request, plan, resume, searcher, schedulers, members, callbacks (the driver's side of a trial), worker
+(what a Ray worker runs), cluster, head, interrupt, disk, folder, progress, state, record, run
 (docs/architecture.md).
 """
 

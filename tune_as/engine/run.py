@@ -18,7 +18,7 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from tune_as.engine import callbacks, cluster, disk, interrupt, members
+from tune_as.engine import callbacks, cluster, disk, interrupt, members, worker
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.head import Head
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
@@ -103,7 +103,7 @@ class Session:
 # -- Tune -------------------------------------------------------------------------------------------------
 def _trainable_for(plan: SearchPlan, res: dict[str, float]) -> Any:
     return tune.with_resources(tune.with_parameters(
-        callbacks.trainable, data=plan.data, task=plan.task, checkpoint_interval_s=plan.request.checkpoint_interval_s), res)
+        worker.trainable, data=plan.data, task=plan.task, checkpoint_interval_s=plan.request.checkpoint_interval_s), res)
 
 
 def _tuner(session: Session, name: str, role: str, search_alg: Searcher, scheduler: TrialScheduler, num_samples: int) -> tune.Tuner:
