@@ -21,7 +21,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tune_as.results.ranking import as_softmax_for
 from tune_as.results.verdicts import unmarked
+from tune_as.tasks import TASKS
 
 # The paper's direction per task (fine-tuned BERT-base / RoBERTa, single runs): (AS-Softmax - softmax,
 # AS-Speed - softmax: the comparisons our answers make, both against the baseline), in points of the task's metric. Table 2 (sst5, clinc_oos, conll2003; multi-label:
@@ -37,8 +39,11 @@ PAPER: dict[str, tuple[float | None, float | None, str]] = {
     "goemotions": (68.99 - 68.73, 68.70 - 68.73, "Table 2, Eurlex micro-F1 (no GoEmotions row)"),
     "eurlex": (68.99 - 68.73, 68.70 - 68.73, "Table 2, Eurlex micro-F1 (LexGLUE's 100 labels, fine-tuned)"),
 }
-# the AS-Softmax of a multi-label task (Eq. 18)
-AS_LOSS = {"goemotions": "multilabel_as_softmax", "eurlex": "multilabel_as_softmax"}
+
+
+def as_loss(task: str) -> str:
+    """The task's AS-Softmax (Eq. 18's multi-label form on a multi-label task): tune_as.results.ranking's rule."""
+    return as_softmax_for(TASKS[task].kind) if task in TASKS else "as_softmax"
 
 
 @dataclass
@@ -108,7 +113,7 @@ def headline(answers: list[Answer]) -> str:
         base = next((loss for loss, r in a.rows.items() if r[next(h for h in a.header if h.startswith("verdict"))]
                      == "baseline"), "?")
         compute = re.sub(r"^Compute: ", "", a.compute)
-        out.append(f"| {a.task} ({metric}, {base}) | {verdict(a, AS_LOSS.get(a.task, 'as_softmax'))} | "
+        out.append(f"| {a.task} ({metric}, {base}) | {verdict(a, as_loss(a.task))} | "
                    f"{verdict(a, 'as_speed')} | {best(a)} | {' / '.join(map(str, counts))} | {compute} |")
     return "\n".join(out)
 
@@ -121,7 +126,7 @@ def paper(answers: list[Answer], speed_vs: dict[str, str]) -> str:
         gain, speed, source = PAPER.get(a.task, (None, None, "-"))
         both = None if gain is None or speed is None else speed - gain
         out.append(f"| {a.task} | {'-' if gain is None else f'{gain:+.2f}'} | "
-                   f"{verdict(a, AS_LOSS.get(a.task, 'as_softmax'))} | {'-' if speed is None else f'{speed:+.2f}'} | "
+                   f"{verdict(a, as_loss(a.task))} | {'-' if speed is None else f'{speed:+.2f}'} | "
                    f"{verdict(a, 'as_speed')} | {'-' if both is None else f'{both:+.2f}'} | "
                    f"{speed_vs.get(a.task, '-')} | {source} |")
     return "\n".join(out)
@@ -147,7 +152,7 @@ def speed_vs_as(uri: str, tasks: list[str], alpha: float = 0.05) -> dict[str, st
             value = r.last[f"test_{r.metric}"] if has_test else r.best_val
             values.setdefault(task, {}).setdefault(r.loss, {})[int(r.seed)] = value
     out = {}
-    pairs = {t: (v.get("as_speed"), v.get(AS_LOSS.get(t, "as_softmax"))) for t, v in values.items()}
+    pairs = {t: (v.get("as_speed"), v.get(as_loss(t))) for t, v in values.items()}
     family = sum(a is not None and b is not None for a, b in pairs.values())
     for task, (speed, as_) in pairs.items():
         if speed is None or as_ is None:

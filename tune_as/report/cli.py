@@ -141,16 +141,18 @@ def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[
     return runs
 
 
-def as_loss(cells: dict[tuple[str, str], Cell], task: str) -> str:
-    """The task's AS-Softmax: Eq. 18's multi-label form where the task is multi-label."""
-    return "multilabel_as_softmax" if (task, "multilabel_as_softmax") in cells else "as_softmax"
+def as_softmax_study(cells: dict[tuple[str, str], Cell], task: str) -> str:
+    """The Optuna study of the task's AS-Softmax row, named by the loss its runs trained: on a multi-label task
+    the paper's as_softmax row is Eq. 18's multilabel_as_softmax (tune_as.results.selection.row_of)."""
+    cell = cells.get((task, "as_softmax"))
+    return schema.study_name(task, cell.runs[0].loss if cell is not None else "as_softmax")
 
 
 def pmargins(client: MlflowClient, cells: dict[tuple[str, str], Cell], task: str, tmp: Path) -> dict[str, np.ndarray]:
     from mlflow.exceptions import MlflowException
 
     found = {}
-    for row in ("softmax", "as_softmax"):
+    for row in ("softmax", "as_softmax"):  # the paper's rows (row_of: Eq. 14 and 18 on a multi-label task)
         if (task, row) in cells:
             run_id = cells[task, row].runs[0].run_id
             try:
@@ -284,7 +286,7 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
             drawn = [figs.fig1_masked_ratio(task, cells, histories, out), figs.fig2_delta(task, trials, out),
                      figs.fig3_curves(task, cells, histories, out),
                      figs.fig4_pmargin(task, cells, pmargins(client, cells, task, Path(tmp)), out),
-                     figs.optuna_history(storage, schema.study_name(task, as_loss(cells, task)), out)]
+                     figs.optuna_history(storage, as_softmax_study(cells, task), out)]
             report.figures += [d.path for d in drawn if isinstance(d, figs.Drawing)]
             notes += [d for d in drawn if isinstance(d, str)]
     written = write(report)

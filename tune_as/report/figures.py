@@ -200,7 +200,7 @@ def fig4_pmargin(task: str, cells: Cells, margins: Mapping[str, np.ndarray], out
     stopped = []
     for row, m in margins.items():
         run, s = cells[task, row].runs[0], style(row)
-        label = f"{row} (n={np.size(m)})"
+        label = f"{run.loss} (n={np.size(m)})"  # the loss itself: Eq. 14/18's multilabel_* in a multi-label row
         if run.stopped_early:
             ax.hist(np.ravel(m), bins=bins, histtype="step", linestyle="--", color=s.colour,
                     label=f"{label}, stopped early")
@@ -210,9 +210,11 @@ def fig4_pmargin(task: str, cells: Cells, margins: Mapping[str, np.ndarray], out
                     edgecolor=s.colour, linewidth=1.2, label=label)
         if "loss.delta" in run.params:
             delta = float(run.params["loss.delta"])
-            ax.axvline(delta, color=s.colour, linewidth=1.0, linestyle="-.", label=f"δ = {delta:.3g} ({row})")
+            ax.axvline(delta, color=s.colour, linewidth=1.0, linestyle="-.", label=f"δ = {delta:.3g} ({run.loss})")
     ax.axvline(0.0, color="dimgray", linestyle=":", label="p_margin = 0 (wrong | right)")
-    ax.set(xlabel="p_margin = p_t − max non-target p", ylabel="test examples",
+    multilabel = any(cells[task, row].runs[0].loss.startswith("multilabel") for row in margins)  # Section 4.5
+    ax.set(xlabel="p_margin = min positive p − max negative p" if multilabel else "p_margin = p_t − max non-target p",
+           ylabel="test examples",
            title=f"Figure 4: p_margin on the test set, {task}")
     _legend_outside(ax)
     return _save(fig, out / f"fig4_pmargin_{task}.png", stopped)

@@ -23,10 +23,17 @@ from tune_as.settings import DataSettings, TrialSettings
 # The baseline every verdict compares with, by task kind: plain softmax cross-entropy, and for multi-label
 # tasks its counterpart, Su's multi-label softmax (the AS-Softmax paper's Eq. 14), which AS-Softmax modifies.
 BASELINES = {"multiclass": "softmax", "token": "softmax", "multilabel": "multilabel_softmax"}
+# The AS-Softmax of each kind, the loss the paper's figures and study rows single out: Eq. 5, and for multi-label
+# tasks Eq. 18 (the multi-label softmax with AS-Softmax's mask).
+AS_SOFTMAX = {"multiclass": "as_softmax", "token": "as_softmax", "multilabel": "multilabel_as_softmax"}
 
 
 def baseline_for(kind: str, chosen: str | None = None) -> str:
     return chosen or BASELINES[kind]
+
+
+def as_softmax_for(kind: str) -> str:
+    return AS_SOFTMAX[kind]
 
 
 def trial_run(trial_id: str, data: DataSettings, settings: TrialSettings, metrics: dict[str, Any], metric: str,
