@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from tune_as.errors import UserError, first_line
+from tune_as.tracking.schema import sqlite_file
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -51,13 +52,12 @@ def check_sqlite_file(path: Path, option: str) -> None:
 def check_tracking_store(uri: str) -> None:
     """A tracking store that keeps the search: not an in-memory database (lost at exit, while the resume hint
     would point at it), and an SQLite file this process can write (checked before anything is written)."""
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix):
+    if not uri.startswith("sqlite:///"):
         return
-    if ":memory:" in uri or uri == prefix:
+    path = sqlite_file(uri)
+    if path is None or ":memory:" in uri:  # also `file::memory:?...` and mode=memory URIs
         raise UserError(f"--mlflow-uri: expected a tracking store that outlives the search (its runs and the resume "
                         f"hint point at it), got {uri}")
-    path = Path(uri[len(prefix):].split("?", 1)[0])
     try:
         if path.exists():
             with open(path, "r+b"):  # a read-only file (for a non-root user) fails here, not after the folder

@@ -75,7 +75,8 @@ class Report:
 def connect(uri: str) -> MlflowClient:
     """A client for `uri`, opened by tracking.open_client (a password in the URI is sent, never printed; no
     per-run links from MLflow), or a UserError in seconds when nothing usable answers there."""
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+    path = schema.sqlite_file(uri)  # an SQLite file that is not there is not created by reading it
+    if path is not None and not path.is_file():
         raise UserError(f"expected an MLflow SQLite store at {uri}, received: no such file")
     try:
         return open_client(uri)
