@@ -89,7 +89,7 @@ class MlflowCallback(tune.Callback):
 
 class DropFinishedWeights(tune.Callback):
     """Once a trial has ended (completed, stopped early, diverged), nothing trains it again: its checkpoint keeps a
-    marker and pmargin.npy, not its weights (`trainable.drop_weights`). Until Ray's next experiment snapshot a
+    marker and pmargin.npy, not its weights (`training.trial.drop_weights`). Until Ray's next experiment snapshot a
     killed driver may still restore the trial; restored from the marker, it ends at once with its last result. An
     errored trial keeps its weights: a resume retries it from them. Checkpoints on a remote file system (not a
     local or mounted folder) are left alone."""
