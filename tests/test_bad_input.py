@@ -42,6 +42,13 @@ def _space(root: Path, text: str) -> Path:
 ROW = '{"text": "a b", "label": "%s"}\n'
 CASES = {
     "unknown task": (lambda d: ["--task", "nosuch"], "unknown task 'nosuch': expected one of"),
+    # issue 32's cases: a device is not a missing file; too few epochs to take one step; --confirm-top with --race
+    "search space not a file": (lambda d: ["--task", "digits", "--search-space", "/dev/zero"],
+                                "search space: expected a YAML file, got /dev/zero, which is not a regular file"),
+    "epochs below one step": (lambda d: ["--task", "digits", "--max-epochs", "1e-9"],
+                              "--max-epochs: expected at least one optimizer step of softmax ("),
+    "confirm-top with race": (lambda d: ["--task", "digits", "--race", "--confirm-top", "1"],
+                              "--confirm-top: expected it with --confirm N, got it with --race"),
     "unknown loss": (lambda d: ["--task", "digits", "--losses", "nosuch"], "--losses: unknown loss 'nosuch'"),
     "budget below one round": (lambda d: ["--task", "digits", "--race", "--budget", "5"],
                                "--budget: expected at least"),

@@ -116,6 +116,20 @@ def max_epochs(space: SearchSpace, base: TrialSettings, loss: str) -> float:
     return max([float(own.fixed.get("epochs", base.epochs)), *searched, *([float(paper)] if paper is not None else [])])
 
 
+def check_one_step(space: SearchSpace, base: TrialSettings, train_rows: int) -> None:
+    """Every loss's fewest epochs train at least one optimizer step (one batch of the training split): fewer would
+    rank models that never trained. Epochs and batch size as a trial gets them: the loss's own, else the base's."""
+    for loss, own in space.losses.items():
+        epochs = min([float(own.fixed.get("epochs", base.epochs)),
+                      *[float(v) for d in own.params if d.name == "epochs" for v in d.extremes()]])
+        batch = max([int(own.fixed.get("batch_size", base.batch_size)),
+                     *[int(v) for d in own.params if d.name == "batch_size" for v in d.extremes()]])
+        if epochs * train_rows < min(batch, train_rows):
+            raise UserError(f"--max-epochs: expected at least one optimizer step of {loss} ({min(batch, train_rows)} of "
+                            f"{train_rows} training rows: {min(batch, train_rows) / train_rows:.3g} epochs), "
+                            f"got {epochs:g} epochs")
+
+
 def search_trials(r: SearchRequest, space: SearchSpace, base: TrialSettings) -> int:
     """Trials per loss with parameters: --trials-per-loss (or the space's) if given, else under --budget what the
     budget pays after the first confirmation round (tune_as.results.budget; BudgetTooSmall when nothing fits)."""
@@ -309,6 +323,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         raise UserError(str(exc)) from None
     data = prepare(data_settings, task)
     space.check_classes(data.num_labels)
+    check_one_step(space, base, len(data.train))
     return SearchPlan(r, task, space, data_settings, base, data, name, storage / name, r.experiment or task.name,
                       state["search_id"] if state else name)
 

@@ -74,8 +74,9 @@ class SearchRequest:
         None, result=True, help="comma-separated losses (default: every loss that applies to the task's kind)")
     trials_per_loss: int | None = option(None, result=True, unit="trials",
                                          help="Optuna trials per loss (default: the search space file's value)")
-    max_epochs: float | None = option(None, result=True, unit="epochs",
-                                      help="override the task's epochs (ASHA's max_t)")
+    max_epochs: float | None = option(
+        None, result=True, unit="epochs",
+        help="override the task's epochs (ASHA's max_t; at least one batch of the training split)")
     backbone: str | None = option(
         None, result=True, help="HF model id or local path, or 'minilm' / 'tiny' (offline); default: the task's")
     encoder: str = option("finetune", result=True, choices=("finetune", "frozen"),
@@ -219,6 +220,9 @@ class SearchRequest:
         if self.confirm_top is not None and (isinstance(self.confirm_top, bool) or not isinstance(self.confirm_top, int)
                                              or self.confirm_top < 1):
             raise UserError(f"--confirm-top: expected a positive integer (losses to confirm), got {self.confirm_top!r}")
+        if self.confirm_top is not None and self.race:  # before the next: --confirm N is refused with --race
+            raise UserError("--confirm-top: expected it with --confirm N, got it with --race (a race drops "
+                            "decided losses itself)")
         if self.confirm_top is not None and not self.confirm:
             raise UserError("--confirm-top: expected --confirm N too (it says how many losses to confirm), got "
                             "--confirm 0")
@@ -247,9 +251,6 @@ class SearchRequest:
             if value is not None and value > MOST_EPOCHS:
                 raise UserError(f"{name}: expected at most {MOST_EPOCHS:g} trial-epochs (what a machine can train), "
                                 f"got {value:g}")
-        if self.confirm_top is not None and self.race:
-            raise UserError("--confirm-top: expected it with --confirm N, got it with --race (a race drops "
-                            "decided losses itself)")
         if self.confirm == 1:
             raise UserError("--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), got 1")
         if self.output_format not in OUTPUT_FORMATS:

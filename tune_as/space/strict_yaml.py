@@ -49,8 +49,10 @@ class StrictLoader(yaml.SafeLoader):
 
 def read_yaml(path: Path, what: str) -> Any:
     """The parsed document of `path` (None for an empty file); `what` names the file in messages."""
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{what} file not found: expected {path} to exist")
+    if not path.is_file():  # a folder, /dev/zero, a FIFO: reading it would fail or never end
+        raise UserError(f"{what}: expected a YAML file, got {path}, which is not a regular file")
     try:
         return yaml.load(path.read_bytes(), Loader=StrictLoader)
     except yaml.YAMLError as exc:
