@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tune_as.results.ranking import as_softmax_for
+from tune_as.results.ranking import AS_SOFTMAX
 from tune_as.results.verdicts import unmarked
 from tune_as.tasks import TASKS
 
@@ -43,7 +43,7 @@ PAPER: dict[str, tuple[float | None, float | None, str]] = {
 
 def as_loss(task: str) -> str:
     """The task's AS-Softmax (Eq. 18's multi-label form on a multi-label task): tune_as.results.ranking's rule."""
-    return as_softmax_for(TASKS[task].kind) if task in TASKS else "as_softmax"
+    return AS_SOFTMAX[TASKS[task].kind] if task in TASKS else "as_softmax"
 
 
 @dataclass

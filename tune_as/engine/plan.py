@@ -107,27 +107,30 @@ class SearchPlan:
         return max_epochs(self.space, self.base, loss)
 
 
+def setting_values(space: SearchSpace, base: TrialSettings, loss: str, key: str) -> list[float]:
+    """Every value of `key` (epochs, batch_size) a trial of `loss` can get: its own `fixed` value, else the
+    base's; the extremes of its searched range; its paper setting (the warm start)."""
+    own = space.losses[loss]
+    searched = [float(v) for d in own.params if d.name == key for v in d.extremes()]
+    paper = (own.paper or {}).get(key)
+    return [float(own.fixed.get(key, getattr(base, key))), *searched, *([float(paper)] if paper is not None else [])]
+
+
 def max_epochs(space: SearchSpace, base: TrialSettings, loss: str) -> float:
     """The most epochs a trial of `loss` can train: its own `fixed`/searched epochs, else the base's.
     Early stopping's max_t and "completed" are judged per trial against the trial's own epochs."""
-    own = space.losses[loss]
-    searched = [float(v) for d in own.params if d.name == "epochs" for v in d.extremes()]
-    paper = (own.paper or {}).get("epochs")
-    return max([float(own.fixed.get("epochs", base.epochs)), *searched, *([float(paper)] if paper is not None else [])])
+    return max(setting_values(space, base, loss, "epochs"))
 
 
 def check_one_step(space: SearchSpace, base: TrialSettings, train_rows: int) -> None:
     """Every loss's fewest epochs train at least one optimizer step (one batch of the training split): fewer would
-    rank models that never trained. Epochs and batch size as a trial gets them: the loss's own, else the base's."""
-    for loss, own in space.losses.items():
-        epochs = min([float(own.fixed.get("epochs", base.epochs)),
-                      *[float(v) for d in own.params if d.name == "epochs" for v in d.extremes()]])
-        batch = max([int(own.fixed.get("batch_size", base.batch_size)),
-                     *[int(v) for d in own.params if d.name == "batch_size" for v in d.extremes()]])
-        if epochs * train_rows < min(batch, train_rows):
-            raise UserError(f"--max-epochs: expected at least one optimizer step of {loss} ({min(batch, train_rows)} of "
-                            f"{train_rows} training rows: {min(batch, train_rows) / train_rows:.3g} epochs), "
-                            f"got {epochs:g} epochs")
+    rank models that never trained."""
+    for loss in space.losses:
+        epochs = min(setting_values(space, base, loss, "epochs"))
+        step = min(max(setting_values(space, base, loss, "batch_size")), train_rows)  # rows in one step, at most
+        if epochs * train_rows < step:
+            raise UserError(f"--max-epochs: expected at least one optimizer step of {loss} ({step:g} of "
+                            f"{train_rows} training rows: {step / train_rows:.3g} epochs), got {epochs:g} epochs")
 
 
 def search_trials(r: SearchRequest, space: SearchSpace, base: TrialSettings) -> int:

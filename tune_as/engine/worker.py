@@ -2,7 +2,7 @@
 
 A worker imports this module (Ray unpickles `trainable` by reference) at the start of every Tuner's first trial,
 so it imports only what training needs: not MLflow, Optuna or the driver's plan (about 2 s per worker on a
-2-core machine; tests/test_worker.py keeps it so). The driver's side of a trial is tune_as.engine.callbacks."""
+2-core machine; tests/test_imports.py keeps it so). The driver's side of a trial is tune_as.engine.callbacks."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tune_as.report.tables import BASELINE, History
-from tune_as.results.selection import PAPER_ROWS, Cell, TrialRun, order
+from tune_as.results.selection import MULTILABEL_PREFIX, PAPER_ROWS, Cell, TrialRun, order
 from tune_as.tracking import schema
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ def fig4_pmargin(task: str, cells: Cells, margins: Mapping[str, np.ndarray], out
             delta = float(run.params["loss.delta"])
             ax.axvline(delta, color=s.colour, linewidth=1.0, linestyle="-.", label=f"δ = {delta:.3g} ({run.loss})")
     ax.axvline(0.0, color="dimgray", linestyle=":", label="p_margin = 0 (wrong | right)")
-    multilabel = any(cells[task, row].runs[0].loss.startswith("multilabel") for row in margins)  # Section 4.5
+    multilabel = any(cells[task, row].runs[0].loss.startswith(MULTILABEL_PREFIX) for row in margins)  # Section 4.5
     ax.set(xlabel="p_margin = min positive p − max negative p" if multilabel else "p_margin = p_t − max non-target p",
            ylabel="test examples",
            title=f"Figure 4: p_margin on the test set, {task}")

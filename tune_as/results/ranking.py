@@ -32,10 +32,6 @@ def baseline_for(kind: str, chosen: str | None = None) -> str:
     return chosen or BASELINES[kind]
 
 
-def as_softmax_for(kind: str) -> str:
-    return AS_SOFTMAX[kind]
-
-
 def trial_run(trial_id: str, data: DataSettings, settings: TrialSettings, metrics: dict[str, Any], metric: str,
               completed: bool, order: int = 0) -> TrialRun | None:
     """A finished trial as the report's TrialRun, with its typed settings (params: the strings MLflow logs, which
