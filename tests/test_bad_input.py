@@ -218,6 +218,31 @@ def test_bad_input(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert_refused_and_nothing_written(make_args(tmp_path), message, tmp_path, capsys)
 
 
+# issue 32: an environment a batch job may hand over; each blamed something else, after the tracking store was written
+ENV_CASES = {
+    "home not writable": ({"HOME": "/proc/nohome"}, "the data cache (~/.cache/tune_as with HOME=/proc/nohome; "
+                                                    "--cache-dir or $TUNE_AS_CACHE move it): expected a writable place"),
+    "cache variable not writable": ({"TUNE_AS_CACHE": "/proc/tune_as"}, "$TUNE_AS_CACHE: expected a writable place, "
+                                                                        "got /proc/tune_as"),
+    "missing TMPDIR": ({"TMPDIR": "/nonexistent-tmp"}, "$TMPDIR: expected a writable folder (Ray keeps its session "
+                                                       "files there), got /nonexistent-tmp, which is not a folder"),
+    "TMPDIR not writable": ({"TMPDIR": "/proc"}, "$TMPDIR: expected a writable place, got /proc"),
+    "RAY_TMPDIR first": ({"TMPDIR": "/tmp", "RAY_TMPDIR": "/nonexistent-ray"}, "$RAY_TMPDIR: expected a writable"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENV_CASES))
+def test_bad_environment(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    env, message = ENV_CASES[case]
+    for name in ("TUNE_AS_CACHE", "TMPDIR", "RAY_TMPDIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert_refused_and_nothing_written(["--task", "digits"], message, tmp_path, capsys)
+    assert not (tmp_path / "mlflow.db").exists(), "the tracking store was written before the environment was checked"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(RAY_CASES))
 def test_bad_input_found_by_ray(case: str, tmp_path: Path, ray_local, capsys: pytest.CaptureFixture[str]) -> None:
@@ -450,3 +475,104 @@ def test_a_margin_below_one_test_item_is_refused_before_anything_is_written(tmp_
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: --margin: expected 0 or at least one item of the test split (0.279 points), got 0.1")
     assert not storage.exists() and not db.exists()
+
+
+def test_a_writable_sqlite_file_in_a_folder_this_user_cannot_write(tmp_path: Path) -> None:
+    """Issue 32: SQLite writes its journal beside the database, so a writable file in a read-only folder failed
+    mid-search with a traceback per write. The check runs as an unprivileged user (root writes anywhere), with a
+    system Python of this version that can read the checkout (the venv's may live under /root)."""
+    import os
+    import pwd
+    import shutil
+    import subprocess
+    import sys
+
+    python = shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}", path="/usr/bin:/usr/local/bin")
+    if os.geteuid() != 0 or python is None:
+        pytest.skip("needs root (to run the check as `nobody`) and a system Python "
+                    f"{sys.version_info.major}.{sys.version_info.minor} in /usr/bin or /usr/local/bin")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no `nobody` user on this machine")
+    repo = Path(__file__).resolve().parent.parent
+    folder = tmp_path / "store"
+    folder.mkdir()
+    import sqlite3
+
+    with sqlite3.connect(folder / "m.db") as db:
+        db.execute("create table t (x)")
+    (folder / "m.db").chmod(0o666)
+    for p in (folder, *folder.parents):  # nobody may reach the file and read the checkout, but not write the folder
+        p.chmod(p.stat().st_mode | 0o005)
+    code = ("from tune_as.paths import check_tracking_store\n"
+            "from tune_as.errors import UserError\n"
+            f"try:\n    check_tracking_store('sqlite:///{folder / 'm.db'}')\n"
+            "except UserError as e:\n    print(e)\nelse:\n    print('accepted')\n")
+    out = subprocess.run([python, "-c", code], user=nobody.pw_uid, group=nobody.pw_gid,
+                         extra_groups=[], env={"PYTHONPATH": str(repo), "PATH": "/usr/bin"},
+                         capture_output=True, text=True, timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == (f"--mlflow-uri: expected an SQLite file this process can write, got "
+                                  f"sqlite:///{folder / 'm.db'} (its folder {folder} is not writable)")
+
+
+SAVED = {"search_id": "s1", "task": "digits", "losses": ["softmax", "sparsemax"], "experiment": "digits",
+         "request": {"task": "digits", "losses": ["softmax", "sparsemax"], "trials_per_loss": 1, "max_epochs": 1.0,
+                     "task_args": [], "overrides": [], "race": True, "max_seeds": 3, "margin": 0.5,
+                     "data_dir": None},
+         "finished": True, "fingerprint": "0" * 16}
+
+
+def _with(**request: object) -> dict[str, object]:
+    return {**SAVED, "request": {**SAVED["request"], **request}}  # type: ignore[dict-item]
+
+
+# issue 32: a saved state of the wrong shape or with impossible values was a traceback, Ray restarting the
+# experiment, or accepted
+TAMPERED_STATES = {
+    "not an object": ([1, 2], "the file: expected a JSON object, got 'list'"),
+    "request not an object": ({**SAVED, "request": None}, "request: expected a JSON object, got 'None'"),
+    "max_seeds below a race": (_with(max_seeds=1), "request: --max-seeds: expected an integer in [3, 100], got 1"),
+    "trials per loss a word": (_with(trials_per_loss="two"),
+                               "request.trials_per_loss: expected a value of type int | None, got 'two'"),
+    "trials per loss beyond a machine": (_with(trials_per_loss=10**30),
+                                         "request: --trials-per-loss: expected at most 1e+06 trials"),
+    "margin beyond any metric": (_with(margin=1e308), "request: --margin: expected points in [0, 100]"),
+    "an option no search saves": (_with(evil=1), "request.evil: expected one of the options a search saves"),
+    "no fingerprint": ({k: v for k, v in SAVED.items() if k != "fingerprint"},
+                       "fingerprint: expected a JSON string, got 'None'"),
+    "losses a number": (_with(losses=3), "request.losses: expected a value of type tuple[str, ...] | None, got '3'"),
+    "a boolean for a count": (_with(max_seeds=True), "request.max_seeds: expected a value of type int, got 'True'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERED_STATES))
+def test_a_tampered_saved_state_is_one_line_and_changes_nothing(case: str, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    state, message = TAMPERED_STATES[case]
+    folder = tmp_path / "results" / "s1"
+    folder.mkdir(parents=True, mode=0o700)
+    path = folder / "tune_as_search.json"
+    path.write_text(json.dumps(state))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["--resume", "--name", "s1", "--storage-path", str(tmp_path / "results"), "--mlflow-uri", uri]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: {message}"), err
+    assert err[0].endswith("(the saved state is damaged: restore it, or start a new search)")
+    assert sorted(p.name for p in folder.iterdir()) == ["tune_as_search.json"]
+    assert json.loads(path.read_text()) == state
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_untampered_saved_state_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The control for the cases above: the same state, unchanged, is a finished search with nothing to resume."""
+    from tune_as.space.search_space import default_space_path, load_search_space
+
+    space = load_search_space(default_space_path("digits", "multiclass"), "multiclass").restrict(SAVED["losses"])
+    folder = tmp_path / "results" / "s1"
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / "tune_as_search.json").write_text(json.dumps({**SAVED, "fingerprint": space.fingerprint()}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["--resume", "--name", "s1", "--storage-path", str(tmp_path / "results"), "--mlflow-uri", uri]) == 0
+    assert "s1 has finished: nothing to resume" in capsys.readouterr().out

@@ -37,6 +37,20 @@ def check_writable_folder(path: Path, option: str) -> None:
                         f"{exc.strerror or first_line(exc)})") from None
 
 
+def check_temp_dir() -> None:
+    """Ray keeps its session files in $RAY_TMPDIR, else $TMPDIR (on Linux): a variable naming a folder that is
+    missing or not writable made `ray start` fail with an unrelated authentication error, after the tracking store
+    was written. Checked before anything is written, naming the variable."""
+    for var in ("RAY_TMPDIR", "TMPDIR"):
+        if var in os.environ:
+            folder = Path(os.environ[var])
+            if not folder.is_dir():
+                raise UserError(f"${var}: expected a writable folder (Ray keeps its session files there), got "
+                                f"{folder or repr('')}, which is not a folder")
+            check_writable_folder(folder, f"${var}")
+            return
+
+
 def check_sqlite_file(path: Path, option: str) -> None:
     """An existing file named as an SQLite database must be one (its 16-byte header says so)."""
     try:
@@ -64,6 +78,10 @@ def check_tracking_store(uri: str) -> None:
                 pass
             if os.statvfs(path).f_flag & os.ST_RDONLY:  # a read-only mount (root included)
                 raise OSError(30, "read-only file system")
+            # SQLite writes its journal beside the file: a writable file in a folder this user cannot write
+            # failed mid-search (a traceback per write) after the result folder was made
+            if not os.access(path.parent, os.W_OK | os.X_OK):
+                raise OSError(13, f"its folder {path.parent} is not writable")
         else:
             check_writable_folder(path.parent, "--storage-path")
     except OSError as exc:

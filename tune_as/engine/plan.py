@@ -23,7 +23,7 @@ from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
 from tune_as.engine.resume import check_in_place, check_unfinished, latest_search, read_state, restore_request
 from tune_as.engine.state import check_ownership
 from tune_as.errors import UserError, first_line
-from tune_as.paths import absolute_sqlite, check_tracking_store, check_writable_folder
+from tune_as.paths import absolute_sqlite, check_temp_dir, check_tracking_store, check_writable_folder
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
 from tune_as.space.overrides import check_overrides
 from tune_as.space.search_space import (
@@ -190,6 +190,15 @@ def cache_dir(r: SearchRequest) -> Path:
     return r.cache_dir or Path(os.environ.get("TUNE_AS_CACHE", "~/.cache/tune_as")).expanduser()
 
 
+def check_cache(r: SearchRequest) -> None:
+    """The data cache must be writable before data is prepared; the default lives under $HOME, which a batch job
+    may not be able to write: the error names where the folder came from."""
+    where = ("--cache-dir" if r.cache_dir else "$TUNE_AS_CACHE" if "TUNE_AS_CACHE" in os.environ
+             else f"the data cache (~/.cache/tune_as with HOME={os.environ.get('HOME', '')}; "
+                  f"--cache-dir or $TUNE_AS_CACHE move it)")
+    check_writable_folder(cache_dir(r), where)
+
+
 def resolve_settings(r: SearchRequest, task: Task, space: SearchSpace) -> tuple[DataSettings, TrialSettings]:
     """The search's data settings and base trial settings, by the precedence in this module's docstring."""
     d = task.defaults
@@ -262,6 +271,8 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     r.check()
     storage = r.storage_path.expanduser().resolve()
     check_storage(storage)
+    check_temp_dir()
+    check_cache(r)
     state = None
     if r.resume:
         name = r.name or latest_search(storage, r.task or None)

@@ -251,6 +251,9 @@ class SearchRequest:
             if value is not None and value > MOST_EPOCHS:
                 raise UserError(f"{name}: expected at most {MOST_EPOCHS:g} trial-epochs (what a machine can train), "
                                 f"got {value:g}")
+        if self.trials_per_loss is not None and self.trials_per_loss > MOST_EPOCHS:  # 1e30 started a search
+            raise UserError(f"--trials-per-loss: expected at most {MOST_EPOCHS:g} trials (what a machine can train), "
+                            f"got {self.trials_per_loss:g}")
         if self.confirm == 1:
             raise UserError("--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), got 1")
         if self.output_format not in OUTPUT_FORMATS:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tune_as.engine.request import SearchRequest, flag
+from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
 from tune_as.errors import UserError, first_line
 from tune_as.paths import absolute_sqlite
 from tune_as.tracking import schema
@@ -20,9 +20,57 @@ def read_state(search_dir: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return dict(json.loads(path.read_text()))
+        state = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: expected the search's saved state (JSON), got {first_line(exc)[:200]}") from None
+    check_saved(state, path)
+    return dict(state)
+
+
+def _fits(annotation: str, value: Any) -> bool:
+    """Whether a JSON value can be a SearchRequest field of this annotation (a string: the module's annotations are
+    postponed). Tuples are saved as lists; task_args and overrides as [name, value] pairs."""
+    for kind in annotation.split(" | "):
+        if (kind == "None" and value is None
+                or kind == "bool" and isinstance(value, bool)
+                or kind == "int" and isinstance(value, int) and not isinstance(value, bool)
+                or kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool)
+                or kind in ("str", "Path") and isinstance(value, str)
+                or kind == "tuple[str, ...]" and isinstance(value, list) and all(isinstance(v, str) for v in value)
+                or kind.startswith("tuple[tuple[str,") and isinstance(value, list)
+                and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) for v in value)):
+            return True
+    return False
+
+
+def check_saved(state: Any, path: Path) -> None:
+    """A saved state validated like user input (issue 32): a file of the wrong shape, or a saved option of the
+    wrong type or out of its range, is one line naming the key, before anything is resumed (it was a traceback,
+    or Ray restarting the experiment)."""
+    def damaged(where: str, expected: str, got: Any) -> UserError:
+        return UserError(f"{path}: {where}: expected {expected}, got {str(got)[:80]!r} (the saved state is damaged: "
+                         "restore it, or start a new search)")
+
+    if not isinstance(state, dict):
+        raise damaged("the file", "a JSON object", type(state).__name__)
+    for key, kind in (("task", str), ("request", dict), ("fingerprint", str), ("losses", list)):
+        if not isinstance(state.get(key), kind):
+            raise damaged(key, f"a JSON {dict([(str, 'string'), (dict, 'object'), (list, 'list')])[kind]}",
+                          state.get(key))
+    if not all(isinstance(loss, str) for loss in state["losses"]):
+        raise damaged("losses", "a list of loss names", state["losses"])
+    fields = SearchRequest.__dataclass_fields__
+    for key, value in state["request"].items():
+        if key not in RESULT_OPTIONS:
+            raise damaged(f"request.{key}", "one of the options a search saves", key)
+        if not _fits(str(fields[key].type), value):
+            raise damaged(f"request.{key}", f"a value of type {fields[key].type}", value)
+    try:
+        restored = SearchRequest(**{**state["request"], "task": state["task"]})
+        restored.check()
+    except UserError as exc:
+        raise UserError(f"{path}: request: {exc} (the saved state is damaged: restore it, or start a new "
+                        "search)") from None
 
 
 class SearchFinished(Exception):
@@ -43,7 +91,7 @@ def _why_fixed(key: str, saved: dict[str, Any]) -> str:
 def check_unfinished(state: dict[str, Any], r: SearchRequest, name: str) -> None:
     """SearchFinished when the saved search has finished and this resume asks for nothing new (called once every
     refusal has had its say: a changed space is refused, not called finished)."""
-    if state.get("finished") and r.confirm == state["request"].get("confirm"):
+    if state.get("finished") and r.confirm == state["request"].get("confirm", 0):
         raise SearchFinished(f"{name} has finished: nothing to resume (its runs are left as they are; "
                              f"`python -m tune_as.report --experiment {state.get('experiment')} --search {name}` "
                              "prints its answer)")
@@ -83,7 +131,9 @@ def _check_moved_store(uri: str, shown: str, state: dict[str, Any], name: str, e
 
 def restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
     """The saved request with this process's runtime options; refuse a changed option that changes results."""
-    saved = dict(state["request"])
+    defaults = {f.name: f.default for f in dataclasses.fields(SearchRequest) if f.name in RESULT_OPTIONS}
+    saved = {**defaults, **state["request"]}  # an option added since the search was saved: its default
+    saved = {k: list(v) if isinstance(v, tuple) else v for k, v in saved.items()}  # as JSON has them
     for key, value in r.given().items():
         old = saved.get(key)
         mine = str(value) if isinstance(value, Path) else (list(map(list, value)) if key in ("task_args", "overrides")
