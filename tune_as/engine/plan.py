@@ -21,7 +21,7 @@ from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
 from tune_as.engine.resume import check_in_place, check_unfinished, latest_search, read_state, restore_request
-from tune_as.engine.state import check_ownership
+from tune_as.engine.state import check_ownership, check_scheduler_state, check_searcher_states
 from tune_as.errors import UserError, first_line
 from tune_as.paths import absolute_sqlite, check_temp_dir, check_tracking_store, check_writable_folder
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
@@ -283,6 +283,8 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         state = read_state(storage / name)
         if state is None:
             raise UserError(f"--resume: expected a search to resume at {storage / name}, found nothing there")
+        check_searcher_states(storage / name)
+        check_scheduler_state(storage / name)
         r = restore_request(r, state, name)
     r = dataclasses.replace(r, mlflow_uri=absolute_sqlite(r.mlflow_uri))
     check_tracking_store(r.mlflow_uri or "")

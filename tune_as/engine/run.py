@@ -34,7 +34,7 @@ from tune_as.engine.record import (
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher
-from tune_as.engine.state import CONFIRM_DIR
+from tune_as.engine.state import CONFIRM_DIR, SCHEDULER_FILE
 from tune_as.errors import UserError
 from tune_as.results import racing, ranking
 from tune_as.results.answer import answer_table, summary
@@ -45,8 +45,6 @@ from tune_as.results.selection import Cell, TrialRun
 from tune_as.settings import DataSettings, TrialSettings
 from tune_as.tracking import schema
 from tune_as.tracking import tracker as tracking
-
-SCHEDULER_STATE = "scheduler.json"
 
 
 class NoResult(Exception):
@@ -133,7 +131,7 @@ def _scheduler(plan: SearchPlan) -> TrialScheduler:
     # scope "search" is the ablation: every loss's trials in one set of rungs
     compared = plan.search_trials * (len(plan.losses) if r.asha_scope == "search" else 1)
     scheduler = PerLossASHA("epoch", max_t, grace, r.reduction_factor, compared,
-                            plan.search_dir / SCHEDULER_STATE, scope=r.asha_scope)
+                            plan.search_dir / SCHEDULER_FILE, scope=r.asha_scope)
     scheduler.set_search_properties(metric, "max")
     return scheduler
 

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from tune_as.engine.state import read_json, write_json
+from tune_as.engine.state import SCHEDULER_WHAT, read_json, write_json
 from tune_as.errors import UserError
 
-STATE_WHAT = "the early-stopping state"
+STATE_WHAT = SCHEDULER_WHAT
 EVERY_LOSS = "*"  # the rungs' key when every loss shares them (scope "search")
 
 

@@ -30,8 +30,13 @@ import optuna
 from ray.tune.search import Searcher
 
 from tune_as.engine.callbacks import completed
-from tune_as.engine.state import read_json, write_json
-from tune_as.errors import UserError
+from tune_as.engine.state import (
+    SEARCHER_WHAT,
+    fixed_searcher_state,
+    loss_searcher_state,
+    read_json,
+    write_json,
+)
 from tune_as.settings import TrialSettings
 from tune_as.space.search_space import TRIAL_KEYS, LossSpace, SearchSpace, config_key
 from tune_as.tracking import schema
@@ -44,7 +49,7 @@ MAX_ASKS = 50
 MAX_LISTED = 100_000  # a finite space listed to enqueue an untried point; a larger one just draws again
 REPEATS = 5  # repeats in a row before a finite space's next point is an untried one, enqueued
 # Ray calls save/restore with a path in the experiment's folder; the file is JSON, never a pickle (engine.state)
-STATE_WHAT = "the searcher state"
+STATE_WHAT = SEARCHER_WHAT
 # An intermediate value's step: the samples a trial has seen (an int that grows with training, comparable across a
 # loss's trials; the epoch is fractional when evaluations fall inside epochs).
 STEP = "samples_seen"
@@ -226,17 +231,9 @@ class PerLossSearcher(Searcher):
                                            "orphans": self.__dict__.get("orphans", {})})
 
     def restore(self, checkpoint_path: str) -> None:
-        saved = read_json(Path(checkpoint_path), STATE_WHAT)
-        try:
-            suggested = {str(loss): int(n) for loss, n in dict(saved["suggested"]).items()}
-            live = {str(t): (str(loss), int(number)) for t, (loss, number) in dict(saved["live"]).items()}
-            # absent from a state written before they existed
-            exhausted = {str(loss) for loss in saved.get("exhausted", [])}
-            orphans = {str(loss): [int(n) for n in numbers] for loss, numbers in dict(saved.get("orphans", {})).items()}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UserError(f"{checkpoint_path}: expected {STATE_WHAT} tune_as writes (JSON: suggestions per loss, "
-                            f"live trials), got {type(exc).__name__}: {str(exc)[:120]}") from None
-        self.suggested, self.live, self.exhausted, self.orphans = suggested, live, exhausted, orphans
+        saved = loss_searcher_state(read_json(Path(checkpoint_path), STATE_WHAT), Path(checkpoint_path))
+        self.suggested, self.live = saved["suggested"], saved["live"]
+        self.exhausted, self.orphans = saved["exhausted"], saved["orphans"]
         # Optuna trials asked after the last searcher checkpoint belong to no Ray trial: close them.
         known = {(loss, number) for loss, number in self.live.values()}
         for loss in self.space.losses:
@@ -271,8 +268,4 @@ class FixedConfigs(Searcher):
         write_json(Path(checkpoint_path), {"next": self.next})
 
     def restore(self, checkpoint_path: str) -> None:
-        saved = read_json(Path(checkpoint_path), STATE_WHAT).get("next")
-        if not isinstance(saved, int):
-            raise UserError(f"{checkpoint_path}: expected {STATE_WHAT} tune_as writes (JSON: the next config), got "
-                            f"next={str(saved)[:40]}")
-        self.next = saved
+        self.next = fixed_searcher_state(read_json(Path(checkpoint_path), STATE_WHAT), Path(checkpoint_path))

@@ -68,3 +68,71 @@ def check_ownership(search_dir: Path) -> None:
             raise UserError(f"--resume: expected a search folder only you can write to (Ray unpickles the "
                             f"experiment state in it), got {reason}; if you trust what is in it, make it yours "
                             f"(chown, chmod -R go-w {search_dir})")
+
+
+# -- the searchers' state (engine.searcher); pure so that --resume checks it before Ray or MLflow starts ------------
+SEARCHER_WHAT = "the searcher state"
+SEARCHER_FILES = "searcher-state-*.pkl"  # Ray's name for what Searcher.save writes (JSON inside, despite the name)
+
+
+def loss_searcher_state(saved: dict[str, Any], path: Path) -> dict[str, Any]:
+    """PerLossSearcher's saved state, typed: suggestions per loss, live trials, exhausted losses, orphaned numbers."""
+    try:
+        return {"suggested": {str(loss): int(n) for loss, n in dict(saved["suggested"]).items()},
+                "live": {str(t): (str(loss), int(number)) for t, (loss, number) in dict(saved["live"]).items()},
+                # absent from a state written before they existed
+                "exhausted": {str(loss) for loss in saved.get("exhausted", [])},
+                "orphans": {str(loss): [int(n) for n in numbers]
+                            for loss, numbers in dict(saved.get("orphans", {})).items()}}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{path}: expected {SEARCHER_WHAT} tune_as writes (JSON: suggestions per loss, live "
+                        f"trials), got {type(exc).__name__}: {str(exc)[:120]}") from None
+
+
+def fixed_searcher_state(saved: dict[str, Any], path: Path) -> int:
+    """FixedConfigs' saved state: the index of the next config."""
+    nxt = saved.get("next")
+    if not isinstance(nxt, int) or isinstance(nxt, bool) or nxt < 0:
+        raise UserError(f"{path}: expected {SEARCHER_WHAT} tune_as writes (JSON: the next config), got "
+                        f"next={str(nxt)[:40]}")
+    return nxt
+
+
+SCHEDULER_FILE = "scheduler.json"  # engine.schedulers.PerLossASHA's state, in the search's folder
+SCHEDULER_WHAT = "the early-stopping state"
+
+
+def _rungs_shape(rungs: Any) -> bool:
+    """[[milestone, {trial: value}], ...] (engine.schedulers.Rungs.to_json); the milestones are checked against
+    the search's settings when the scheduler loads it."""
+    return isinstance(rungs, list) and all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], (int, float)) and isinstance(r[1], dict)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r[1].values()) for r in rungs)
+
+
+def check_scheduler_state(search_dir: Path) -> None:
+    """The early-stopping state's shape, on `--resume` before Ray starts (as check_searcher_states)."""
+    path = search_dir / SCHEDULER_FILE
+    if not path.is_file():
+        return
+    losses = read_json(path, SCHEDULER_WHAT).get("losses")
+    bad = (f"losses={str(losses)[:40]}" if not isinstance(losses, dict) else
+           next((f"{key}: {str(r)[:40]}" for key, r in losses.items() if r is not None and not _rungs_shape(r)), ""))
+    if bad:
+        raise UserError(f"{path}: expected {SCHEDULER_WHAT} tune_as writes (JSON: per loss, the rungs of its early "
+                        f"stopping), got {bad}")
+
+
+def check_searcher_states(search_dir: Path) -> None:
+    """The searcher state Ray would restore in the search's experiment and in each confirmation round's (the newest
+    file, as `Searcher.restore_from_dir` picks it), read as the searchers read it: on `--resume`, before Ray
+    starts, so that a damaged file is one line naming it, not a traceback from Ray's copy of it."""
+    for folder in [search_dir, *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]:
+        found = [str(p) for p in folder.glob(SEARCHER_FILES)]
+        if found:
+            path = Path(max(found))
+            saved = read_json(path, SEARCHER_WHAT)
+            if folder == search_dir:
+                loss_searcher_state(saved, path)
+            else:
+                fixed_searcher_state(saved, path)
