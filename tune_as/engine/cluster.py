@@ -102,8 +102,13 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
         # Ray's own reason, whoever's it is: an address that does not answer, or a local start that failed (no
         # free port, a full or missing temp folder); anything else is not a known way to fail and stays a traceback
         what = f"a reachable Ray cluster at {address}" if address else "a local Ray to start on this machine"
+        # a cluster whose GCS answered the probe (check_address) but refused the driver: most often token auth
+        # (Ray logs "InvalidAuthToken" from C++, not in the exception), a head started without RAY_AUTH_MODE=token
+        why = (" (a cluster that answers but refuses the driver wants every process, the driver's too, started with "
+               "RAY_AUTH_MODE=token and the cluster's token: docs/cluster.md)") if address and isinstance(
+                   exc, ConnectionError) else ""
         raise UserError(f"{'--address' if address else 'Ray'}: expected {what}, but Ray failed: "
-                        f"{type(exc).__name__}: {first_line(exc)[:300]}") from None
+                        f"{type(exc).__name__}: {first_line(exc)[:300]}{why}") from None
     finally:
         if callable(on_sigterm) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_sigterm)
