@@ -28,7 +28,7 @@ def answer_record(plan: SearchPlan, trials: Sequence[TrialRun], race: racing.Pla
         how = f"{r.confirm} confirmation seeds" + (f" for the top {r.confirm_top} and {plan.baseline}, single runs "
                                                    "below" if r.confirm_top else "")
     title = f"{plan.task.name}: which loss wins ({plan.metric}, %; {epochs_title(plan)}; {how})"
-    lines = [f"Data: {w}" for w in plan.data.warnings] + plan_notes(plan) + list(notes) + plan.quota_notes()
+    lines = [f"Data: {w}" for w in (*plan.data.notes, *plan.data.warnings)] + plan_notes(plan) + list(notes) + plan.quota_notes()
     mode: Mode = "none" if race is None else "race" if r.race else "fixed"
     return AnswerRecord(plan.task.name, plan.metric, title, tuple(plan.losses), plan.baseline, margin_points(plan),
                         mode, race,

@@ -230,6 +230,8 @@ def run_search(r: SearchRequest, head: Head | None = None) -> Outcome:
         studies = schema.optuna_url(_shown(plan.search_dir))
         print(f"Optuna studies: {studies}" if importlib.util.find_spec("optuna_dashboard") is None else
               f"Optuna studies: optuna-dashboard {studies}")
+        for note in plan.data.notes:  # what was done to the data (carved splits, cut texts), every run, built or cached
+            print(fit(f"Data: {note}"))
         outcome = _search_and_confirm(session)
     write_state(plan.search_dir, {**state, "finished": True})
     return outcome

@@ -101,9 +101,7 @@ class Task:
                              f"{len(raw[split])} rows ({fraction:.0%}) from train with a fixed seed")
         if "validation" not in raw:
             raise ValueError(f"{self.name}: expected a validation split, found splits {sorted(raw)}")
-        for note in notes:
-            log.warning(note)
-        return raw, notes
+        return raw, notes  # not logged here: a cached run would not say them (engine.run prints them, the answer keeps them)
 
     def build(self, spec: DataSettings) -> PreparedData:
         """Load, label, subsample and featurize (uncached; `tasks.prepare` wraps this in the disk cache)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +16,6 @@ from .labels import LabelMap
 from .sources import HubSource, RawSplit
 
 TEXT_FIELDS = {"text": ("text",), "label": ("label",)}
-
-log = logging.getLogger(__name__)
 
 
 def strings(raw: RawSplit, candidates: tuple[str, ...]) -> list[str]:
@@ -52,7 +49,6 @@ def featurize_text(task: Task, examples: dict[str, dict[str, Any]], labels: Labe
         splits[name], note = text_split(tokenizer, ex["texts"], ex["pairs"], ex["labels"], spec.max_length,
                                         f"{task.name} {name}: tokenizing")
         if note:
-            log.warning(note)
             cut.append(note)
     return task.package(splits, labels, spec, dict(info, encoder="finetune", pooling="mean"), (*notes, *cut))
 
