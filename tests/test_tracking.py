@@ -396,3 +396,14 @@ def test_the_database_file_of_a_store_uri() -> None:
     assert schema.sqlite_file("sqlite:///m.db?mode=ro") == Path("m.db")
     assert schema.sqlite_file("sqlite:///:memory:") is None and schema.sqlite_file("sqlite:///") is None
     assert schema.sqlite_file("http://127.0.0.1:5000") is None and schema.sqlite_file("postgresql://h/db") is None
+
+
+def test_sync_refuses_a_saved_state_without_where_the_runs_are(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tune_as.sync reads search_id, experiment and mlflow_uri of a saved state: another shape is one line, exit 2."""
+    from tune_as import sync
+
+    (tmp_path / schema.SEARCH_STATE_FILE).write_text(json.dumps({"search_id": 3, "experiment": "e", "mlflow_uri": None}))
+    assert sync.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {tmp_path / schema.SEARCH_STATE_FILE}: search_id: expected a JSON string, got '3' (the "
+                   "saved state is damaged: restore it)"], err

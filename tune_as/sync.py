@@ -32,10 +32,10 @@ def build_parser() -> OneLineParser:
 
 def deliver(folder: Path, uri: str | None, wait: float) -> tuple[int, int]:
     """(writes delivered, writes still kept) for the search in `folder`."""
-    from tune_as.engine.resume import read_state
+    from tune_as.engine.resume import check_deliverable, read_state
     from tune_as.tracking.tracker import JOURNAL, MlflowTracker
 
-    state = read_state(folder)
+    state = read_state(folder, check_deliverable)
     if state is None:
         raise UserError(f"{folder}: expected a search's folder (with its tune_as_search.json), got none")
     if not (folder / JOURNAL).is_file():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,10 @@ from tune_as.paths import absolute_sqlite
 from tune_as.tracking import schema
 
 
-def read_state(search_dir: Path) -> dict[str, Any] | None:
+def read_state(search_dir: Path, check: Callable[[Any, Path], None] | None = None) -> dict[str, Any] | None:
+    """The search's saved state, checked whole for a resume (`check_saved`), or with `check` for what a caller
+    needs of it (tune_as.sync: `check_deliverable`)."""
+    check = check or check_saved
     path = search_dir / schema.SEARCH_STATE_FILE
     if not path.is_file():
         return None
@@ -23,7 +27,7 @@ def read_state(search_dir: Path) -> dict[str, Any] | None:
         state = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: expected the search's saved state (JSON), got {first_line(exc)[:200]}") from None
-    check_saved(state, path)
+    check(state, path)
     return dict(state)
 
 
@@ -71,6 +75,15 @@ def check_saved(state: Any, path: Path) -> None:
     except UserError as exc:
         raise UserError(f"{path}: request: {exc} (the saved state is damaged: restore it, or start a new "
                         "search)") from None
+
+
+def check_deliverable(state: Any, path: Path) -> None:
+    """What delivering kept writes reads of a saved state (tune_as.sync): where the search's runs are."""
+    for key, kinds in (("search_id", (str,)), ("experiment", (str,)), ("mlflow_uri", (str, type(None)))):
+        if not isinstance(state, dict) or not isinstance(state.get(key), kinds):
+            raise UserError(f"{path}: {key}: expected a JSON {'object' if not isinstance(state, dict) else 'string'}"
+                            f", got {str(state.get(key) if isinstance(state, dict) else type(state).__name__)[:80]!r} "
+                            "(the saved state is damaged: restore it)")
 
 
 class SearchFinished(Exception):
