@@ -20,6 +20,11 @@ from tune_as.errors import UserError, first_line
 CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the search's folder
 
 
+def experiment_folders(search_dir: Path) -> list[Path]:
+    """The search's Tune experiment, then its confirmation rounds' (confirm, confirm-2, ...: engine.run._confirm)."""
+    return [search_dir, *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]
+
+
 def write_json(path: Path, state: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(state, indent=2))
@@ -56,9 +61,7 @@ def check_ownership(search_dir: Path) -> None:
     and every file directly in them owned by this user and, unless its folder is closed to group and others
     (no x bit: nobody else can reach it), not writable by group or others."""
     uid = os.getuid()
-    # the confirmation rounds' experiments: confirm, confirm-2, ... (engine.run._confirm)
-    folders = [search_dir, *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]
-    for folder in folders:
+    for folder in experiment_folders(search_dir):
         st = os.stat(folder)
         reason = _refusal(folder, st, uid, check_mode=True)
         closed = not st.st_mode & (stat.S_IXGRP | stat.S_IXOTH)
@@ -127,7 +130,7 @@ def check_searcher_states(search_dir: Path) -> None:
     """The searcher state Ray would restore in the search's experiment and in each confirmation round's (the newest
     file, as `Searcher.restore_from_dir` picks it), read as the searchers read it: on `--resume`, before Ray
     starts, so that a damaged file is one line naming it, not a traceback from Ray's copy of it."""
-    for folder in [search_dir, *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]:
+    for folder in experiment_folders(search_dir):
         found = [str(p) for p in folder.glob(SEARCHER_FILES)]
         if found:
             path = Path(max(found))
