@@ -115,6 +115,19 @@ def test_multiclass_metrics_match_a_brute_force_reference(seed: int, classes: in
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("classes", [2, 6])
+def test_accuracy_is_sklearns_for_labels_and_multi_hot_rows(seed: int, classes: int) -> None:
+    y_true, y_pred = random_labels(seed, classes=classes)
+    assert metrics.accuracy(y_true, y_pred) == pytest.approx(skm.accuracy_score(y_true.numpy(), y_pred.numpy()))
+    g = torch.Generator().manual_seed(seed)
+    gold, pred = (torch.rand(40, classes, generator=g) < 0.3 for _ in range(2))
+    pred[::3] = gold[::3]  # some rows exact, so the subset accuracy is not 0
+    assert metrics.accuracy(gold, pred) == pytest.approx(skm.accuracy_score(gold.numpy(), pred.numpy()))
+    with pytest.raises(ValueError, match=r"expected labels and predictions of one non-empty shape, got \(3,\) and"):
+        metrics.accuracy(torch.tensor([1, 2, 3]), torch.tensor([1, 2]))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_binary_f1_is_sklearns_binary_f1(seed: int) -> None:
     y_true, y_pred = random_labels(seed, classes=2)
     assert metrics.binary_f1(y_true, y_pred) == pytest.approx(skm.f1_score(y_true.numpy(), y_pred.numpy()))

@@ -29,7 +29,6 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from tune_as.engine.state import SCHEDULER_WHAT, read_json, write_json
 from tune_as.errors import UserError
 
-STATE_WHAT = SCHEDULER_WHAT
 EVERY_LOSS = "*"  # the rungs' key when every loss shares them (scope "search")
 
 
@@ -180,7 +179,7 @@ class PerLossASHA(TrialScheduler):
         self._loaded = True
         if self.state_path is None or not self.state_path.is_file():
             return
-        saved = read_json(self.state_path, STATE_WHAT)
+        saved = read_json(self.state_path, SCHEDULER_WHAT)
         try:
             for key, state in dict(saved["losses"]).items():
                 if (state is None) == self.stops_early:
@@ -189,6 +188,6 @@ class PerLossASHA(TrialScheduler):
                 self.by_loss[str(key)] = None if state is None else Rungs.from_json(
                     state, self._max_t(str(key)), self.grace_period, self.reduction_factor)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise UserError(f"{self.state_path}: expected {STATE_WHAT} tune_as writes (JSON: per loss, the "
+            raise UserError(f"{self.state_path}: expected {SCHEDULER_WHAT} tune_as writes (JSON: per loss, the "
                             f"rungs of its early stopping), got a file it cannot rebuild them from "
                             f"({type(exc).__name__}: {str(exc)[:120]})") from None

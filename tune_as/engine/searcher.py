@@ -48,8 +48,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_ASKS = 50
 MAX_LISTED = 100_000  # a finite space listed to enqueue an untried point; a larger one just draws again
 REPEATS = 5  # repeats in a row before a finite space's next point is an untried one, enqueued
-# Ray calls save/restore with a path in the experiment's folder; the file is JSON, never a pickle (engine.state)
-STATE_WHAT = SEARCHER_WHAT
 # An intermediate value's step: the samples a trial has seen (an int that grows with training, comparable across a
 # loss's trials; the epoch is fractional when evaluations fall inside epochs).
 STEP = "samples_seen"
@@ -226,12 +224,13 @@ class PerLossSearcher(Searcher):
             storage.set_trial_intermediate_value(ids[(loss, number)], int(step), float(value))
 
     def save(self, checkpoint_path: str) -> None:
+        # Ray calls save/restore with a path in the experiment's folder: the file is JSON, never a pickle
         write_json(Path(checkpoint_path), {"suggested": self.suggested, "live": self.live,
                                            "exhausted": sorted(self.__dict__.get("exhausted", ())),
                                            "orphans": self.__dict__.get("orphans", {})})
 
     def restore(self, checkpoint_path: str) -> None:
-        saved = loss_searcher_state(read_json(Path(checkpoint_path), STATE_WHAT), Path(checkpoint_path))
+        saved = loss_searcher_state(read_json(Path(checkpoint_path), SEARCHER_WHAT), Path(checkpoint_path))
         self.suggested, self.live = saved["suggested"], saved["live"]
         self.exhausted, self.orphans = saved["exhausted"], saved["orphans"]
         # Optuna trials asked after the last searcher checkpoint belong to no Ray trial: close them.
@@ -268,4 +267,4 @@ class FixedConfigs(Searcher):
         write_json(Path(checkpoint_path), {"next": self.next})
 
     def restore(self, checkpoint_path: str) -> None:
-        self.next = fixed_searcher_state(read_json(Path(checkpoint_path), STATE_WHAT), Path(checkpoint_path))
+        self.next = fixed_searcher_state(read_json(Path(checkpoint_path), SEARCHER_WHAT), Path(checkpoint_path))
