@@ -105,6 +105,19 @@ def running(server: S) -> Iterator[S]:
         server.stop()
 
 
+SERVICES = ("mlflow_server", "ray_local", "ray_cluster")  # fixtures that start a real service: the slow tier
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that starts a real service (directly or through another fixture) belongs to the slow tier: the fast
+    tier (`-m "not slow"`) is the one a developer runs after each change. Refused at collection, naming them."""
+    unmarked = [item.nodeid for item in items if item.get_closest_marker("slow") is None
+                and set(SERVICES) & set(getattr(item, "fixturenames", ()))]
+    if unmarked:
+        raise pytest.UsageError(f"expected @pytest.mark.slow on tests that start {', '.join(SERVICES)}, got none on: "
+                                f"{', '.join(unmarked)}")
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
     """One real `mlflow server` (SQLite behind it) for the whole test session."""

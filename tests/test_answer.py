@@ -213,7 +213,7 @@ def test_the_report_replays_a_clinc_oos_race_and_its_raised_margin(tmp_path: Pat
     assert answer.csv() == logged
 
 
-
+@pytest.mark.slow
 def test_a_race_with_populations_gives_the_answer_of_one_seed_per_trial(tmp_path: Path, mlflow_server,
                                                                        ray_local) -> None:
     """The same race twice on frozen features, the second with its confirmation seeds trained 3 to a trial
