@@ -82,8 +82,8 @@ def test_encoding_progress_in_a_pipe_counts_documents_with_rate_and_time_left(ca
 def test_the_first_line_says_what_will_run_before_the_slow_imports(monkeypatch: pytest.MonkeyPatch) -> None:
     """Printed by the CLI right after the arguments are checked (importing PyTorch, Ray Tune and MLflow and
     starting Ray take seconds before the search's own lines); never the text of --address (it may hold a
-    password). Wrapped to the terminal's width: 100 columns here (without a terminal, e.g. under pytest-xdist,
-    the width is Python's fallback of 80 and the first line wraps before 'loss;')."""
+    password). Wrapped to the terminal's width ($COLUMNS first): pinned to 100 here, as the test's wording
+    expects (under pytest-xdist the width here was 80 and the first line wrapped before 'loss;')."""
     monkeypatch.setenv("COLUMNS", "100")
     from tune_as.engine.request import SearchRequest
     from tune_as.search import starting_line

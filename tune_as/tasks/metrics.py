@@ -47,8 +47,8 @@ def accuracy(y_true: Tensor, y_pred: Tensor) -> float:
     if y_true.shape != y_pred.shape or y_true.numel() == 0:
         raise ValueError(f"expected labels and predictions of one non-empty shape, got {tuple(y_true.shape)} and "
                          f"{tuple(y_pred.shape)}")
-    exact = y_true.detach().cpu() == y_pred.detach().cpu()  # either may be on a GPU, as sklearn's took them
-    return float(exact.reshape(len(exact), -1).all(dim=1).double().mean())
+    exact = _numpy(y_true) == _numpy(y_pred)
+    return float(exact.reshape(len(exact), -1).all(axis=1).mean())
 
 
 def binary_f1(y_true: Tensor, y_pred: Tensor, positive: int = 1) -> float:
