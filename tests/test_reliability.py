@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import faults
@@ -143,28 +145,52 @@ def test_killed_worker_resumes_from_checkpoint_without_duplicates(tmp_path: Path
     assert "Restored" in out or "restor" in out.lower() or child.data.metrics["epoch"] == pytest.approx(3.0)
 
 
-def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_path: Path, mlflow_server) -> None:
+def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_path: Path) -> None:
+    """The driver is killed while MLflow is away (its SQLite store held locked by the test): Ray's persisted
+    snapshot has 3 trials ended and the 4th blocked at its first report (tests/faults.py), MLflow at most the
+    first trial's writes; the rest died with the driver's queue. The resume, given only the name, finishes exactly
+    the 6 requested trials and delivers what the killed driver could not, from Ray's own record of each trial:
+    one run per trial, FINISHED, with its whole history (an evaluation at each of its 2 epochs), logged once."""
+    fault_dir = tmp_path / "faults"
+    fault_dir.mkdir()
     space = write_space(tmp_path, trials=3, epochs=2)
+    db = tmp_path / "mlflow.db"
+    uri, search_dir = f"sqlite:///{db}", tmp_path / "results" / "digits-kill"
     args = ["--search-space", str(space), "--experiment", "rel-resume", "--name", "digits-kill", "--max-concurrent", "1",
             "--no-asha"]
-    proc = start_cli(tmp_path, mlflow_server.uri, args)
-    wait_for(lambda: sum(c.info.status == "FINISHED" for c in runs(mlflow_server.uri, "rel-resume")[1]) >= 2,
-             300, "two finished trials before the kill")
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "digits-kill:4"})
+    try:
+        wait_for(lambda: bool(runs(uri, "rel-resume")[1]) or proc.poll() is not None, 300, "the first trial's run")
+        with closing(sqlite3.connect(db, isolation_level=None, timeout=120)) as lock:
+            lock.execute("BEGIN EXCLUSIVE")  # MLflow away: from here on the driver can only queue its writes
+            ready = fault_dir / "ready_to_kill"
+            wait_for(lambda: ready.exists() or proc.poll() is not None, 300, "the fourth trial's first report")
+            assert ready.exists(), f"the search ended (exit {proc.poll()}) before its fourth trial reported"
+            blocked = faults.trial_order(fault_dir, "digits-kill")[3]
+            wait_for(lambda: snapshot_shows(search_dir, blocked, ended=3), 120,
+                     "Ray's persisted snapshot to show three ended trials and the blocked one")
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            lock.execute("ROLLBACK")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    finished_before = sum(c.info.status == "FINISHED" for c in runs(uri, "rel-resume")[1])
+    assert finished_before < 3, "MLflow should have missed the end of a trial Ray's snapshot has ended"
     # the name (and where to find it) is all a resume needs: the rest comes from the saved search
-    code, out = finish(start_cli(tmp_path, mlflow_server.uri, ["--name", "digits-kill", "--resume"]))
+    code, out = finish(start_cli(tmp_path, uri, ["--name", "digits-kill", "--resume"]))
     assert code == 0, out[-3000:]
-    parents, children = runs(mlflow_server.uri, "rel-resume")
+    parents, children = runs(uri, "rel-resume")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert len(children) == 6 and len({c.data.tags["tune_as.trial_id"] for c in children}) == 6
+    assert len(children) == 6 and len({c.data.tags["tune_as.trial_id"] for c in children}) == 6, \
+        [(c.data.tags.get("tune_as.trial_id"), c.info.status) for c in children]
     assert all(c.info.status == "FINISHED" for c in children)
     for child in children:
-        assert_logged_once(mlflow_server.uri, child.info.run_id)
-    db = f"sqlite:///{tmp_path / 'results' / 'digits-kill' / 'optuna.db'}"
-    study = optuna.load_study(study_name="digits-as_softmax", storage=db)
-    assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3
-    assert_no_weights_left(tmp_path / "results" / "digits-kill")
+        assert assert_logged_once(uri, child.info.run_id) == [1.0, 2.0], child.data.tags
+    for loss in ("softmax", "as_softmax"):
+        study = optuna.load_study(study_name=f"digits-{loss}", storage=f"sqlite:///{search_dir / 'optuna.db'}")
+        assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3, loss
+    assert_no_weights_left(search_dir)
 
 
 def assert_no_weights_left(search_dir: Path) -> None:
@@ -319,7 +345,9 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     first report (mid-epoch): two runs of the round have ended, this one has not, the fourth has not started. Once
     Ray's persisted snapshot of the round shows that state, the driver and Ray are killed (SIGKILL) and the search
     resumed: every (loss, seed) is trained to its end exactly once, in one run, and the answer is the race's on 5
-    seeds each: the same table, byte for byte, as the same race run again without a kill.
+    seeds each: the same table, byte for byte, as the same race run again without a kill. MLflow is away (its
+    SQLite store held locked) from round 1's first report to the kill: the resume delivers every run of both rounds
+    from Ray's record, round 1's as its finished experiment ends without a step of Tune.
 
     The test waits for the snapshot (a condition, not a sleep) because Ray persists it in a background thread: a
     driver killed in the moment between a trial's new checkpoint (Ray deletes the older one, num_to_keep=1) and the
@@ -334,15 +362,23 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
             "--max-eval-samples", "100", "--eval-every-steps", "2", "--checkpoint-interval", "0"]
     proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2:3"})
     ready = fault_dir / "ready_to_kill"
-    wait_for(lambda: ready.exists() or proc.poll() is not None, 400, "the third run of round 2 to report")
-    if not ready.exists():
-        pytest.fail(f"the search ended (exit {proc.returncode}) without reaching round 2:\n{finish(proc)[1][-3000:]}")
-    round_dir = tmp_path / "results" / "race-kill" / "confirm-2"
-    blocked = faults.trial_order(fault_dir, "confirm-2")[2]  # the one TUNE_AS_BLOCK_IN holds
-    wait_for(lambda: snapshot_shows(round_dir, blocked, ended=2), 120,
-             "Ray's persisted snapshot of round 2 to show two ended runs and the blocked one")
-    os.killpg(proc.pid, signal.SIGKILL)
-    first, _ = proc.communicate()
+    wait_for(lambda: faults.trial_order(fault_dir, "confirm") or proc.poll() is not None, 400,
+             "the first report of round 1")
+    # MLflow away from round 1 on (its SQLite store held locked): what round 1 and 2 write dies with the driver's
+    # queue, and the resume must deliver it from Ray's record, round 1's without a step of Tune (every run ended)
+    with closing(sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None, timeout=120)) as lock:
+        lock.execute("BEGIN EXCLUSIVE")
+        wait_for(lambda: ready.exists() or proc.poll() is not None, 400, "the third run of round 2 to report")
+        if not ready.exists():
+            lock.execute("ROLLBACK")
+            pytest.fail(f"the search ended (exit {proc.returncode}) without reaching round 2:\n{finish(proc)[1][-3000:]}")
+        round_dir = tmp_path / "results" / "race-kill" / "confirm-2"
+        blocked = faults.trial_order(fault_dir, "confirm-2")[2]  # the one TUNE_AS_BLOCK_IN holds
+        wait_for(lambda: snapshot_shows(round_dir, blocked, ended=2), 120,
+                 "Ray's persisted snapshot of round 2 to show two ended runs and the blocked one")
+        os.killpg(proc.pid, signal.SIGKILL)
+        first, _ = proc.communicate()
+        lock.execute("ROLLBACK")
     assert "Confirmation round 2: 4 runs of 2 losses" in first, first[-3000:]
     ended_before = {r["trial_id"] for r in faults.reports(fault_dir) if r["experiment"] == "confirm-2"
                     and r["epoch"] >= 1.0}
@@ -372,8 +408,8 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
         (f"each (loss, seed) in exactly one finished run; runs: {state}; reports: {faults.reports(fault_dir)}; "
          f"killed process: {first[-2500:]}; resumed: {out[-2500:]}")
     assert all(r.info.status == "KILLED" for r in others), "only orphans of the kill left over, closed"
-    for run in finished:
-        assert_logged_once(uri, run.info.run_id)
+    for run in finished:  # each with its whole history: evaluations every 2 steps up to its one epoch
+        assert assert_logged_once(uri, run.info.run_id)[-1] == pytest.approx(1.0)
     assert "confirmation 10 in 10 runs" in out, out[-2000:]
 
     # the answer: the race replayed on these results asks round 2 for seeds 4 and 5 of both losses, and decides

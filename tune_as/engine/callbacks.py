@@ -4,6 +4,7 @@ tune_as.engine.worker, which imports none of this."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from pathlib import Path
@@ -18,6 +19,8 @@ from tune_as.tracking import schema
 from tune_as.tracking import tracker as tracking
 from tune_as.training.trial import drop_weights
 
+RESULT_FILE = "result.json"  # Ray Tune's JSON logger, one of its default callbacks (ray.tune.result.EXPR_RESULT_FILE)
+
 
 def trial_name(trial: Any) -> str:
     """`as_softmax_0003`: the loss and the trial's number in the search (Tune's experiment tag starts with it),
@@ -27,7 +30,30 @@ def trial_name(trial: Any) -> str:
     return f"{trial.config.get('loss', 'trial')}_{suffix}"
 
 
-class MlflowCallback(tune.Callback):
+class Settles(tune.Callback):
+    """A callback with work to do once per driver process, for the trials that ended under an earlier driver:
+    Tune sends no event for them again. It is done before Tune's first step, or as the experiment ends when there
+    is no step (every trial had ended: a round finished before the kill). Ray pickles callbacks with the
+    experiment; the copy that `Tuner.restore` brings back runs in a new driver, so it settles again."""
+
+    settled = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "settled"}
+
+    def settle(self, trials: list[Any]) -> None:
+        """Called once with the ended trials (TERMINATED or ERROR)."""
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        if not self.settled:
+            self.settled = True
+            self.settle([t for t in trials if t.status in ("TERMINATED", "ERROR")])
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self.on_step_begin(0, trials)
+
+
+class MlflowCallback(Settles):
     """Driver-side bridge from Tune's trial events to `tracking.MlflowTracker`.
 
     Ray pickles a run's callbacks with the experiment and brings that copy back on `Tuner.restore`, in a new
@@ -54,23 +80,43 @@ class MlflowCallback(tune.Callback):
         # MLflow's writes leave Tune's event loop: a slow or absent server must not hold every trial's next result
         self.tracker.start_writer()
 
-    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+    def settle(self, trials: list[Any]) -> None:
+        """A trial that ended under an earlier, killed driver gets no event from Tune again, though Ray's snapshot
+        counts it; what that driver had not yet delivered to MLflow (its queue died with it: a start, results, the
+        end) is delivered now, from Ray's own record of the trial (its status, config, `result.json`). A run
+        MLflow already has closed is left as it is."""
+        for trial in trials:
+            if all(m.run_id in self.tracker.trials for m in members(trial.trial_id, trial.config, {})):
+                continue  # seen by this driver (or in the journal it delivered first)
+            self.on_trial_start(0, trials, trial, settle=True)
+            ended = self.on_trial_complete if trial.status == "TERMINATED" else self.on_trial_error
+            ended(0, trials, trial, settle=True)
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, settle: bool = False,
+                       **info: Any) -> None:
         # each member of a population is a run of its own (tune_as.engine.members), with a solo trial's params
         for member in members(trial.trial_id, trial.config, {}):
             config = {**self.data_params, **member.config, "git_commit": git_commit()}
             # a search trial is `<loss>_<number>`; a confirmation run says which seed it confirms: `<loss>_seed<seed>`
             name = trial_name(trial) if self.role != schema.ROLE_CONFIRMATION else \
                 f"{member.config.get('loss', 'trial')}_seed{member.config.get('seed')}"
-            self.tracker.trial_started(member.run_id, config, name=name, tags={
+            self.tracker.trial_started(member.run_id, config, name=name, settle=settle, tags={
                 schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]),
                 schema.LOSS: str(member.config["loss"]), schema.METRIC: f"val_{self.metric}"})
+        if (trial.last_result or {}).get("training_iteration"):
+            # Restored after a driver restart (or retried): what it reported before may never have reached MLflow
+            # (a killed driver's queue dies with it), though Ray's snapshot counts it. Ray's own record of those
+            # results is replayed; steps MLflow already has are skipped (tracking.tracker: idempotent by step).
+            for result in persisted_results(trial):
+                self.on_trial_result(iteration, trials, trial, result)
 
     def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
         for member in members(trial.trial_id, trial.config, result):
             if member.fresh:
                 self.tracker.trial_result(member.run_id, member.metrics)
 
-    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, settle: bool = False,
+                          **info: Any) -> None:
         population = POPULATION in trial.config
         for member in members(trial.trial_id, trial.config, trial.last_result or {}):
             error = member.metrics.get("error")
@@ -79,20 +125,27 @@ class MlflowCallback(tune.Callback):
                 tags[schema.STOPPED_EARLY] = "true"
             margin = f"seed_{member.config['seed']}/{schema.PMARGIN_FILE}" if population else schema.PMARGIN_FILE
             self.tracker.trial_ended(member.run_id, "FAILED" if error else "FINISHED", error=error,
-                                     artifacts=checkpoint_files(trial, margin), tags=tags)
+                                     artifacts=checkpoint_files(trial, margin), tags=tags, settle=settle)
 
-    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, settle: bool = False,
+                       **info: Any) -> None:
         for member in members(trial.trial_id, trial.config, {}):
             self.tracker.trial_ended(member.run_id, "FAILED", error=trial_error(trial),
-                                     artifacts=checkpoint_files(trial, schema.PMARGIN_FILE))
+                                     artifacts=checkpoint_files(trial, schema.PMARGIN_FILE), settle=settle)
 
 
-class DropFinishedWeights(tune.Callback):
+class DropFinishedWeights(Settles):
     """Once a trial has ended (completed, stopped early, diverged), nothing trains it again: its checkpoint keeps a
     marker and pmargin.npy, not its weights (`training.trial.drop_weights`). Until Ray's next experiment snapshot a
     killed driver may still restore the trial; restored from the marker, it ends at once with its last result. An
     errored trial keeps its weights: a resume retries it from them. Checkpoints on a remote file system (not a
-    local or mounted folder) are left alone."""
+    local or mounted folder) are left alone. A trial that completed under a killed driver is dropped by the
+    next."""
+
+    def settle(self, trials: list[Any]) -> None:
+        for trial in trials:
+            if trial.status == "TERMINATED":
+                self.on_trial_complete(0, trials, trial)
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         checkpoint = trial.checkpoint
@@ -125,6 +178,24 @@ class NoticeInterrupt(tune.Callback):
 def completed(result: dict[str, Any], epochs: float) -> bool:
     """The trial trained all its `epochs` (its own setting: not stopped early, not failed)."""
     return not result.get("error") and result.get("epoch", 0.0) >= epochs - 1e-6
+
+
+def persisted_results(trial: Any) -> list[dict[str, Any]]:
+    """The results Ray recorded for a trial, oldest first: its `result.json` (one JSON object per line, written
+    by the driver as each result arrives) in the trial's driver-side folder, else in its folder in the storage
+    path when that is a local one. A line cut short by a killed driver ends the list; no file, no results."""
+    for folder in (getattr(trial, "local_path", None), getattr(trial, "path", None)):
+        path = Path(folder) / RESULT_FILE if folder else None
+        if path is None or not path.is_file():
+            continue
+        results = []
+        for line in path.read_text().splitlines():
+            try:
+                results.append(json.loads(line))
+            except ValueError:
+                break
+        return results
+    return []
 
 
 def trial_error(trial: Any) -> str:

@@ -44,6 +44,7 @@ from tune_as.tracking.schema import (
 )
 
 log = logging.getLogger(__name__)
+CLOSED = ("FINISHED", "FAILED", "KILLED")  # MLflow run statuses that say a trial's run was ended
 NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", "hostname", "node_ip", "pid",
                "experiment_tag", "config", "time_this_iter_s", "time_total_s", "timestamp", "time_since_restore",
                "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint", "training_iteration"}
@@ -52,7 +53,8 @@ NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", 
 @dataclass
 class TrialRecord:
     """What the tracker knows of one trial: its run (None until found or created), how to open it, how far its
-    metrics are queued (`last_step`) and known to be in MLflow (`logged`), and whether it ended."""
+    metrics are queued (`last_step`) and known to be in MLflow (`logged`), whether it ended, and whether its run
+    was found already closed (FINISHED, FAILED or KILLED) in MLflow."""
 
     tags: dict[str, str]
     name: str
@@ -60,6 +62,7 @@ class TrialRecord:
     last_step: int = 0
     logged: int = 0
     ended: bool = False
+    closed: bool = False
 
 
 class MlflowTracker:
@@ -206,6 +209,7 @@ class MlflowTracker:
             run = found[0]
             record.logged = self._logged_step(run)
             record.last_step = max(record.last_step, record.logged)
+            record.closed = run.info.status in CLOSED
         else:
             run = self.client.create_run(self.experiment_id, run_name=record.name, tags={
                 PARENT: self.parent_id, SEARCH: self.search_id, TRIAL: trial_id, **record.tags})
@@ -218,18 +222,23 @@ class MlflowTracker:
         steps = [m.step for key in run.data.metrics for m in self.client.get_metric_history(run.info.run_id, key)]
         return max([int(run.data.tags.get(LAST_STEP, 0)), *steps])
 
-    def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str], name: str | None = None) -> None:
-        """Open (or, after a restart, find) the trial's child run, named `name` (default: the trial id)."""
+    def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str], name: str | None = None,
+                      settle: bool = False) -> None:
+        """Open (or, after a restart, find) the trial's child run, named `name` (default: the trial id). `settle`:
+        the trial ended under an earlier driver (`trial_ended(settle=True)` follows): a run found closed stays
+        closed, one found open or not found is opened, to be ended as the trial did."""
         params = {k: str(v)[:6000] for k, v in sorted(config.items()) if v is not None}
         self._record(trial_id).ended = False  # running (again, for a trial Ray restored)
         self._enqueue(f"start of {trial_id}", {"op": "start", "trial": trial_id, "params": params, "tags": tags,
-                                               "name": name or trial_id})
+                                               "name": name or trial_id, "settle": settle})
 
     def _start(self, op: dict[str, Any]) -> None:
         record = self._record(op["trial"])
         record.tags, record.name = op["tags"], op["name"]
         new = record.run_id is None
         run_id = self._child(op["trial"])
+        if op.get("settle") and record.closed:
+            return
         self.client.update_run(run_id, status="RUNNING")
         if new:  # MLflow accepts re-logging an identical param after a driver restart
             self.client.log_batch(run_id, params=[Param(k, v) for k, v in op["params"].items()])
@@ -261,17 +270,24 @@ class MlflowTracker:
         record.logged = step
 
     def trial_ended(self, trial_id: str, status: str, error: str | None = None,
-                    artifacts: list[Path] | None = None, tags: dict[str, str] | None = None) -> None:
+                    artifacts: list[Path] | None = None, tags: dict[str, str] | None = None,
+                    settle: bool = False) -> None:
+        """Close the trial's run as `status`; `settle` (see `trial_started`): unless MLflow has it closed already."""
         self._record(trial_id).ended = True
         extra = dict(tags or {})
         if error:
             extra[ERROR] = scrub(error.strip().splitlines()[-1], self.uri)[:5000] if error.strip() else "error"
         self._enqueue(f"end of {trial_id}", {"op": "end", "trial": trial_id, "status": status, "tags": extra,
-                                             "staged": _staged(artifacts)})
+                                             "staged": _staged(artifacts), "settle": settle})
 
     def _end(self, op: dict[str, Any]) -> None:
-        self._record(op["trial"]).ended = True  # a replayed end too: not left for search_ended to close as KILLED
+        record = self._record(op["trial"])
+        record.ended = True  # a replayed end too: not left for search_ended to close as KILLED
         run_id = self._child(op["trial"])
+        if op.get("settle") and record.closed:
+            if op["staged"]:
+                shutil.rmtree(op["staged"], ignore_errors=True)
+            return
         if op["tags"]:
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in op["tags"].items()])
         self._log_staged(run_id, op["staged"])
