@@ -57,7 +57,8 @@ def test_a_wheel_installed_alone_runs_a_search_and_a_report_from_another_folder(
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert where.stdout.strip() == str(site / "tune_as" / "search_spaces"), where.stdout + where.stderr
     search = subprocess.run([str(site / "bin" / "tune-as-search"), "--task", "digits", "--smoke", "--losses",
-                             "softmax,sparsemax", "--trials-per-loss", "1", "--max-epochs", "1", "--confirm", "2"],
+                             "softmax,sparsemax", "--trials-per-loss", "1", "--max-epochs", "1", "--confirm", "2",
+                             "--no-dashboard"],  # not what this test is about: ~12 CPU s less (docs/benchmarks.md)
                             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
     assert search.returncode == 0, search.stdout[-3000:] + search.stderr[-3000:]
     assert "digits: which loss wins" in search.stdout
