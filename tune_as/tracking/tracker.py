@@ -218,9 +218,14 @@ class MlflowTracker:
 
     def _logged_step(self, run: Run) -> int:
         """The last step of a run's metrics. Not its LAST_STEP tag alone: the SQLite store commits a batch's metrics
-        and its tags in separate transactions, so a driver killed between the two leaves the tag a step behind."""
+        and its tags in separate transactions, so a driver killed between the two leaves the tag a step behind. A
+        closed run's tag is whole (its end is delivered after every result, from one FIFO queue): no request per
+        metric for it, which a resume makes for each trial it settles."""
+        tagged = int(run.data.tags.get(LAST_STEP, 0))
+        if run.info.status in CLOSED:
+            return tagged
         steps = [m.step for key in run.data.metrics for m in self.client.get_metric_history(run.info.run_id, key)]
-        return max([int(run.data.tags.get(LAST_STEP, 0)), *steps])
+        return max([tagged, *steps])
 
     def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str], name: str | None = None,
                       settle: bool = False) -> None:
