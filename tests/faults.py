@@ -10,6 +10,9 @@ After every report of a trial, in the worker:
   K-th trial to report in the Tune experiment EXPERIMENT (the order of first lines in reports.jsonl);
 - with TUNE_AS_HOLD_UNTIL=PATH, holds the first report of the search, once, until PATH exists (a test does
   something to the search's world meanwhile, e.g. fills its disk), then lets the trial go on;
+- with TUNE_AS_MEET=N, holds the first report of each of the first N trials until N trials have reported (they
+  then certainly run at once: on a cluster of N one-CPU nodes, one on each); a trial still alone after
+  MEET_TIMEOUT_S raises, so a search that cannot run N trials at once fails instead of hanging;
 - with TUNE_AS_FAIL_AT_EPOCH=E, raises after a report at epoch >= E, at most TUNE_AS_FAIL_TIMES times per
   trial (default 1), only for loss TUNE_AS_FAIL_LOSS if set.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +66,21 @@ def _kth_in(where: Path, experiment: str, k: int, trial_id: str) -> bool:
     return len(order) >= k and order[k - 1] == trial_id
 
 
+MEET_TIMEOUT_S = 300.0
+
+
+def _meet(where: Path, experiment: str, trial_id: str, n: int) -> None:
+    order = trial_order(where, experiment)
+    if trial_id not in order[:n]:
+        return
+    deadline = time.monotonic() + MEET_TIMEOUT_S
+    while len(trial_order(where, experiment)) < n:  # a condition the other trials make true
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"TUNE_AS_MEET={n}: expected {n} trials running at once, got "
+                               f"{len(trial_order(where, experiment))} after {MEET_TIMEOUT_S:g} s")
+        threading.Event().wait(0.05)
+
+
 def hook(metrics: dict[str, Any], loss: str) -> None:
     if not os.environ.get("TUNE_AS_FAULT_DIR"):
         return
@@ -77,6 +96,9 @@ def hook(metrics: dict[str, Any], loss: str) -> None:
     hold = os.environ.get("TUNE_AS_HOLD_UNTIL")
     if hold:
         _hold_once(where, Path(hold))
+    meet = os.environ.get("TUNE_AS_MEET")
+    if meet:
+        _meet(where, experiment, trial_id, int(meet))
     block_in = os.environ.get("TUNE_AS_BLOCK_IN")
     if block_in:
         name, _, k = block_in.rpartition(":")

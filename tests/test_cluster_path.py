@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import faults
 import pytest
 from conftest import REPO, free_port, shared_data
 
@@ -203,7 +204,12 @@ class RayCluster:
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH")}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token, RAY_USAGE_STATS_ENABLED="0",
                    # Ray jobs run `python` from the PATH of `ray start`: make it this environment's.
-                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                   # tests/faults.py in every trial of the cluster (workers inherit the nodes' environment): a
+                   # search's first two trials meet before they go on, so each node certainly runs one
+                   TUNE_AS_TRIAL_HOOK="faults:hook", TUNE_AS_FAULT_DIR=str(self.temp_dir / "faults"),
+                   TUNE_AS_MEET="2",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")])))
         return env
 
     def start_node(self, *args: str) -> None:
@@ -261,6 +267,7 @@ def ray_cluster() -> Iterator[RayCluster]:
     # A short temp dir: Ray puts unix sockets under it and socket paths are limited to 107 bytes.
     cluster = RayCluster(token=secrets.token_hex(32), temp_dir=Path(tempfile.mkdtemp(prefix="ta-ray-")),
                          gcs_port=free_port(), dashboard_port=free_port())
+    (cluster.temp_dir / "faults").mkdir()
     try:
         cluster.start_node("--head", f"--port={cluster.gcs_port}", "--dashboard-host=127.0.0.1",
                            f"--dashboard-port={cluster.dashboard_port}",
@@ -323,7 +330,9 @@ def test_search_on_the_cluster_lands_in_postgres(ray_cluster: RayCluster, mlflow
            "--address", ray_cluster.address, "--mlflow-uri", mlflow_on_postgres,
            "--losses", ",".join(LOSSES), "--trials-per-loss", str(TRIALS_PER_LOSS),
            "--data-dir", str(data_dir), "--storage-path", str(tmp_path / "results"),
-           # One CPU per trial and two in flight: with one CPU per node, one trial runs on each node.
+           # One CPU per trial and two in flight: with one CPU per node, one trial runs on each node (the first
+           # two meet at their first report, tests/faults.py: a fast trial cannot end before the other starts and
+           # leave its actor to it)
            "--cpus-per-trial", "1", "--max-concurrent", "2"]
     res = subprocess.run(cmd, cwd=REPO, env=ray_cluster.env(), capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, f"search failed ({res.returncode}):\n{res.stdout[-4000:]}\n{res.stderr[-6000:]}"
@@ -357,3 +366,5 @@ def test_search_on_the_cluster_lands_in_postgres(ray_cluster: RayCluster, mlflow
     assert {t[0] for t in trials} <= with_val_accuracy, "every trial must log val_accuracy to PostgreSQL"
     nodes = {t[5] for t in trials}
     assert None not in nodes and len(nodes) == 2, f"trials must have run on both Ray nodes, tune_as.node_id: {nodes}"
+    reported = {row["trial_id"] for row in faults.reports(ray_cluster.temp_dir / "faults")}
+    assert len(reported) == len(trials), f"the meet of tests/faults.py ran in every trial: {reported}"
