@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from test_reliability import finish, runs, start_cli, wait_for, write_space
 
 from tune_as.engine.disk import EXIT_CODE
+from tune_as.search import main as search
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +92,8 @@ def contents(folder: Path) -> dict[str, tuple[int, str]]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(tmp_path: Path, mlflow_server) -> None:
+def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
+        tmp_path: Path, mlflow_server, capsys: pytest.CaptureFixture[str]) -> None:
     """A finished search and its SQLite store, both copied elsewhere, get its confirmation there (`--resume
     --confirm 2 --mlflow-uri <the copied store>`): it completes, and not one file of the original folder or store
     changes (root ignores a read-only mode, so mtimes and bytes are compared). A store that does not hold the
@@ -110,11 +112,12 @@ def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(tm
     (second_db.parent / "first.db").rename(second_db)
     original = contents(first), contents(first_db.parent)
 
-    # the session's server holds no run of this search: not its store
-    code, out = finish(start_cli(tmp_path, mlflow_server.uri, ["--resume", "--name", name, "--storage-path",
-                                                               str(second), "--confirm", "2"]))
-    assert code == 2, out[-3000:]
-    (line,) = [line for line in out.splitlines() if line.startswith("error:")]
+    # the session's server holds no run of this search: not its store (refused as the resume's plan is made, before
+    # Ray: the CLI's main in this process)
+    capsys.readouterr()
+    assert search(["--resume", "--name", name, "--storage-path", str(second), "--confirm", "2",
+                   "--mlflow-uri", mlflow_server.uri]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: --resume: --mlflow-uri: expected a store that holds {name}'s runs") and \
         f"expected the parent run of search '{name}'" in line, line
 
@@ -132,9 +135,8 @@ def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(tm
 
     state = second / name / "tune_as_search.json"
     state.write_text(state.read_text().replace('"finished": true', '"finished": false'))
-    code, out = finish(start_cli(tmp_path, f"sqlite:///{second_db}", ["--resume", "--name", name,
-                                                                      "--storage-path", str(second)]))
-    assert code == 2, out[-3000:]
-    (line,) = [line for line in out.splitlines() if line.startswith("error:")]
-    assert f"started, {first / name}, got {second / name}" in line, out[-3000:]
+    assert search(["--resume", "--name", name, "--storage-path", str(second),
+                   "--mlflow-uri", f"sqlite:///{second_db}"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --resume: ") and f"started, {first / name}, got {second / name}" in line, line
     assert (contents(first), contents(first_db.parent)) == original
