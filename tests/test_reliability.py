@@ -72,6 +72,13 @@ def finish(proc: subprocess.Popen[str], timeout: float = 400) -> tuple[int, str]
     return proc.returncode, out
 
 
+def stop(proc: subprocess.Popen[str]) -> None:
+    """A CLI a test started, and every process of its session, gone (a test that failed leaves none running)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -337,7 +344,8 @@ def snapshot_shows(experiment_dir: Path, running: str, ended: int) -> bool:
             and sum(s == "TERMINATED" for s, _, _ in trials.values()) == ended)
 
 
-def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Path) -> None:
+def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Path,
+                                                                    request: pytest.FixtureRequest) -> None:
     """--race --max-seeds 5 on two losses: round 1 (3 seeds each, experiment `confirm`) leaves both undecided,
     round 2 (2 more seeds each, `confirm-2`) runs 4 runs, one at a time. The third run of round 2 blocks at its
     first report (mid-epoch): two runs of the round have ended, this one has not, the fourth has not started. Once
@@ -358,6 +366,13 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     args = ["--search-space", str(space), "--experiment", "rel-race", "--name", "race-kill",
             "--race", "--max-seeds", "5", "--max-concurrent", "1", "--max-train-samples", "300",
             "--max-eval-samples", "100", "--eval-every-steps", "2", "--checkpoint-interval", "0"]
+    # the same race, never killed, runs beside it from the start (a folder, cache and store of its own): its table
+    # is the one the killed and resumed race must print
+    clean_dir = tmp_path / "clean"
+    clean_dir.mkdir()
+    clean_uri = f"sqlite:///{clean_dir / 'mlflow.db'}"
+    clean = start_cli(clean_dir, clean_uri, [a if a != "race-kill" else "race-clean" for a in args])
+    request.addfinalizer(lambda: stop(clean))
     proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2:3"})
     ready = fault_dir / "ready_to_kill"
     wait_for(lambda: faults.trial_order(fault_dir, "confirm") or proc.poll() is not None, 400,
@@ -435,11 +450,11 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     (tmp_path / "k").mkdir()
     (tmp_path / "c").mkdir()
     killed_table = Path(client.download_artifacts(parents[0].info.run_id, "ranking.md", str(tmp_path / "k")))
-    clean_args = [a if a != "race-kill" else "race-clean" for a in args]
-    code, clean_out = finish(start_cli(tmp_path, uri, clean_args))
+    code, clean_out = finish(clean)
     assert code == 0, clean_out[-3000:]
-    (clean_parent,) = [r for r in client.search_runs([client.get_experiment_by_name("rel-race").experiment_id])
+    other = MlflowClient(clean_uri)
+    (clean_parent,) = [r for r in other.search_runs([other.get_experiment_by_name("rel-race").experiment_id])
                        if r.data.tags.get("tune_as.search_id") == "race-clean"
                        and r.data.tags.get("tune_as.role") == "search"]
-    clean_table = Path(client.download_artifacts(clean_parent.info.run_id, "ranking.md", str(tmp_path / "c")))
+    clean_table = Path(other.download_artifacts(clean_parent.info.run_id, "ranking.md", str(tmp_path / "c")))
     assert clean_table.read_text() == killed_table.read_text()
