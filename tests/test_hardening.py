@@ -18,7 +18,7 @@ import optuna
 import pytest
 import ray  # noqa: F401 - puts Ray's vendored psutil on sys.path (imported where used)
 from test_engine import Payload
-from test_reliability import finish, runs, start_cli, wait_for, write_space
+from test_reliability import finish, runs, start_cli, stop, wait_for, write_space
 
 from tune_as.engine import SearchRequest
 from tune_as.engine.plan import plan_search, state_of
@@ -184,8 +184,7 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
         os.kill(search.pid, signal.SIGTERM)
         code, out = finish(search, timeout=180)
     finally:
-        if search.poll() is None:
-            os.killpg(search.pid, signal.SIGKILL)
+        stop(search)
     assert code == 143, out[-3000:]
     assert "SIGTERM received" not in out, out[-3000:]  # no C++ stack dump
     hint = out.split("resume with:", 1)[1].strip().splitlines()[0]

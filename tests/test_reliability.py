@@ -145,6 +145,7 @@ def test_a_killed_worker_resumes_from_its_one_checkpoint_without_duplicates(tmp_
     # the worker blocks after its first report (step 4, mid-epoch) until it is killed: no race with its exit
     wait_for(lambda: (fault_dir / "ready_to_kill").exists() or proc.poll() is not None, 240,
              "the first report of the search")
+    assert (fault_dir / "ready_to_kill").exists(), f"the search ended first:\n{finish(proc)[1][-3000:]}"
     pid = (fault_dir / "ready_to_kill").read_text()
     (killed,) = [p.name.removeprefix("pid_") for p in fault_dir.glob("pid_*") if p.read_text() == pid]
     os.kill(int(pid), signal.SIGKILL)
@@ -193,8 +194,7 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
             proc.communicate()
             lock.execute("ROLLBACK")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop(proc)
     finished_before = sum(c.info.status == "FINISHED" for c in runs(uri, "rel-resume")[1])
     assert finished_before < 3, "MLflow should have missed the end of a trial Ray's snapshot has ended"
     # the name (and where to find it) is all a resume needs: the rest comes from the saved search
