@@ -20,6 +20,7 @@ from tune_as.tasks import TASKS, DataSettings, PreparedData, Split, build_model,
 from tune_as.tasks import backbones as backbones_module
 from tune_as.tasks import featurize as featurize_module
 from tune_as.tasks import sources as sources_module
+from tune_as.tasks.cnn import channels_last
 
 REAL = ["clinc_oos", "sst5", "conll2003", "sighan2015", "rte", "mrpc", "cola", "sst2"]
 TABLE5 = {  # AS-Softmax paper, Table 5: epochs, batch size, learning rate
@@ -197,6 +198,21 @@ def test_images_save_to_disk_and_table1_cnns(name: str, shape: tuple[int, ...], 
     model.eval()
     logits = model(batch)
     assert logits.shape == (3, data.num_labels) and logits.abs().max() <= 1 + 1e-5
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_cnn_feature_maps_run_channels_last_with_the_same_values(channels: int) -> None:
+    """tasks.cnn.channels_last: the same values in the same logical order, in the layout oneDNN then keeps through
+    the convolutions (one input channel too, which torch would count as either layout and keep as the other)."""
+    x = torch.randn(4, channels, 8, 8)
+    y = channels_last(x)
+    assert torch.equal(x, y)
+    conv = torch.nn.Conv2d(channels, 8, 3, padding="same")
+    out = conv(y)
+    assert out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
+    torch.testing.assert_close(out, conv(x))  # another kernel: the same values to float rounding
+    with pytest.raises(ValueError, match=r"expected images \(B, C, H, W\), got shape \(8, 8\)"):
+        channels_last(torch.zeros(8, 8))
 
 
 def test_digits_is_real_and_carves_validation_and_test(cache: Path) -> None:

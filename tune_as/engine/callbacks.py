@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ray import tune
+from ray.tune.logger import JsonLoggerCallback
 
 from tune_as.engine import interrupt
 from tune_as.engine.members import POPULATION, members
@@ -19,7 +20,15 @@ from tune_as.tracking import schema
 from tune_as.tracking import tracker as tracking
 from tune_as.training.trial import drop_weights
 
-RESULT_FILE = "result.json"  # Ray Tune's JSON logger, one of its default callbacks (ray.tune.result.EXPR_RESULT_FILE)
+RESULT_FILE = "result.json"  # Ray Tune's JSON logger's file (ray.tune.result.EXPR_RESULT_FILE)
+
+
+def common() -> list[tune.Callback]:
+    """Every Tuner's callbacks besides its MLflow one: the one Tune logger a search reads, JSON (`result.json`,
+    persisted_results), then DropFinishedWeights and NoticeInterrupt. Tune's other default loggers, CSV and
+    TensorBoard, are turned off (cluster.tune_environment): no code or user reads them (MLflow has every result),
+    and the TensorBoard writer's thread took ~10% of a local search driver's samples (py-spy)."""
+    return [JsonLoggerCallback(), DropFinishedWeights(), NoticeInterrupt()]
 
 
 def trial_name(trial: Any) -> str:

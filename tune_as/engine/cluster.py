@@ -183,7 +183,9 @@ def tune_environment() -> None:
     validation metric: Tune's strict check would reject it (the searcher and the callback read `error`). Trials
     checkpoint at most every --checkpoint-interval seconds and at their end, so short trials ending together
     would trip Tune's excessive-snapshot warning: off. Progress goes through our reporter (engine.progress), which
-    Tune's newer output engine would ignore."""
+    Tune's newer output engine would ignore. Tune's default loggers are off: the search passes the one it reads
+    (engine.callbacks.loggers)."""
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")

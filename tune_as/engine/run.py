@@ -109,7 +109,7 @@ def _tuner(session: Session, name: str, role: str, search_alg: Searcher, schedul
     callback = callbacks.MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
-        callbacks=[callback, callbacks.DropFinishedWeights(), callbacks.NoticeInterrupt()], verbose=min(r.verbose, 1),
+        callbacks=[callback, *callbacks.common()], verbose=min(r.verbose, 1),
         progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         stop=disk.StopOnFullDisk(),  # a worker's full disk ends the search (engine.disk), not only its trial
         # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import backbones
-from .cnn import CNNS
+from .cnn import CNNS, channels_last
 from .data import PreparedData
 
 FROZEN_HIDDEN = 512
@@ -71,7 +71,7 @@ class ImageClassifier(nn.Module):
         self.trunk, self.head = trunk, head
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        return self.head(self.trunk(batch["pixels"]))  # (B, C)
+        return self.head(self.trunk(channels_last(batch["pixels"])))  # (B, C)
 
 
 def _frozen(data: PreparedData, head: str, seed: int) -> nn.Module:

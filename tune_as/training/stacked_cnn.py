@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tune_as.tasks.cnn import channels_last
 from tune_as.training.stacked import Stacked, member_masks
 from tune_as.training.trial import EVAL_ROWS
 
@@ -100,6 +101,7 @@ class StackedCNN(Stacked):
         k = self.size if members is None else len(members)
         # (B, k * C, H, W), member-major blocks: the shared batch repeated, or each member's own batch
         x = x.repeat(1, k, 1, 1) if x.dim() == 4 else x.transpose(0, 1).reshape(x.shape[1], -1, *x.shape[3:])
+        x = channels_last(x)  # as the solo model's (tune_as.tasks.cnn.channels_last)
         for what, arg in self.program:
             if what == "conv":
                 w, b, (stride, padding, dilation) = next(conv_w), next(conv_b), arg
