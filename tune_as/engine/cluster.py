@@ -184,7 +184,7 @@ def tune_environment() -> None:
     checkpoint at most every --checkpoint-interval seconds and at their end, so short trials ending together
     would trip Tune's excessive-snapshot warning: off. Progress goes through our reporter (engine.progress), which
     Tune's newer output engine would ignore. Tune's default loggers are off: the search passes the one it reads
-    (engine.callbacks.loggers)."""
+    (engine.callbacks.common)."""
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")

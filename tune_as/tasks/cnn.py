@@ -37,13 +37,13 @@ def stack(c_in: int, plan: list[tuple[int, int, int]], bn: bool = False) -> tupl
 
 def channels_last(x: Tensor) -> Tensor:
     """Images (B, C, H, W) in channels-last memory: the CPU's oneDNN convolutions then keep that layout, and
-    max pooling over small maps is ~15x faster than on (B, C, H, W) memory (the digits CNN's 8x8 maps: 0.06
+    max pooling over small maps is ~10x faster than on (B, C, H, W) memory (the digits CNN's 8x8 maps: 0.06-0.09
     against 0.9 ms a call on one thread, a training step 5.2 against 6.9 ms; docs/benchmarks.md). The values
     and their logical order are unchanged. One channel is already "channels-last" to torch, which then keeps
     the first convolution's output in the other layout; its strides are set to say which is meant."""
     if x.dim() != 4:
         raise ValueError(f"channels_last: expected images (B, C, H, W), got shape {tuple(x.shape)}")
-    b, c, h, w = x.shape
+    _, c, h, w = x.shape
     if c > 1:
         return x.contiguous(memory_format=torch.channels_last)
     return x.contiguous().as_strided(x.shape, (c * h * w, 1, w * c, c))
