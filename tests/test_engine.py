@@ -4,6 +4,7 @@ request validation."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -540,3 +541,20 @@ def test_the_parent_run_params_are_every_result_option_then_what_the_plan_resolv
         "softmax,sparsemax", 2.0, 2.0, "lr=0.01")
     assert (params["margin"], params["race"], params["max_seeds"], params["git_commit"]) == (0.25, True, 10, "abc")
     assert params["backbone"] == plan.data_settings.backbone and params["trials_per_loss"] == plan.search_trials
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_tune_loggers_are_off_for_a_new_search_and_left_on_for_a_resume(resume: bool,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new search passes the one Tune logger it reads (result.json: engine.callbacks.common) and turns Tune's
+    defaults off; a resume must leave them on: `Tuner.restore` brings back the callbacks the search started with,
+    and a search started before the search passed its own logger would then write no result.json at all (checked
+    by hand on 2026-11-27: a search of 8f729a4, SIGKILLed, resumed with the switch on: 3 of 6 trials without one)."""
+    from ray.tune.logger import JsonLoggerCallback
+
+    from tune_as.engine import callbacks, cluster
+
+    monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
+    cluster.tune_environment(resume=resume)
+    assert os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS") == (None if resume else "1")
+    assert sum(isinstance(c, JsonLoggerCallback) for c in callbacks.common()) == 1

@@ -177,15 +177,18 @@ def loopback_ray(address: str | None) -> None:
         del os.environ[SINGLE_MACHINE_SWITCH]
 
 
-def tune_environment() -> None:
+def tune_environment(resume: bool = False) -> None:
     """Ray Tune's switches this engine needs, read by Tune when a run starts (not when it is imported), so they are
     set here, as a search starts, and never on import. A diverged trial ends with an error result that has no
     validation metric: Tune's strict check would reject it (the searcher and the callback read `error`). Trials
     checkpoint at most every --checkpoint-interval seconds and at their end, so short trials ending together
     would trip Tune's excessive-snapshot warning: off. Progress goes through our reporter (engine.progress), which
-    Tune's newer output engine would ignore. Tune's default loggers are off: the search passes the one it reads
-    (engine.callbacks.common)."""
+    Tune's newer output engine would ignore. Tune's default loggers are off for a new search, which passes the one
+    it reads (engine.callbacks.common); a resume leaves them on, as `Tuner.restore` brings back the callbacks a
+    search was started with, and one started before 2026-11-27 has no logger of its own (without Tune's, its
+    resumed trials would write no result.json)."""
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    if not resume:
+        os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")

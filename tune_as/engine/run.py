@@ -168,7 +168,7 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str], sta
     """The outside world, checked in order of cost before anything is written, then the search's folder (held
     for the block), its saved `state` and its parent MLflow run, closed FINISHED, KILLED or FAILED at the end."""
     r = plan.request
-    cluster.tune_environment()
+    cluster.tune_environment(resume=r.resume)
     if r.address:  # before the tracking store: a first use of an SQLite file creates it
         cluster.check_address(r.address)
     tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id, journal_dir=plan.search_dir)
