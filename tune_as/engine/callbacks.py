@@ -26,8 +26,9 @@ RESULT_FILE = "result.json"  # Ray Tune's JSON logger's file (ray.tune.result.EX
 def common() -> list[tune.Callback]:
     """Every Tuner's callbacks besides its MLflow one: the one Tune logger a search reads, JSON (`result.json`,
     persisted_results), then DropFinishedWeights and NoticeInterrupt. Tune's other default loggers, CSV and
-    TensorBoard, are turned off (cluster.tune_environment): no code or user reads them (MLflow has every result),
-    and the TensorBoard writer's thread took ~10% of a local search driver's samples (py-spy)."""
+    TensorBoard, are turned off for a new search (cluster.tune_environment; a resume keeps them, for a search
+    started before this list had its own logger): no code or user reads them (MLflow has every result), and the
+    TensorBoard writer's thread took ~10% of a local search driver's samples (py-spy)."""
     return [JsonLoggerCallback(), DropFinishedWeights(), NoticeInterrupt()]
 
 
