@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_reliability import wait_for
+from test_reliability import stop, wait_for
 
 from tune_as.engine import head as ray_head
 from tune_as.errors import UserError
@@ -157,8 +157,7 @@ def test_a_head_that_dies_under_a_search_ends_it_at_once_with_the_resume_line() 
         os.kill(gcs[0], signal.SIGKILL)
         out, _ = driver.communicate(timeout=120)
     finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
+        stop(driver)
     assert driver.returncode == 1, out
     lines = out.strip().splitlines()
     assert lines[-2].startswith("the local Ray ended (`ray start` exited 1: ") and "gcs_server" in lines[-2], out
