@@ -62,7 +62,7 @@ def assert_members_are_solo_trials(cfg: dict[str, Any], data: PreparedData, task
             # float rounding: at one thread (a Ray trial's) bit for bit except the cosine head on an Intel Xeon; with
             # more threads, or on an AMD EPYC (2026-11-27: as_speed's head, 1 of 131,072 weights 4.9e-5 apart after
             # 2 epochs at lr 1e-2, at one thread and at two), the products of a stack and of one member sum in
-            # another order. A member trained on another seed or data order is ~1e-2 away: still caught.
+            # another order. A member compared with the solo trial of another seed is 0.62 away: still caught.
             torch.testing.assert_close(mine, theirs, rtol=1e-3, atol=1e-4)
     return members
 
