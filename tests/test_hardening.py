@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import optuna
@@ -23,7 +24,7 @@ from test_reliability import finish, runs, start_cli, stop, wait_for, write_spac
 from tune_as.engine import SearchRequest
 from tune_as.engine.plan import plan_search, state_of
 from tune_as.engine.run import claim, resume_hint
-from tune_as.errors import UserError
+from tune_as.errors import UserError, end_process, working_threads
 from tune_as.search import build_parser, main
 
 
@@ -252,3 +253,46 @@ def test_the_loopback_switch_is_set_for_importing_ray_only() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert run.stdout.strip() == "True None", run.stdout + run.stderr
+
+
+
+END = """import atexit, sys
+from pathlib import Path
+from tune_as.errors import end_process
+atexit.register(lambda: Path(sys.argv[1]).write_text("ran"))
+print("printed before the end", end="")
+end_process(3)
+"""
+
+
+def test_a_cli_ends_with_its_code_its_atexit_handlers_and_its_output(tmp_path: Path) -> None:
+    """tune_as.errors.end_process (how `python -m tune_as.search` and `tune_as.report` end): the exit code, the
+    registered atexit handlers and buffered output all kept."""
+    marker = tmp_path / "atexit"
+    run = subprocess.run([sys.executable, "-c", END, str(marker)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONUNBUFFERED": ""})
+    assert run.returncode == 3, run.stderr
+    assert run.stdout == "printed before the end"
+    assert marker.read_text() == "ran"
+
+
+def test_a_working_thread_is_left_to_the_normal_exit() -> None:
+    """end_process ends at once only when no thread is working: one that is (not a daemon) is what the normal
+    exit waits for, so end_process raises SystemExit for it."""
+    go = threading.Event()
+    worker = threading.Thread(target=go.wait, name="a writer")
+    worker.start()
+    try:
+        assert worker in working_threads()
+        with pytest.raises(SystemExit) as ended:
+            end_process(5)
+        assert ended.value.code == 5
+    finally:
+        go.set()
+        worker.join()
+    assert worker not in working_threads()
+    hold = threading.Event()
+    daemon = threading.Thread(target=hold.wait, daemon=True)
+    daemon.start()
+    assert daemon.is_alive() and daemon not in working_threads()
+    hold.set()

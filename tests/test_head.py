@@ -21,22 +21,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("
                                                    reason="the head is launched on Linux only")]
 
 
-def session_members(sid: int) -> list[int]:
-    """The live (not zombie) processes of session `sid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
 def answers(address: str) -> bool:
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5):
@@ -48,12 +32,12 @@ def test_a_head_answers_on_loopback_and_stops_with_everything_it_started() -> No
     try:
         address = head.wait_ready()
         assert address.startswith("127.0.0.1:") and answers(address)
-        started = session_members(head.proc.pid)
+        started = ray_head.session_members(head.proc.pid)
         assert len(started) >= 3, f"ray start, its GCS and its raylet, in the head's own session: {started}"
         assert os.getsid(0) != head.proc.pid, "the head is in a session of its own, not the caller's"
     finally:
         head.stop()
-    assert session_members(head.proc.pid) == []
+    assert ray_head.session_members(head.proc.pid) == []
     assert not head.log.exists()
 
 
@@ -94,12 +78,12 @@ def test_a_driver_killed_without_warning_takes_its_head_with_it(tmp_path: Path) 
         assert driver.stdout is not None
         pid, address, log = driver.stdout.readline().split()
         assert answers(address)
-        assert session_members(int(pid))
+        assert ray_head.session_members(int(pid))
         assert not Path(log).exists(), "the head's output file, removed once it answered: nothing left on a SIGKILL"
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
-    wait_for(lambda: not session_members(int(pid)), 60, "the head's processes to end after its driver was killed")
+    wait_for(lambda: not ray_head.session_members(int(pid)), 60, "the head's processes to end after its driver was killed")
 
 
 def test_a_process_that_imported_ray_or_names_a_cluster_starts_no_head() -> None:
@@ -152,7 +136,7 @@ def test_a_head_that_dies_under_a_search_ends_it_at_once_with_the_resume_line() 
     try:
         assert driver.stdout is not None
         pid = int(driver.stdout.readline())
-        gcs = [p for p in session_members(pid) if "gcs_server" in Path(f"/proc/{p}/cmdline").read_text()]
+        gcs = [p for p in ray_head.session_members(pid) if "gcs_server" in Path(f"/proc/{p}/cmdline").read_text()]
         assert gcs, "the head's GCS"
         os.kill(gcs[0], signal.SIGKILL)
         out, _ = driver.communicate(timeout=120)
@@ -163,4 +147,4 @@ def test_a_head_that_dies_under_a_search_ends_it_at_once_with_the_resume_line() 
     assert lines[-2].startswith("the local Ray ended (`ray start` exited 1: ") and "gcs_server" in lines[-2], out
     assert lines[-1] == "interrupted: trials stopped, MLflow runs marked KILLED; resume with:  " \
                         "python -m tune_as.search --resume --name s", out
-    wait_for(lambda: not session_members(pid), 60, "the rest of the head's processes to end")
+    wait_for(lambda: not ray_head.session_members(pid), 60, "the rest of the head's processes to end")

@@ -1,3 +1,3 @@
-from tune_as.search import main
+from tune_as.search import cli
 
-raise SystemExit(main())
+cli()

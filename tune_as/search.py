@@ -19,7 +19,7 @@ from typing import Any
 from tune_as.engine import head as ray_head
 from tune_as.engine import interrupt
 from tune_as.engine.request import OPTIONS, SearchRequest, flag
-from tune_as.errors import BUG, UserError
+from tune_as.errors import BUG, UserError, end_process
 from tune_as.paths import OneLineParser
 
 
@@ -222,5 +222,10 @@ def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Hea
     return 143 if code == 130 and _TERMINATED else code
 
 
+def cli() -> None:
+    """`python -m tune_as.search` and `tune-as-search`: `main`, then the quick end of tune_as.errors.end_process."""
+    end_process(main())
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli()

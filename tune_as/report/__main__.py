@@ -1,3 +1,3 @@
-from tune_as.report.cli import main
+from tune_as.report.cli import cli
 
-raise SystemExit(main())
+cli()

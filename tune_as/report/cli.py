@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tune_as.engine.request import SearchRequest
-from tune_as.errors import UserError, cli_run
+from tune_as.errors import UserError, cli_run, end_process
 from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder
 from tune_as.report.answers import Replayed, column_labels, replay, search_name
 from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
@@ -385,5 +385,10 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cli() -> None:
+    """`python -m tune_as.report` and `tune-as-report`: `main`, then the quick end of tune_as.errors.end_process."""
+    end_process(main())
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli()
