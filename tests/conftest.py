@@ -44,6 +44,11 @@ def shared_data(task: str) -> Path:
     return path
 
 
+# As docs/cluster.md starts it: without MLflow's job runner (seven huey consumer processes that tune_as never
+# uses, ~28 CPU s at every server start on 2 cores: docs/benchmarks.md)
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 class MlflowServer:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -67,8 +72,8 @@ class MlflowServer:
 
     def start(self, timeout: float = 180.0, env: dict[str, str] | None = None) -> None:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         env={**(env or os.environ), **SERVER_ENV}, start_new_session=True)
         probe = self.ready_probe()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -34,7 +34,7 @@ from typing import Any
 
 import faults
 import pytest
-from conftest import REPO, free_port, shared_data
+from conftest import REPO, SERVER_ENV, free_port, shared_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -172,7 +172,8 @@ def mlflow_on_postgres(postgres: Postgres, tmp_path_factory: pytest.TempPathFact
            "--backend-store-uri", postgres.url("mlflow", MLFLOW_PG_SCHEME), "--artifacts-destination", str(root / "artifacts"),
            "--workers", "1"]
     with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **SERVER_ENV})
     try:
         _wait_http(f"http://127.0.0.1:{port}/health", proc, log, timeout=240)
         yield f"http://127.0.0.1:{port}"
