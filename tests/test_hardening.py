@@ -255,7 +255,6 @@ def test_the_loopback_switch_is_set_for_importing_ray_only() -> None:
     assert run.stdout.strip() == "True None", run.stdout + run.stderr
 
 
-
 END = """import atexit, sys
 from pathlib import Path
 from tune_as.errors import end_process

@@ -88,6 +88,19 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
     pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
+def processes_with(marker: str) -> list[str]:
+    """The live processes whose environment holds `marker` (every process a CLI starts, its head's and its trials'
+    workers too, inherits the TUNE_AS_CACHE that start_cli sets), as their command lines."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "environ").read_bytes():
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:100])
+        except OSError:  # ended while we looked, or not ours to read
+            continue
+    return found
+
+
 def runs(uri: str, experiment: str) -> tuple[list, list]:
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(experiment)
@@ -118,6 +131,8 @@ def test_trial_that_keeps_raising_is_retried_then_failed_others_finish(tmp_path:
         env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_FAIL_AT_EPOCH": "1", "TUNE_AS_FAIL_TIMES": "9",
              "TUNE_AS_FAIL_LOSS": "softmax"})
     code, out = finish(proc)
+    # the head's processes and the trials' workers (retried, failed, finished) end with the CLI, not after it
+    assert not processes_with(str(tmp_path / "cache")), "a process the search started outlived it"
     assert code == 0, out[-3000:]
     parents, children = runs(mlflow_server.uri, "rel-raise")
     assert len(parents) == 1 and len(children) == 4

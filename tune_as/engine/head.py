@@ -40,6 +40,7 @@ SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # cluster.SINGLE_MA
 AUTH_MODE = "RAY_AUTH_MODE"
 DASHBOARD_PORT = 8265  # Ray's default, taken when free
 START_TIMEOUT_S = 180.0
+KILLED_WITHIN_S = 10.0  # `stop` waits this long at most for its SIGKILLed processes to be gone
 PR_SET_PDEATHSIG = 1
 
 
@@ -158,18 +159,22 @@ class Head:
             interrupt.abandon(1, f"the local Ray ended (`ray start` exited {code}: {self.output(2)[-300:]})")
 
     def stop(self) -> None:
-        """The head ended at once: SIGKILL to its process group (`ray start`, GCS, raylet, agents); the trials'
-        workers, in groups of their own, end as their raylet does. The driver has left Ray (`ray.shutdown`) and
-        ended its trials before this, and a local head keeps nothing worth a graceful stop: `ray start`'s own stop
-        on SIGTERM sends SIGTERM to each process and waits for it (1.7 s of every search's end on a 2-core
-        machine) and leaves the same session folder behind. The log removed."""
+        """The head ended at once: SIGKILL to its process group (`ray start`, GCS, raylet, agents) and to the rest
+        of its session (the trials' workers, in groups of their own), and returns once they are gone: nothing the
+        search started outlives the CLI (tests/test_reliability.py checks it). The driver has left Ray
+        (`ray.shutdown`) and ended its trials before this, and a local head keeps nothing worth a graceful stop:
+        `ray start`'s own stop on SIGTERM sends SIGTERM to each process and waits for it (1.7 s of every search's
+        end on a 2-core machine) and leaves the same session folder behind. The log removed."""
         self.stopping = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        for pid in session_members(self.proc.pid):  # the workers: gone now, not a second after the driver
+        for pid in session_members(self.proc.pid):  # the workers
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         self.proc.wait()
+        deadline = time.monotonic() + KILLED_WITHIN_S  # a SIGKILL is delivered when the process next runs
+        while session_members(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.log.unlink(missing_ok=True)
         if self._kept is not None:
             self._kept.close()
