@@ -1,4 +1,4 @@
-"""Errors a user can cause. The CLIs print them as one line and exit with code 2."""
+"""Errors a user can cause (the CLIs print them as one line and exit with code 2), and how a CLI process ends."""
 
 from __future__ import annotations
 
