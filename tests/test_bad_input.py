@@ -4,7 +4,6 @@ MLflow run (the SQLite tracking file is absent or holds no run)."""
 
 from __future__ import annotations
 
-import dataclasses
 import http.server
 import json
 import threading
@@ -18,15 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlflow.tracking import MlflowClient
 
-from tune_as.engine import rounds
 from tune_as.errors import UserError
-from tune_as.results import racing
 from tune_as.search import main
-from tune_as.settings import TrialSettings
 from tune_as.tasks import DataSettings, build_task
 from tune_as.tracking.client import redact_uri
-
-TRIAL = TrialSettings(loss="softmax", epochs=2.0, batch_size=32, lr=1e-3)
 
 SPACE_OK = "task: digits\ntrials_per_loss: 1\nfixed: {epochs: 1}\nlosses:\n  softmax: {}\n"
 
@@ -593,10 +587,7 @@ DAMAGED_SEARCHERS = {
                  "expected the searcher state tune_as writes (JSON), got UnicodeDecodeError"),
     "live trials a list": ("", "searcher-state-1.pkl", b'{"suggested": {"softmax": 1}, "live": [1]}',
                            "expected the searcher state tune_as writes (JSON: suggestions per loss, live trials)"),
-    "a race's": ("confirm", "searcher-state-1.pkl", b'{"race": true, "queue": 3, "live": {}}',
-                 "expected the searcher state tune_as writes (JSON: a race's queue, trials out and outcomes), got "
-                 "TypeError"),
-    "a confirmation batch's": ("confirm", "searcher-state-1.pkl", b'{"next": "3"}',
+    "a confirmation round's": ("confirm-2", "searcher-state-1.pkl", b'{"next": "3"}',
                                "expected the searcher state tune_as writes (JSON: the next config), got next=3"),
     "early stopping truncated": ("", "scheduler.json", b'{"losses": {"sof',
                                  "expected the early-stopping state tune_as writes (JSON), got JSONDecodeError"),
@@ -630,25 +621,6 @@ def test_a_damaged_searcher_state_is_refused_before_ray_starts(case: str, tmp_pa
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def test_a_round_folder_of_an_older_tune_as_is_refused_before_ray_starts(tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """An older tune_as ran each round of a race as a Tune experiment of its own (confirm-2, ...): this one runs
-    every round in `confirm` and cannot resume those; it says so in one line, before Ray or MLflow."""
-    from tune_as.space.search_space import default_space_path, load_search_space
-
-    space = load_search_space(default_space_path("digits", "multiclass"), "multiclass").restrict(SAVED["losses"])
-    folder = tmp_path / "results" / "s1"
-    (folder / "confirm-2").mkdir(parents=True, mode=0o700)
-    folder.chmod(0o700)
-    (folder / "tune_as_search.json").write_text(json.dumps({**SAVED, "fingerprint": space.fingerprint()}))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert main(["--resume", "--name", "s1", "--storage-path", str(tmp_path / "results"), "--mlflow-uri", uri]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {folder / 'confirm-2'}: expected one confirmation "
-                                               "experiment (confirm), got a round folder of an older tune_as"), err
-    assert not (tmp_path / "mlflow.db").exists()
-
-
 def test_an_intact_searcher_state_passes_the_check(tmp_path: Path) -> None:
     """The control for the cases above: what the searchers write is what the check accepts."""
     from tune_as.engine.schedulers import Rungs
@@ -657,19 +629,8 @@ def test_an_intact_searcher_state_passes_the_check(tmp_path: Path) -> None:
     write_json(tmp_path / "searcher-state-1.pkl", {"suggested": {"softmax": 2}, "live": {"t1": ["softmax", 1]},
                                                    "exhausted": [], "orphans": {"softmax": [0]}})
     (tmp_path / "confirm").mkdir()
-    write_json(tmp_path / "confirm" / "searcher-state-1.pkl", {"next": 3})  # the report's confirmation batch
+    write_json(tmp_path / "confirm" / "searcher-state-1.pkl", {"next": 3})
     check_searcher_states(tmp_path)
-    race = rounds.RaceSearcher(racing.Plan(("softmax", "a"), "softmax", (1, 2, 3, 4, 5), max_seeds=5),
-                               {"softmax": TRIAL, "a": dataclasses.replace(TRIAL, loss="a")}, "accuracy",
-                               rounds.Budget(None, 4.0, 2.0), 1, {})
-    assert race.suggest("t1") == {**TRIAL.to_dict(), "seed": 1}  # round 1 is queued, one handed out
-    race.on_trial_result("t1", {"epoch": 1.0, "best_val_accuracy": 0.5})
-    race.on_trial_complete("t2")  # not its trial: ignored
-    race.save(str(tmp_path / "confirm" / "searcher-state-2.pkl"))
-    check_searcher_states(tmp_path)
-    again = rounds.RaceSearcher(race.race, race.settings, "accuracy", race.budget, 1, {})
-    again.restore(str(tmp_path / "confirm" / "searcher-state-2.pkl"))
-    assert (again.queue, again.live, again.seen, again.handed) == (race.queue, race.live, race.seen, 1)
     rungs = Rungs(4.0, 1.0, 2.0)
     rungs.record("t1", 1.0, 0.5)
     write_json(tmp_path / "scheduler.json", {"losses": {"softmax": rungs.to_json(), "sparsemax": None}})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,9 +94,8 @@ class LossProgress(ProgressReporter):
     at most every `every_s`."""
 
     def __init__(self, title: str, metric: str, searched: dict[str, tuple[str, ...]], every_s: float = 30.0,
-                 tty_every_s: float = 2.0, expected: Callable[[], int] | None = None) -> None:
+                 tty_every_s: float = 2.0) -> None:
         self.title, self.metric, self.searched = title, metric, searched
-        self.expected = expected  # the trials known so far, where Tune's total is open (a race's rounds)
         self.tty = sys.stdout.isatty()
         self.every_s = tty_every_s if self.tty else every_s
         self.last = 0.0
@@ -116,8 +115,7 @@ class LossProgress(ProgressReporter):
     def report(self, trials: list[Any], done: bool, *sys_info: str) -> None:
         self.last = time.monotonic()
         rows = [self._status(t) for t in trials]
-        total = self.expected() if self.expected is not None else self.total
-        lines = loss_lines(rows, self.title, self.metric, total, self.last - self.start)
+        lines = loss_lines(rows, self.title, self.metric, self.total, self.last - self.start)
         if self.tty:
             up = f"\x1b[{self.drawn}F\x1b[J" if self.drawn else ""  # to the block's first line, clear below
             print(up + "\n".join(lines) + ("\n" if done else ""), file=sys.stdout, flush=True)
@@ -144,7 +142,7 @@ def best_of(config: dict[str, Any], last: dict[str, Any], metric: str) -> float 
     return max(numbers) if numbers else None
 
 
-def reporter(plan: SearchPlan, role: str, expected: Callable[[], int] | None = None) -> ProgressReporter:
+def reporter(plan: SearchPlan, role: str) -> ProgressReporter:
     """One line per loss in 100 columns; `--verbose`: Ray's per-trial table. Validation only: test metrics during
     a search invite choosing on test."""
     metric = plan.metric
@@ -155,4 +153,4 @@ def reporter(plan: SearchPlan, role: str, expected: Callable[[], int] | None = N
                            parameter_columns=params, max_report_frequency=30, sort_by_metric=False)
     searched = {loss: tuple(config_key(d.name) for d in s.params) for loss, s in plan.space.losses.items()}
     what = "confirmation" if role == schema.ROLE_CONFIRMATION else "search"
-    return LossProgress(f"{plan.task.name} {what}", metric, searched, expected=expected)
+    return LossProgress(f"{plan.task.name} {what}", metric, searched)

@@ -7,7 +7,7 @@ import dataclasses
 import importlib.util
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
@@ -18,7 +18,7 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from tune_as.engine import callbacks, cluster, disk, interrupt, members, rounds, worker
+from tune_as.engine import callbacks, cluster, disk, interrupt, members, worker
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.head import Head
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
@@ -104,15 +104,13 @@ def _trainable_for(plan: SearchPlan, res: dict[str, float]) -> Any:
         worker.trainable, data=plan.data, task=plan.task, checkpoint_interval_s=plan.request.checkpoint_interval_s), res)
 
 
-def _tuner(session: Session, name: str, role: str, search_alg: Searcher, scheduler: TrialScheduler, num_samples: int,
-           expected: Callable[[], int] | None = None) -> tune.Tuner:
-    """num_samples -1: the trials the searcher hands out (a race; `expected`: those known so far)."""
+def _tuner(session: Session, name: str, role: str, search_alg: Searcher, scheduler: TrialScheduler, num_samples: int) -> tune.Tuner:
     plan, r = session.plan, session.plan.request
     callback = callbacks.MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
         callbacks=[callback, *callbacks.common()], verbose=min(r.verbose, 1),
-        progress_reporter=reporter(plan, role, expected), failure_config=tune.FailureConfig(max_failures=r.max_failures),
+        progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         stop=disk.StopOnFullDisk(),  # a worker's full disk ends the search (engine.disk), not only its trial
         # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
         # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).
@@ -138,15 +136,15 @@ def _scheduler(plan: SearchPlan) -> TrialScheduler:
     return scheduler
 
 
-def _fit(session: Session, tuner: tune.Tuner, expected: int | None) -> tune.ResultGrid:
+def _fit(session: Session, tuner: tune.Tuner, expected: int) -> tune.ResultGrid:
     """Ray Tune swallows Ctrl-C (it checkpoints and returns), so an interruption is recognised by trials left
-    open or not finished (`expected` None: every trial Tune created)."""
+    open or not finished."""
     try:
         grid = tuner.fit()
     except KeyboardInterrupt:
         raise SearchInterrupted(session.hint) from None
     if (interrupt.noticed.is_set() or session.tracker.unfinished()
-            or grid.num_terminated + grid.num_errors < (len(grid) if expected is None else expected)):
+            or grid.num_terminated + grid.num_errors < expected):
         raise SearchInterrupted(session.hint)
     return grid
 
@@ -309,9 +307,9 @@ class Confirmed:
 
 def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> Confirmed:
     """Confirm each loss's selected setting with new seeds, in rounds the race decides (one round for
-    `--confirm N`), until every verdict is decided, `--max-seeds` is reached or `--budget` is spent: every round
-    in one Tune experiment (`confirm`, engine.rounds), resumable like the search; the rounds the answer names are
-    the race replayed on that experiment's results, so no seed runs twice and none is left out."""
+    `--confirm N`), until every verdict is decided, `--max-seeds` is reached or `--budget` is spent. Each round
+    is a Tune experiment of its own (`confirm`, `confirm-2`, ...): a resume restores the round it stopped in
+    and recomputes the same next rounds from the results (the race is pure), so no seed runs twice."""
     plan, r = session.plan, session.plan.request
     cells = ranking.selected(trials)
     # best on the search's validation first: a round the budget cannot pay in full goes to them (and the baseline)
@@ -331,34 +329,36 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
                               resolution_points=step) if r.confirm
             else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=last, margin_points=margin_points(plan),
                              resolution_points=step))
-    notes = []
+    runs: list[TrialRun] = []
+    rounds: list[tuple[str, ...]] = []
+    epochs, notes = 0.0, []
     if not r.confirm and last < r.max_seeds:
         notes.append(f"--budget {r.budget:g}: the race's last look is at {last} seeds per loss, what the budget "
                      f"left after the search pays for every loss (--max-seeds {r.max_seeds}); its alpha goes there.")
     notes.append(reach(race, plan.baseline, search_epochs, per_run))
     print(fit(notes[-1]))
-    budget = rounds.Budget(r.budget, search_epochs, per_run)
-    path = plan.search_dir / CONFIRM_DIR
-    if tune.Tuner.can_restore(str(path)):
-        tuner = tune.Tuner.restore(str(path), _trainable_for(plan, session.resources), resume_unfinished=True,
-                                   resume_errored=True)
-    else:
-        settings = {loss: _settings(cells[loss]) for loss in losses}
-        single = {loss: members.population_problem(plan.data, s) if r.seeds_per_trial > 1 else None
-                  for loss, s in settings.items()}
-        searcher = rounds.RaceSearcher(race, settings, plan.metric, budget, r.seeds_per_trial, single)
-        limited = ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, session.resources))
-        tuner = _tuner(session, CONFIRM_DIR, schema.ROLE_CONFIRMATION, limited, FIFOScheduler(), -1, searcher.expected)
-    grid = _fit(session, tuner, None)
-    if (played := rounds.replay(race, rounds.outcomes_of(grid, plan.metric), budget)).next:
-        raise SearchInterrupted(session.hint)  # Tune returned between two rounds: the resume runs the rest
-    by_pair = {(run.loss, int(run.seed)): run for run in _results(grid, plan)}
-    runs = [by_pair[pair] for taken in played.rounds for pair in taken if pair in by_pair]
-    notes += [played.note] if played.note else []
-    if r.budget is not None and not racing.decide(ranking.race_results(runs, plan.metric), race, None).done:
+    attempted: set[tuple[str, int]] = set()
+    for round_no in range(1, len(race.looks) + 1):
+        left = None if r.budget is None else max(0, int((r.budget - search_epochs - epochs) // per_run))
+        answer = racing.decide(ranking.race_results(runs, plan.metric), race, left)
+        if answer.done:
+            break
+        wanted = [(loss, s) for loss, ss in answer.next_seeds.items() for s in ss]
+        if attempted & set(wanted):  # a run of this round failed: racing on would ask for it forever
+            notes.append("Racing stopped early: a confirmation run failed (see the runs marked FAILED in MLflow).")
+            break
+        attempted |= set(wanted)
+        configs = [dataclasses.replace(_settings(cells[loss]), seed=s) for loss, s in wanted]
+        print(f"\nConfirmation round {round_no}: {len(configs)} runs of {len(answer.next_seeds)} losses, "
+              f"no early stopping (seeds {', '.join(map(str, sorted({seed for _, seed in wanted})))})")
+        new, spent = run_trials(session, configs, CONFIRM_DIR if round_no == 1 else f"{CONFIRM_DIR}-{round_no}")
+        runs += new
+        rounds.append(tuple(run.run_id for run in new))
+        epochs += spent
+    results = ranking.race_results(runs, plan.metric)
+    if r.budget is not None and not racing.decide(results, race, None).done:
         notes.append(f"--budget {r.budget:g} trial-epochs spent before every verdict was decided.")
-    taken = tuple(tuple(by_pair[pair].run_id for pair in one if pair in by_pair) for one in played.rounds)
-    return Confirmed(runs, members.grid_epochs(grid), race, tuple(notes), taken)
+    return Confirmed(runs, epochs, race, tuple(notes), tuple(rounds))
 
 
 def _settings(cell: Cell) -> TrialSettings:

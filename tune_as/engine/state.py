@@ -21,8 +21,7 @@ CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the se
 
 
 def experiment_folders(search_dir: Path) -> list[Path]:
-    """The search's Tune experiment, then its confirmation's (engine.rounds), and any folder an older tune_as gave
-    each later round of a race (confirm-2, ...: `check_searcher_states` refuses those)."""
+    """The search's Tune experiment, then its confirmation rounds' (confirm, confirm-2, ...: engine.run._confirm)."""
     return [search_dir, *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]
 
 
@@ -93,25 +92,6 @@ def loss_searcher_state(saved: dict[str, Any], path: Path) -> dict[str, Any]:
                         f"trials), got {type(exc).__name__}: {str(exc)[:120]}") from None
 
 
-def race_searcher_state(saved: dict[str, Any], path: Path) -> dict[str, Any]:
-    """RaceSearcher's saved state (engine.rounds), typed: the round's queue of configs, the trials out with their
-    configs, trials handed out, the outcome of each trial's last report and of every run that ended."""
-    def outcome(row: Any) -> list[float | None]:
-        val, test, epochs = row
-        return [None if val is None else float(val), None if test is None else float(test), float(epochs)]
-
-    try:
-        queue, live = list(saved["queue"]), dict(saved["live"])
-        if not all(isinstance(c, dict) for c in [*queue, *live.values()]):
-            raise TypeError("a config is not an object")
-        return {"queue": queue, "live": {str(t): c for t, c in live.items()}, "handed": int(saved["handed"]),
-                "seen": {str(t): [[int(s), *outcome(o)] for s, *o in rows] for t, rows in dict(saved["seen"]).items()},
-                "outcomes": [[str(loss), int(seed), *outcome(o)] for loss, seed, *o in saved["outcomes"]]}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"{path}: expected {SEARCHER_WHAT} tune_as writes (JSON: a race's queue, trials out and "
-                        f"outcomes), got {type(exc).__name__}: {str(exc)[:120]}") from None
-
-
 def fixed_searcher_state(saved: dict[str, Any], path: Path) -> int:
     """FixedConfigs' saved state: the index of the next config."""
     nxt = saved.get("next")
@@ -151,17 +131,11 @@ def check_searcher_states(search_dir: Path) -> None:
     file, as `Searcher.restore_from_dir` picks it), read as the searchers read it: on `--resume`, before Ray
     starts, so that a damaged file is one line naming it, not a traceback from Ray's copy of it."""
     for folder in experiment_folders(search_dir):
-        if folder.name.startswith(CONFIRM_DIR + "-"):
-            raise UserError(f"{folder}: expected one confirmation experiment ({CONFIRM_DIR}), got a round folder of "
-                            "an older tune_as (a Tune experiment per round), which this one cannot resume; start "
-                            "the search again under a new --name")
         found = [str(p) for p in folder.glob(SEARCHER_FILES)]
         if found:
             path = Path(max(found))
             saved = read_json(path, SEARCHER_WHAT)
             if folder == search_dir:
                 loss_searcher_state(saved, path)
-            elif saved.get("race"):
-                race_searcher_state(saved, path)
-            else:  # the report's confirmation batch (FixedConfigs)
+            else:
                 fixed_searcher_state(saved, path)
