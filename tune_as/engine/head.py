@@ -98,7 +98,8 @@ class Head:
                    f"--port={self.port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
                    f"--ray-client-server-port={_free_port()}",  # not 10001: two searches on one machine
                    # no log monitor: it streams the workers' output to drivers, and ours joins with
-                   # log_to_driver=False (the dashboard reads log files through its agent): ~2 CPU s a search
+                   # log_to_driver=False (the dashboard reads log files through its agent): 1.9-2.2 CPU s of
+                   # the README's search, 0.8 of a one-trial search (docs/benchmarks.md)
                    "--include-log-monitor=false",
                    f"--include-dashboard={str(dashboard).lower()}", f"--dashboard-host={dashboard_host}",
                    # `ray start` does not move on from a taken dashboard port (ray.init does): its dashboard would
