@@ -110,7 +110,7 @@ def running(server: S) -> Iterator[S]:
         server.stop()
 
 
-SERVICES = ("mlflow_server", "ray_local", "ray_cluster")  # fixtures that start a real service: the slow tier
+SERVICES = ("mlflow_server", "ray_local", "ray_cluster", "ray_head")  # fixtures that start a real service: the slow tier
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -139,6 +139,32 @@ def ray_local() -> Iterator[None]:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[str]:
+    """A Ray of this machine for the CLIs the tests start (`--address`, the cluster path): `ray start --head` as
+    tune_as.engine.head starts a local search's own, without its dashboard, in token mode. A search that joins it
+    skips starting a Ray of its own: 4-6 s of wall and ~10 CPU s each on 2 cores (docs/benchmarks.md). The searches'
+    TUNE_AS_* settings reach its workers through each job's runtime_env (engine.cluster.trial_env); the fault hook's
+    module (tests/faults.py) is on its workers' path. Its address, once it answers; stopped with the session."""
+    from unittest.mock import patch
+
+    from tune_as.engine.head import READY, START_TIMEOUT_S, Head
+
+    tests = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
+    with patch.dict(os.environ, {"PYTHONPATH": path, "RAY_AUTH_MODE": "token"}):  # the head's environment only
+        head = Head(dashboard=False, dashboard_host="127.0.0.1")
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while READY not in head.output(lines=1000):  # `ray start` says nothing a process could wait on
+            if head.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"`ray start --head` did not start: {head.output()}")
+            time.sleep(0.1)
+        yield head.address
+    finally:
+        head.stop()
 
 
 @pytest.fixture()

@@ -149,7 +149,7 @@ CHANGED = [["--max-train-samples", "900"], ["--max-epochs", "5"], ["--backbone",
 
 
 @pytest.mark.slow
-def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, mlflow_server,
+def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, mlflow_server, ray_head: str,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     faults = tmp_path / "faults"
     faults.mkdir()
@@ -172,8 +172,9 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
         assert "gcs_server" in names and "raylet" in names and worker in sockets, sockets
 
         # 14.6: the name is taken while it runs, for a new search (refused as its plan is made: in this process,
-        # as the CLI's main runs it) and for a resume (refused once it holds the folder's lock: a process of its own)
-        resume = start_cli(tmp_path, uri, ["--resume", "--name", "life"])
+        # as the CLI's main runs it) and for a resume (refused once it holds the folder's lock: a process of its own,
+        # on the session's Ray: a local one would start a Ray it never uses beside the running search)
+        resume = start_cli(tmp_path, uri, ["--resume", "--name", "life"], address=ray_head)
         assert main(["--task", "digits", "--storage-path", str(storage), "--mlflow-uri", uri, *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --name: expected a new search name, but"), err
@@ -253,6 +254,22 @@ def test_the_loopback_switch_is_set_for_importing_ray_only() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert run.stdout.strip() == "True None", run.stdout + run.stderr
+
+
+def test_a_cluster_search_gives_its_workers_the_tune_as_settings_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Joining a cluster, the driver's TUNE_AS_* variables (the trial hook and what it reads) go to the job's
+    workers through Ray's runtime_env, and nothing else of its environment; a driver the Jobs API started forwards
+    none (its job's runtime_env reaches the workers already, and Ray refuses a variable given twice)."""
+    from tune_as.engine.cluster import JOB_CONFIG_ENV, trial_env
+
+    for key in [k for k in os.environ if k.startswith("TUNE_AS_") or k == JOB_CONFIG_ENV]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("TUNE_AS_TRIAL_HOOK", "faults:hook")
+    monkeypatch.setenv("TUNE_AS_FAULT_DIR", "/shared/faults")
+    monkeypatch.setenv("NOT_TUNE_AS_X", "1")
+    assert trial_env() == {"TUNE_AS_TRIAL_HOOK": "faults:hook", "TUNE_AS_FAULT_DIR": "/shared/faults"}
+    monkeypatch.setenv(JOB_CONFIG_ENV, "{}")
+    assert trial_env() == {}
 
 
 END = """import atexit, sys

@@ -49,15 +49,20 @@ TESTS = Path(__file__).resolve().parent
 
 
 def start_cli(tmp: Path, uri: str, args: list[str], env: dict[str, str] | None = None,
-              dashboard: bool = False) -> subprocess.Popen[str]:
-    """The CLI in a session of its own; without the dashboard (no test here looks at it: ~2 s less per start)."""
+              dashboard: bool = False, address: str | None = None) -> subprocess.Popen[str]:
+    """The CLI in a session of its own: on its own local Ray, without the dashboard (no test here looks at it: ~2 s
+    less per start), or joining the Ray at `address` (conftest's ray_head: the cluster path, and no Ray to start).
+    That Ray listens on loopback only, in token mode: the CLI joins it in Ray's single-machine mode (Ray's documented
+    switch; elsewhere Ray swaps a loopback address for the machine's routable IP), as a local search joins its own."""
+    joining = {"RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if address else {}
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "TUNE_AS_CACHE": str(tmp / "cache"),
-                "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+                "RAY_USAGE_STATS_ENABLED": "0", **joining, **(env or {})}
     if "TUNE_AS_FAULT_DIR" in full_env:  # tests/faults.py, plugged into every trial's reports
         full_env["TUNE_AS_TRIAL_HOOK"] = "faults:hook"
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), full_env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "tune_as.search", "--task", "digits", "--storage-path", str(tmp / "results"),
-           "--mlflow-uri", uri, "--cpus-per-trial", "1", *([] if dashboard else ["--no-dashboard"]), *args]
+           "--mlflow-uri", uri, "--cpus-per-trial", "1",
+           *(["--address", address] if address else [] if dashboard else ["--no-dashboard"]), *args]
     return subprocess.Popen(cmd, cwd=tmp, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 
@@ -145,7 +150,8 @@ def test_trial_that_keeps_raising_is_retried_then_failed_others_finish(tmp_path:
     assert len(attempts) == 4, f"each softmax trial: 1 try + 1 retry, got {attempts}"
 
 
-def test_a_killed_worker_resumes_from_its_one_checkpoint_without_duplicates(tmp_path: Path, mlflow_server) -> None:
+def test_a_killed_worker_resumes_from_its_one_checkpoint_without_duplicates(tmp_path: Path, mlflow_server,
+                                                                            ray_head: str) -> None:
     """Two trials that checkpoint at every evaluation (every 4 steps, `--checkpoint-interval 0`); the worker of one
     is killed (SIGKILL) while it blocks after the search's first report, mid-epoch (tests/faults.py). That trial
     resumes from its checkpoint (its evaluations never go back), one MLflow run per trial with each evaluation
@@ -156,7 +162,7 @@ def test_a_killed_worker_resumes_from_its_one_checkpoint_without_duplicates(tmp_
     proc = start_cli(tmp_path, mlflow_server.uri, [
         "--search-space", str(space), "--experiment", "rel-sigkill", "--name", "digits-kill-worker",
         "--eval-every-steps", "4", "--max-concurrent", "2", "--no-asha", "--checkpoint-interval", "0"],
-        env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_ONCE": "1"})
+        env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_ONCE": "1"}, address=ray_head)
     # the worker blocks after its first report (step 4, mid-epoch) until it is killed: no race with its exit
     wait_for(lambda: (fault_dir / "ready_to_kill").exists() or proc.poll() is not None, 240,
              "the first report of the search")
@@ -261,7 +267,7 @@ def test_a_signal_to_the_process_group_stops_marks_runs_killed_and_prints_one_re
     assert any(c.info.status == "KILLED" for c in children)
 
 
-def test_an_mlflow_outage_while_trials_start_report_and_end_loses_nothing(tmp_path: Path) -> None:
+def test_an_mlflow_outage_while_trials_start_report_and_end_loses_nothing(tmp_path: Path, ray_head: str) -> None:
     """The tracking server goes away while the first trial holds its first report (tests/faults.py), and comes back
     once 8 more evaluations (at least one trial started, reported and ended) were made without it: conditions on
     the trials' own reports, not a sleep (a search faster than the test's look cannot outrun it: 17 evaluations
@@ -276,7 +282,7 @@ def test_an_mlflow_outage_while_trials_start_report_and_end_loses_nothing(tmp_pa
         go = tmp_path / "go"
         proc = start_cli(tmp_path, server.uri, ["--search-space", str(space), "--experiment", "rel-outage",
                                                 "--max-concurrent", "1", "--no-asha"],
-                         env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_HOLD_UNTIL": str(go)})
+                         env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_HOLD_UNTIL": str(go)}, address=ray_head)
         wait_for(lambda: (fault_dir / "holding").exists() or proc.poll() is not None, 300,
                  "the first trial's first report")
         wait_for(lambda: len(runs(server.uri, "rel-outage")[1]) >= 1, 300, "the first child run")
@@ -311,11 +317,11 @@ losses:
 """
 
 
-def test_nan_loss_fails_the_trial_clearly_and_tells_the_searcher(tmp_path: Path, mlflow_server) -> None:
+def test_nan_loss_fails_the_trial_clearly_and_tells_the_searcher(tmp_path: Path, mlflow_server, ray_head: str) -> None:
     space = write_space(tmp_path, trials=2, epochs=2, text=NAN_SPACE)
     code, out = finish(start_cli(tmp_path, mlflow_server.uri, [
         "--search-space", str(space), "--experiment", "rel-nan", "--name", "digits-nan", "--max-failures", "3",
-        "--format", "markdown"]))
+        "--format", "markdown"], address=ray_head))
     # no failure is silent: the loss is in the answer with why, the parent run FAILED, exit code 3
     assert code == 3, out[-3000:]
     assert "| - | softmax | no result: failed or diverged: non-finite training loss" in out, out[-3000:]
@@ -359,8 +365,8 @@ def snapshot_shows(experiment_dir: Path, running: str, ended: int) -> bool:
             and sum(s == "TERMINATED" for s, _, _ in trials.values()) == ended)
 
 
-def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Path,
-                                                                    request: pytest.FixtureRequest) -> None:
+def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Path, request: pytest.FixtureRequest,
+                                                                    ray_head: str) -> None:
     """--race --max-seeds 5 on two losses: round 1 (3 seeds each, experiment `confirm`) leaves both undecided,
     round 2 (2 more seeds each, `confirm-2`) runs 4 runs, one at a time. The third run of round 2 blocks at its
     first report (mid-epoch): two runs of the round have ended, this one has not, the fourth has not started. Once
@@ -386,9 +392,10 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     clean_dir = tmp_path / "clean"
     clean_dir.mkdir()
     clean_uri = f"sqlite:///{clean_dir / 'mlflow.db'}"
-    clean = start_cli(clean_dir, clean_uri, [a if a != "race-kill" else "race-clean" for a in args])
+    clean = start_cli(clean_dir, clean_uri, [a if a != "race-kill" else "race-clean" for a in args], address=ray_head)
     request.addfinalizer(lambda: stop(clean))
-    proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2:3"})
+    proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2:3"},
+                     address=ray_head)
     ready = fault_dir / "ready_to_kill"
     wait_for(lambda: faults.trial_order(fault_dir, "confirm") or proc.poll() is not None, 400,
              "the first report of round 1")
@@ -413,7 +420,7 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     assert ended_before, "the kill should come after a run of round 2 ended"
 
     code, out = finish(start_cli(tmp_path, uri, ["--name", "race-kill", "--resume", "--format", "markdown"],
-                                 env={"TUNE_AS_FAULT_DIR": str(fault_dir)}))
+                                 env={"TUNE_AS_FAULT_DIR": str(fault_dir)}, address=ray_head))
     assert code == 0, out[-3000:]
     client = MlflowClient(uri)
     found = client.search_runs([client.get_experiment_by_name("rel-race").experiment_id],

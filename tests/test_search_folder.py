@@ -51,7 +51,7 @@ def fill(folder: Path) -> Path:
 
 
 def test_a_disk_that_fills_up_under_the_search_ends_it_with_one_line_and_it_resumes(
-        tmp_path: Path, mlflow_server) -> None:
+        tmp_path: Path, mlflow_server, ray_head: str) -> None:
     """The first report of the search is held (tests/faults.py) while the test fills the storage path's tmpfs; the
     trial's next checkpoint then meets ENOSPC. The search ends at once: one error line naming the cause and the
     folder, the resume line, every run KILLED, exit 5, no traceback; freed, the resume line's search completes."""
@@ -62,7 +62,7 @@ def test_a_disk_that_fills_up_under_the_search_ends_it_with_one_line_and_it_resu
         args = ["--storage-path", str(disk), "--experiment", "rel-full", "--name", "digits-full",
                 "--max-concurrent", "1", "--no-asha", "--eval-every-steps", "4", "--checkpoint-interval", "0"]
         proc = start_cli(tmp_path, mlflow_server.uri, ["--search-space", str(space), *args],
-                         env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_HOLD_UNTIL": str(go)})
+                         env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_HOLD_UNTIL": str(go)}, address=ray_head)
         wait_for(lambda: (faults / "holding").exists() or proc.poll() is not None, 240, "the first report")
         filler = fill(disk)
         go.touch()
@@ -78,7 +78,7 @@ def test_a_disk_that_fills_up_under_the_search_ends_it_with_one_line_and_it_resu
         assert children and all(c.info.status == "KILLED" for c in children), [c.info.status for c in children]
 
         filler.unlink()
-        code, out = finish(start_cli(tmp_path, mlflow_server.uri, ["--resume", *args[:6]]))
+        code, out = finish(start_cli(tmp_path, mlflow_server.uri, ["--resume", *args[:6]], address=ray_head))
         assert code == 0, out[-3000:]
         parents, children = runs(mlflow_server.uri, "rel-full")
         assert [p.info.status for p in parents] == ["FINISHED"]
@@ -93,7 +93,7 @@ def contents(folder: Path) -> dict[str, tuple[int, str]]:
 
 
 def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
-        tmp_path: Path, mlflow_server, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, mlflow_server, capsys: pytest.CaptureFixture[str], ray_head: str) -> None:
     """A finished search and its SQLite store, both copied elsewhere, get its confirmation there (`--resume
     --confirm 2 --mlflow-uri <the copied store>`): it completes, and not one file of the original folder or store
     changes (root ignores a read-only mode, so mtimes and bytes are compared). A store that does not hold the
@@ -105,7 +105,7 @@ def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
     first_db.parent.mkdir()
     code, out = finish(start_cli(tmp_path, f"sqlite:///{first_db}", [
         "--search-space", str(space), "--experiment", "rel-copy", "--name", name, "--storage-path", str(first),
-        "--max-concurrent", "1", "--no-asha"]))
+        "--max-concurrent", "1", "--no-asha"], address=ray_head))
     assert code == 0, out[-3000:]
     shutil.copytree(first, second, symlinks=True)
     shutil.copytree(first_db.parent, second_db.parent)
@@ -122,7 +122,7 @@ def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
         f"expected the parent run of search '{name}'" in line, line
 
     code, out = finish(start_cli(tmp_path, f"sqlite:///{second_db}", [
-        "--resume", "--name", name, "--storage-path", str(second), "--confirm", "2"]))
+        "--resume", "--name", name, "--storage-path", str(second), "--confirm", "2"], address=ray_head))
     assert code == 0, out[-3000:]
     assert "Confirmation round 1: 4 runs of 2 losses" in out, out[-3000:]
     assert len(list((second / name / "confirm").glob("*/checkpoint_*"))) == 4

@@ -93,7 +93,9 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
     try:
         level = logging.ERROR if quiet else logging.INFO
         if address:
-            ctx = ray.init(address=address, log_to_driver=False, logging_level=level)
+            env = trial_env()
+            ctx = ray.init(address=address, log_to_driver=False, logging_level=level,
+                           runtime_env={"env_vars": env} if env else None)
         elif joined:  # the driver joins the CLI's head on loopback
             ctx = ray.init(address=joined, log_to_driver=False, logging_level=level, _node_ip_address="127.0.0.1")
         else:
@@ -117,6 +119,22 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
         port = str(url).rsplit(":", 1)[-1]  # the port Ray bound (8265, or the next free one)
         print(f"Ray dashboard: http://{url}  (from a laptop: ssh -L {port}:127.0.0.1:{port} HEAD)\n"
               f"  token auth: the token is in ~/.ray/auth_token locally, RAY_AUTH_TOKEN on a cluster")
+
+
+# Set by Ray's Jobs API in a driver it starts: that job's runtime_env is already every worker's (Ray refuses a
+# variable given twice, by the job and by `ray.init`).
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def trial_env() -> dict[str, str]:
+    """The driver's TUNE_AS_* settings (the trial hook, TUNE_AS_TRIAL_HOOK, and whatever it reads; the data
+    folders) for the workers of a cluster it joins: a local head's workers inherit the driver's environment, a
+    cluster's are started by their own node's raylet and get them only through the job's runtime_env. Empty where
+    the Jobs API started this driver (its job's runtime_env, from which this environment came, reaches the workers
+    already)."""
+    if JOB_CONFIG_ENV in os.environ:
+        return {}
+    return {k: v for k, v in os.environ.items() if k.startswith("TUNE_AS_")}
 
 
 def _init_local(dashboard_host: str, logging_level: int, dashboard: bool = True) -> Any:
