@@ -211,3 +211,25 @@ def test_a_worker_imports_what_training_needs_and_no_driver_library() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]", f"a worker imports driver-side modules: {proc.stdout.strip()}"
     assert "torch" in sys.modules  # this process imported it through worker: the check above is not vacuous
+
+
+def test_a_trial_trains_without_importing_torch_dynamo() -> None:
+    """Every torch.optim optimizer imports torch._dynamo (1.5-1.7 CPU s) when built and at its first step; a fresh
+    Ray worker pays it for nothing unless the trial's optimizer avoids torch.optim (training/tools.FusedAdamW)."""
+    code = ("import sys, torch, tune_as.engine.worker\n"
+            "from tune_as.training.trial import run_trial\n"
+            "from tune_as.tasks import DataSettings, build_task\n"
+            "import tempfile\n"
+            "task = build_task('digits')\n"
+            "data = task.prepare(DataSettings(task='digits', backbone='cnn', cache_dir=tempfile.mkdtemp()))\n"
+            "class Keep:\n"
+            "    reports = []\n"
+            "    def wants_checkpoint(self, final): return False\n"
+            "    def report(self, metrics, folder): self.reports.append(metrics)\n"
+            "keep = Keep()\n"
+            "run_trial({'loss': 'softmax', 'epochs': 1.0, 'batch_size': 64, 'lr': 3e-3}, data, task, keep)\n"
+            "assert keep.reports[-1]['optimizer_steps'] > 0, keep.reports\n"
+            "print('torch._dynamo' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False", "a trial's worker imports torch._dynamo"

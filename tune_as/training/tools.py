@@ -1,6 +1,6 @@
 """Pieces of the training loop (tune_as.training.trial uses them): seeding, the learning-rate schedule, mixed
-precision, the p_margin measure of the paper's Section 4.5, an optional phase timer, the loop's counts and the
-micro-batches of a split."""
+precision, the optimizer, the p_margin measure of the paper's Section 4.5, an optional phase timer, the loop's
+counts and the micro-batches of a split."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.optim.adamw import adamw
 
 from tune_as.settings import TrialSettings
 
@@ -63,6 +64,72 @@ def autocast_for(cfg: TrialSettings, device: torch.device) -> tuple[Any, bool]:
         return nullcontext(), False
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device.type, dtype=dtype), precision == "fp16"
+
+
+class FusedAdamW:
+    """`torch.optim.AdamW(fused=True)`: the same update by the same kernel (torch's functional `adamw`, fused; equal
+    bit for bit, tests/test_trainable.py), the same `param_groups` (the schedules set their "lr"; GradScaler reads
+    them), `zero_grad` and `state_dict` (torch's layout: a checkpoint of either loads into either).
+    Not torch.optim.AdamW itself because every torch.optim optimizer imports torch._dynamo when it is built and at
+    its first step (its `_disable_dynamo` and `_use_grad` wrappers): 1.5-1.7 CPU s in each fresh Ray worker, the
+    first trial's and every Tune experiment's, on a 2-core machine (docs/benchmarks.md); the functional API does
+    not import it."""
+
+    # as torch's fused AdamW: GradScaler sets these before `step` and the kernel skips a step with an inf or NaN
+    # gradient itself (no host read of found_inf per step)
+    _step_supports_amp_scaling = True
+    grad_scale: Tensor | None = None
+    found_inf: Tensor | None = None
+
+    def __init__(self, groups: list[dict[str, Any]], lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        self.param_groups: list[dict[str, Any]] = [{"params": list(g["params"]), "lr": lr, "betas": betas, "eps": eps,
+                              "weight_decay": float(g["weight_decay"])} for g in groups]
+        self.state: dict[nn.Parameter, dict[str, Tensor]] = {}
+
+    def _state(self, p: nn.Parameter) -> dict[str, Tensor]:
+        if p not in self.state:  # as AdamW(fused=True) starts it: a float32 step count on the parameter's device
+            self.state[p] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),
+                             "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                             "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+        return self.state[p]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            states = [self._state(p) for p in params]
+            beta1, beta2 = group["betas"]
+            adamw(params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                  [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states], fused=True, amsgrad=False,
+                  beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
+                  maximize=False, grad_scale=self.grad_scale, found_inf=self.found_inf)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.zero_()
+
+    def state_dict(self) -> dict[str, Any]:
+        index = {p: i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        return {"state": {index[p]: dict(s) for p, s in self.state.items()},
+                "param_groups": [{**{k: v for k, v in g.items() if k != "params"},
+                                  "params": [index[p] for p in g["params"]]} for g in self.param_groups]}
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        params = [p for g in self.param_groups for p in g["params"]]
+        if [len(g["params"]) for g in saved["param_groups"]] != [len(g["params"]) for g in self.param_groups]:
+            raise ValueError("optimizer state: expected the parameter groups of this model, got "
+                             f"{[len(g['params']) for g in saved['param_groups']]} parameters per group")
+        for group, kept in zip(self.param_groups, saved["param_groups"], strict=True):
+            group["lr"] = kept["lr"]
+        self.state = {params[int(i)]: {k: v.to(params[int(i)].device) for k, v in s.items()}
+                      for i, s in saved["state"].items()}
 
 
 def p_margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
