@@ -147,7 +147,8 @@ def ray_head() -> Iterator[str]:
     tune_as.engine.head starts a local search's own, without its dashboard, in token mode. A search that joins it
     skips starting a Ray of its own: 4-6 s of wall and ~10 CPU s each on 2 cores (docs/benchmarks.md). The searches'
     TUNE_AS_* settings reach its workers through each job's runtime_env (engine.cluster.trial_env); the fault hook's
-    module (tests/faults.py) is on its workers' path. Its address, once it answers; stopped with the session."""
+    module (tests/faults.py) is on its workers' path. Its address, once it answers; stopped with the session. Idle,
+    it costs ~2 CPU s a minute (raylet, GCS, agents): only tests/test_reliability.py and later modules use it."""
     from unittest.mock import patch
 
     from tune_as.engine.head import READY, START_TIMEOUT_S, Head

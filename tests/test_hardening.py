@@ -149,7 +149,7 @@ CHANGED = [["--max-train-samples", "900"], ["--max-epochs", "5"], ["--backbone",
 
 
 @pytest.mark.slow
-def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, mlflow_server, ray_head: str,
+def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, mlflow_server,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     faults = tmp_path / "faults"
     faults.mkdir()
@@ -172,9 +172,8 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
         assert "gcs_server" in names and "raylet" in names and worker in sockets, sockets
 
         # 14.6: the name is taken while it runs, for a new search (refused as its plan is made: in this process,
-        # as the CLI's main runs it) and for a resume (refused once it holds the folder's lock: a process of its own,
-        # on the session's Ray: a local one would start a Ray it never uses beside the running search)
-        resume = start_cli(tmp_path, uri, ["--resume", "--name", "life"], address=ray_head)
+        # as the CLI's main runs it) and for a resume (refused once it holds the folder's lock: a process of its own)
+        resume = start_cli(tmp_path, uri, ["--resume", "--name", "life"])
         assert main(["--task", "digits", "--storage-path", str(storage), "--mlflow-uri", uri, *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --name: expected a new search name, but"), err
