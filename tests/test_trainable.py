@@ -294,4 +294,3 @@ def test_a_cycle_cut_at_an_epoch_end_steps_on_the_mean_gradient(digits, tmp_path
     assert cut.keys() == full.keys() and cut
     for name, grad in full.items():
         torch.testing.assert_close(cut[name], grad, rtol=1e-6, atol=1e-8, msg=name)
-

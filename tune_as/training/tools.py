@@ -68,7 +68,7 @@ def autocast_for(cfg: TrialSettings, device: torch.device) -> tuple[Any, bool]:
 
 class FusedAdamW:
     """`torch.optim.AdamW(fused=True)`: the same update by the same kernel (torch's functional `adamw`, fused; equal
-    bit for bit, tests/test_trainable.py), the same `param_groups` (the schedules set their "lr"; GradScaler reads
+    bit for bit, tests/test_optimizer.py), the same `param_groups` (the schedules set their "lr"; GradScaler reads
     them), `zero_grad` and `state_dict` (torch's layout: a checkpoint of either loads into either).
     Not torch.optim.AdamW itself because every torch.optim optimizer imports torch._dynamo when it is built and at
     its first step (its `_disable_dynamo` and `_use_grad` wrappers): 1.5-1.7 CPU s in each fresh Ray worker, the
@@ -83,8 +83,9 @@ class FusedAdamW:
 
     def __init__(self, groups: list[dict[str, Any]], lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
-        self.param_groups: list[dict[str, Any]] = [{"params": list(g["params"]), "lr": lr, "betas": betas, "eps": eps,
-                              "weight_decay": float(g["weight_decay"])} for g in groups]
+        self.param_groups: list[dict[str, Any]] = [
+            {"params": list(g["params"]), "lr": lr, "betas": betas, "eps": eps, "weight_decay": float(g["weight_decay"])}
+            for g in groups]
         self.state: dict[nn.Parameter, dict[str, Tensor]] = {}
 
     def _state(self, p: nn.Parameter) -> dict[str, Tensor]:
