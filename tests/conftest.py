@@ -110,7 +110,8 @@ def running(server: S) -> Iterator[S]:
         server.stop()
 
 
-SERVICES = ("mlflow_server", "ray_local", "ray_cluster", "ray_head")  # fixtures that start a real service: the slow tier
+# fixtures that start a real service: the slow tier
+SERVICES = ("mlflow_server", "ray_local", "ray_cluster", "ray_head")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -158,6 +159,7 @@ def ray_head() -> Iterator[str]:
     with patch.dict(os.environ, {"PYTHONPATH": path, "RAY_AUTH_MODE": "token"}):  # the head's environment only
         head = Head(dashboard=False, dashboard_host="127.0.0.1")
     try:
+        # not Head.wait_ready: its watch ends the process (the CLI's) at once if the head dies, pytest with it
         deadline = time.monotonic() + START_TIMEOUT_S
         while READY not in head.output(lines=1000):  # `ray start` says nothing a process could wait on
             if head.proc.poll() is not None or time.monotonic() > deadline:

@@ -371,8 +371,9 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     round 2 (2 more seeds each, `confirm-2`) runs 4 runs, one at a time. The third run of round 2 blocks at its
     first report (mid-epoch): two runs of the round have ended, this one has not, the fourth has not started. Once
     Ray's persisted snapshot of the round shows that state, the driver is killed (SIGKILL; the search runs on the
-    session's Ray, the cluster path: its job's workers go with it) and the search resumed: every (loss, seed) is trained to its end exactly once, in one run, and the answer is the race's on 5
-    seeds each: the same table, byte for byte, as the same race run again without a kill. MLflow is away (its
+    session's Ray, the cluster path: its job's workers go with it) and the search resumed: every (loss, seed) is
+    trained to its end exactly once, in one run, and the answer is the race's on 5 seeds each: the same table, byte
+    for byte, as the same race run again without a kill. MLflow is away (its
     SQLite store held locked) from round 1's first report to the kill: the resume delivers every run of both rounds
     from Ray's record, round 1's as its finished experiment ends without a step of Tune.
 

@@ -84,8 +84,8 @@ class FusedAdamW:
     def __init__(self, groups: list[dict[str, Any]], lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
         self.param_groups: list[dict[str, Any]] = [
-            {"params": list(g["params"]), "lr": lr, "betas": betas, "eps": eps, "weight_decay": float(g["weight_decay"])}
-            for g in groups]
+            {"params": list(g["params"]), "lr": lr, "betas": betas, "eps": eps,
+             "weight_decay": float(g["weight_decay"])} for g in groups]
         self.state: dict[nn.Parameter, dict[str, Tensor]] = {}
 
     def _state(self, p: nn.Parameter) -> dict[str, Tensor]:
