@@ -124,9 +124,10 @@ class FusedAdamW:
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         params = [p for g in self.param_groups for p in g["params"]]
-        if [len(g["params"]) for g in saved["param_groups"]] != [len(g["params"]) for g in self.param_groups]:
-            raise ValueError("optimizer state: expected the parameter groups of this model, got "
-                             f"{[len(g['params']) for g in saved['param_groups']]} parameters per group")
+        mine, theirs = [len(g["params"]) for g in self.param_groups], [len(g["params"]) for g in saved["param_groups"]]
+        if theirs != mine:
+            raise ValueError(f"optimizer state: expected the parameter groups of this model ({mine} parameters per "
+                             f"group), got {theirs}")
         for group, kept in zip(self.param_groups, saved["param_groups"], strict=True):
             group["lr"] = kept["lr"]
         self.state = {params[int(i)]: {k: v.to(params[int(i)].device) for k, v in s.items()}
