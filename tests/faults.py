@@ -6,7 +6,7 @@ After every report of a trial, in the worker:
   line: experiment, trial_id, loss, epoch): what a test reads to count the epochs every trial trained;
 - with TUNE_AS_BLOCK_ONCE=1, blocks (forever) after the first report of the search, once: the test then
   SIGKILLs a worker that is certainly alive and certainly between two evaluation points (no sleep, no race);
-- with TUNE_AS_BLOCK_IN=EXPERIMENT:K (e.g. confirm-2:3), blocks the same way, once, at the first report of the
+- with TUNE_AS_BLOCK_IN=EXPERIMENT:K (e.g. confirm-2.race-kill:3), blocks the same way, once, at the first report of the
   K-th trial to report in the Tune experiment EXPERIMENT (the order of first lines in reports.jsonl);
 - with TUNE_AS_HOLD_UNTIL=PATH, holds the first report of the search, once, until PATH exists (a test does
   something to the search's world meanwhile, e.g. fills its disk), then lets the trial go on;

@@ -587,7 +587,7 @@ DAMAGED_SEARCHERS = {
                  "expected the searcher state tune_as writes (JSON), got UnicodeDecodeError"),
     "live trials a list": ("", "searcher-state-1.pkl", b'{"suggested": {"softmax": 1}, "live": [1]}',
                            "expected the searcher state tune_as writes (JSON: suggestions per loss, live trials)"),
-    "a confirmation round's": ("confirm-2", "searcher-state-1.pkl", b'{"next": "3"}',
+    "a confirmation round's": ("confirm-2.s1", "searcher-state-1.pkl", b'{"next": "3"}',
                                "expected the searcher state tune_as writes (JSON: the next config), got next=3"),
     "early stopping truncated": ("", "scheduler.json", b'{"losses": {"sof',
                                  "expected the early-stopping state tune_as writes (JSON), got JSONDecodeError"),
@@ -619,6 +619,22 @@ def test_a_damaged_searcher_state_is_refused_before_ray_starts(case: str, tmp_pa
     assert len(err) == 1 and err[0].startswith(f"error: {folder / where / name}: {message}"), err
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_each_search_gives_its_confirmation_rounds_names_of_their_own(tmp_path: Path) -> None:
+    """Ray stages a Tune experiment's files in `<Ray session>/artifacts/<second>/<experiment name>/`: rounds of two
+    searches on one Ray must never share a name (engine.state.round_name). A round folder an older tune_as named
+    (`confirm-2`) keeps its name, so a resume continues it rather than training its seeds again."""
+    from tune_as.engine.state import experiment_folders, round_name
+
+    first, second = tmp_path / "a" / "race-kill", tmp_path / "b" / "race-clean"
+    names = [round_name(folder, folder.name, k) for folder in (first, second) for k in (1, 2, 3)]
+    assert names == ["confirm.race-kill", "confirm-2.race-kill", "confirm-3.race-kill",
+                     "confirm.race-clean", "confirm-2.race-clean", "confirm-3.race-clean"]
+    (first / "confirm-2").mkdir(parents=True)
+    assert [round_name(first, "race-kill", k) for k in (1, 2)] == ["confirm.race-kill", "confirm-2"]
+    (first / "confirm.race-kill").mkdir()
+    assert [p.name for p in experiment_folders(first)] == ["race-kill", "confirm-2", "confirm.race-kill"]
 
 
 def test_an_intact_searcher_state_passes_the_check(tmp_path: Path) -> None:

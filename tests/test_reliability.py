@@ -367,15 +367,16 @@ def snapshot_shows(experiment_dir: Path, running: str, ended: int) -> bool:
 
 def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Path, request: pytest.FixtureRequest,
                                                                     ray_head: str) -> None:
-    """--race --max-seeds 5 on two losses: round 1 (3 seeds each, experiment `confirm`) leaves both undecided,
-    round 2 (2 more seeds each, `confirm-2`) runs 4 runs, one at a time. The third run of round 2 blocks at its
-    first report (mid-epoch): two runs of the round have ended, this one has not, the fourth has not started. Once
-    Ray's persisted snapshot of the round shows that state, the driver is killed (SIGKILL; the search runs on the
-    session's Ray, the cluster path: its job's workers go with it) and the search resumed: every (loss, seed) is
-    trained to its end exactly once, in one run, and the answer is the race's on 5 seeds each: the same table, byte
-    for byte, as the same race run again without a kill. MLflow is away (its
-    SQLite store held locked) from round 1's first report to the kill: the resume delivers every run of both rounds
-    from Ray's record, round 1's as its finished experiment ends without a step of Tune.
+    """--race --max-seeds 5 on two losses: round 1 (3 seeds each, experiment `confirm.race-kill`) leaves both
+    undecided, round 2 (2 more seeds each, `confirm-2.race-kill`) runs 4 runs, one at a time. The third run of
+    round 2 blocks at its first report (mid-epoch): two runs of the round have ended, this one has not, the fourth
+    has not started. Once Ray's persisted snapshot of the round shows that state, the driver is killed (SIGKILL;
+    the search runs on the session's Ray, the cluster path: its job's workers go with it) and the search resumed:
+    every (loss, seed) is trained to its end exactly once, in one run, and the answer is the race's on 5 seeds
+    each: the same table, byte for byte, as the same race run again without a kill, beside it on the same Ray (its
+    rounds are Tune experiments of their own names: engine.state.round_name). MLflow is away (its SQLite store
+    held locked) from round 1's first report to the kill: the resume delivers every run of both rounds from Ray's
+    record, round 1's as its finished experiment ends without a step of Tune.
 
     The test waits for the snapshot (a condition, not a sleep) because Ray persists it in a background thread: a
     driver killed in the moment between a trial's new checkpoint (Ray deletes the older one, num_to_keep=1) and the
@@ -395,10 +396,10 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     clean_uri = f"sqlite:///{clean_dir / 'mlflow.db'}"
     clean = start_cli(clean_dir, clean_uri, [a if a != "race-kill" else "race-clean" for a in args], address=ray_head)
     request.addfinalizer(lambda: stop(clean))
-    proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2:3"},
-                     address=ray_head)
+    proc = start_cli(tmp_path, uri, args, address=ray_head,
+                     env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2.race-kill:3"})
     ready = fault_dir / "ready_to_kill"
-    wait_for(lambda: faults.trial_order(fault_dir, "confirm") or proc.poll() is not None, 400,
+    wait_for(lambda: faults.trial_order(fault_dir, "confirm.race-kill") or proc.poll() is not None, 400,
              "the first report of round 1")
     # MLflow away from round 1 on (its SQLite store held locked): what round 1 and 2 write dies with the driver's
     # queue, and the resume must deliver it from Ray's record, round 1's without a step of Tune (every run ended)
@@ -408,15 +409,15 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
         if not ready.exists():
             lock.execute("ROLLBACK")
             pytest.fail(f"the search ended (exit {proc.returncode}) without reaching round 2:\n{finish(proc)[1][-3000:]}")
-        round_dir = tmp_path / "results" / "race-kill" / "confirm-2"
-        blocked = faults.trial_order(fault_dir, "confirm-2")[2]  # the one TUNE_AS_BLOCK_IN holds
+        round_dir = tmp_path / "results" / "race-kill" / "confirm-2.race-kill"
+        blocked = faults.trial_order(fault_dir, "confirm-2.race-kill")[2]  # the one TUNE_AS_BLOCK_IN holds
         wait_for(lambda: snapshot_shows(round_dir, blocked, ended=2), 120,
                  "Ray's persisted snapshot of round 2 to show two ended runs and the blocked one")
         os.killpg(proc.pid, signal.SIGKILL)
         first, _ = proc.communicate()
         lock.execute("ROLLBACK")
     assert "Confirmation round 2: 4 runs of 2 losses" in first, first[-3000:]
-    ended_before = {r["trial_id"] for r in faults.reports(fault_dir) if r["experiment"] == "confirm-2"
+    ended_before = {r["trial_id"] for r in faults.reports(fault_dir) if r["experiment"] == "confirm-2.race-kill"
                     and r["epoch"] >= 1.0}
     assert ended_before, "the kill should come after a run of round 2 ended"
 

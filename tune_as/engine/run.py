@@ -34,7 +34,7 @@ from tune_as.engine.record import (
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher
-from tune_as.engine.state import CONFIRM_DIR, SCHEDULER_FILE
+from tune_as.engine.state import SCHEDULER_FILE, round_name
 from tune_as.errors import UserError
 from tune_as.results import racing, ranking
 from tune_as.results.answer import answer_table, summary
@@ -308,8 +308,9 @@ class Confirmed:
 def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> Confirmed:
     """Confirm each loss's selected setting with new seeds, in rounds the race decides (one round for
     `--confirm N`), until every verdict is decided, `--max-seeds` is reached or `--budget` is spent. Each round
-    is a Tune experiment of its own (`confirm`, `confirm-2`, ...): a resume restores the round it stopped in
-    and recomputes the same next rounds from the results (the race is pure), so no seed runs twice."""
+    is a Tune experiment of its own (`confirm.<search>`, `confirm-2.<search>`, ...: engine.state.round_name): a
+    resume restores the round it stopped in and recomputes the same next rounds from the results (the race is
+    pure), so no seed runs twice."""
     plan, r = session.plan, session.plan.request
     cells = ranking.selected(trials)
     # best on the search's validation first: a round the budget cannot pay in full goes to them (and the baseline)
@@ -351,7 +352,7 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
         configs = [dataclasses.replace(_settings(cells[loss]), seed=s) for loss, s in wanted]
         print(f"\nConfirmation round {round_no}: {len(configs)} runs of {len(answer.next_seeds)} losses, "
               f"no early stopping (seeds {', '.join(map(str, sorted({seed for _, seed in wanted})))})")
-        new, spent = run_trials(session, configs, CONFIRM_DIR if round_no == 1 else f"{CONFIRM_DIR}-{round_no}")
+        new, spent = run_trials(session, configs, round_name(plan.search_dir, plan.search_id, round_no))
         runs += new
         rounds.append(tuple(run.run_id for run in new))
         epochs += spent
@@ -367,11 +368,13 @@ def _settings(cell: Cell) -> TrialSettings:
     return settings
 
 
-def run_trials(session: Session, configs: list[TrialSettings], name: str = CONFIRM_DIR) -> tuple[list[TrialRun], float]:
+def run_trials(session: Session, configs: list[TrialSettings], name: str = "") -> tuple[list[TrialRun], float]:
     """Run complete trial settings to the end (no early stopping) as child runs with role=confirmation, in a
-    Tune experiment of their own (`name`) inside the search folder (resumable like the search). With
-    --seeds-per-trial N, the seeds of one setting train in populations of up to N (tune_as.engine.members)."""
+    Tune experiment of their own (`name`, by default round 1's) inside the search folder (resumable like the
+    search). With --seeds-per-trial N, the seeds of one setting train in populations of up to N
+    (tune_as.engine.members)."""
     plan = session.plan
+    name = name or round_name(plan.search_dir, plan.search_id, 1)
     path = plan.search_dir / name
     grouped, notes = members.group(configs, plan.request.seeds_per_trial, partial(members.population_problem, plan.data))
     for note in notes:

@@ -20,8 +20,19 @@ from tune_as.errors import UserError, first_line
 CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the search's folder
 
 
+def round_name(search_dir: Path, search_id: str, round_no: int) -> str:
+    """The Tune experiment (a folder inside the search's) of confirmation round `round_no`: `confirm.<search id>`,
+    `confirm-2.<search id>`, ... The search's id is in it because Ray stages an experiment's files on the driver's
+    node in `<Ray session>/artifacts/<second it started>/<experiment name>/`: two searches on one cluster whose
+    rounds shared one name and started within one second wrote one staging folder, and a resume read the other's
+    half-written state (ray-project/ray#35006). A round an older tune_as named `confirm`, `confirm-2` keeps its
+    folder, so a resume continues it."""
+    older = CONFIRM_DIR if round_no == 1 else f"{CONFIRM_DIR}-{round_no}"
+    return older if (search_dir / older).is_dir() else f"{older}.{search_id}"
+
+
 def experiment_folders(search_dir: Path) -> list[Path]:
-    """The search's Tune experiment, then its confirmation rounds' (confirm, confirm-2, ...: engine.run._confirm)."""
+    """The search's Tune experiment, then its confirmation rounds' (`round_name`: engine.run._confirm)."""
     return [search_dir, *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]
 
 
