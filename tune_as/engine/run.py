@@ -308,9 +308,8 @@ class Confirmed:
 def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> Confirmed:
     """Confirm each loss's selected setting with new seeds, in rounds the race decides (one round for
     `--confirm N`), until every verdict is decided, `--max-seeds` is reached or `--budget` is spent. Each round
-    is a Tune experiment of its own (`confirm.<search>`, `confirm-2.<search>`, ...: engine.state.round_name): a
-    resume restores the round it stopped in and recomputes the same next rounds from the results (the race is
-    pure), so no seed runs twice."""
+    is a Tune experiment of its own (engine.state.round_name): a resume restores the round it stopped in and
+    recomputes the same next rounds from the results (the race is pure), so no seed runs twice."""
     plan, r = session.plan, session.plan.request
     cells = ranking.selected(trials)
     # best on the search's validation first: a round the budget cannot pay in full goes to them (and the baseline)
@@ -352,7 +351,7 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
         configs = [dataclasses.replace(_settings(cells[loss]), seed=s) for loss, s in wanted]
         print(f"\nConfirmation round {round_no}: {len(configs)} runs of {len(answer.next_seeds)} losses, "
               f"no early stopping (seeds {', '.join(map(str, sorted({seed for _, seed in wanted})))})")
-        new, spent = run_trials(session, configs, round_name(plan.search_dir, plan.search_id, round_no))
+        new, spent = run_trials(session, configs, round_no)
         runs += new
         rounds.append(tuple(run.run_id for run in new))
         epochs += spent
@@ -368,13 +367,11 @@ def _settings(cell: Cell) -> TrialSettings:
     return settings
 
 
-def run_trials(session: Session, configs: list[TrialSettings], name: str = "") -> tuple[list[TrialRun], float]:
-    """Run complete trial settings to the end (no early stopping) as child runs with role=confirmation, in a
-    Tune experiment of their own (`name`, by default round 1's) inside the search folder (resumable like the
-    search). With --seeds-per-trial N, the seeds of one setting train in populations of up to N
-    (tune_as.engine.members)."""
-    plan = session.plan
-    name = name or round_name(plan.search_dir, plan.search_id, 1)
+def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1) -> tuple[list[TrialRun], float]:
+    """Run complete trial settings to the end (no early stopping) as child runs with role=confirmation, in a Tune
+    experiment of their own (engine.state.round_name) inside the search folder (resumable like the search). With
+    --seeds-per-trial N, the seeds of one setting train in populations of up to N (tune_as.engine.members)."""
+    plan, name = session.plan, round_name(session.plan.search_dir, session.plan.search_id, round_no)
     path = plan.search_dir / name
     grouped, notes = members.group(configs, plan.request.seeds_per_trial, partial(members.population_problem, plan.data))
     for note in notes:
