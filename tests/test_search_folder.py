@@ -98,7 +98,8 @@ def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
     --confirm 2 --mlflow-uri <the copied store>`): it completes, and not one file of the original folder or store
     changes (root ignores a read-only mode, so mtimes and bytes are compared). A store that does not hold the
     search's runs is refused in one line, exit 2. An unfinished copy is refused in one line, exit 2: Ray Tune's
-    pickled state names the original folder, and Ray would train its remaining trials there."""
+    pickled state names the original folder, and Ray would train its remaining trials there. A new search of the
+    same name in a third folder, tracked in the copied store, is refused in one line, exit 2."""
     space = write_space(tmp_path, trials=1, epochs=1)
     name, first, second = "digits-copy", tmp_path / "first", tmp_path / "second"
     first_db, second_db = tmp_path / "stores" / "first.db", tmp_path / "moved" / "second.db"
@@ -132,6 +133,17 @@ def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
     client = MlflowClient(f"sqlite:///{second_db}")
     confirmations = client.search_runs([parents[0].info.experiment_id], "tags.`tune_as.role` = 'confirmation'")
     assert len(confirmations) == 4 and all(r.info.status == "FINISHED" for r in confirmations)
+
+    # a new search under the name the store holds already (another storage path) would add its runs to that
+    # search's parent run: refused in one line, exit 2, before its folder is made
+    third = tmp_path / "third"
+    code, out = finish(start_cli(tmp_path, f"sqlite:///{second_db}", [
+        "--search-space", str(space), "--experiment", "rel-copy", "--name", name, "--storage-path", str(third),
+        "--max-concurrent", "1", "--no-asha"], address=ray_head))
+    assert code == 2 and "Traceback" not in out, out[-3000:]
+    (line,) = [x for x in out.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: --name: expected a new search name, but MLflow experiment 'rel-copy'"), line
+    assert not (third / name).exists()
 
     state = second / name / "tune_as_search.json"
     state.write_text(state.read_text().replace('"finished": true', '"finished": false'))

@@ -220,6 +220,21 @@ def test_a_locked_sqlite_store_is_an_outage(tmp_path: Path) -> None:
     assert "database is locked" in str(locked) and tracking.is_outage(locked)
 
 
+# -- a name the experiment holds already -----------------------------------------------------------------
+def test_a_new_search_under_a_name_the_experiment_holds_is_refused(tmp_path: Path) -> None:
+    """Without the refusal a second search of one name (another storage path, or its folder deleted) added its
+    runs to the first one's parent run, and the report pooled the two searches as one."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    first = _tracker(uri, "trk-twice", "same")
+    with pytest.raises(UserError) as info:
+        MlflowTracker(uri, "trk-twice", "same").check_reachable(new=True)
+    assert str(info.value).startswith("--name: expected a new search name, but MLflow experiment 'trk-twice'")
+    assert f"holds a search named 'same' already (parent run {first.parent_id})" in str(info.value)
+    MlflowTracker(uri, "trk-twice", "other").check_reachable(new=True)  # another name is new
+    resumed = _tracker(uri, "trk-twice", "same")  # a resume finds the search's parent run
+    assert resumed.parent_id == first.parent_id
+
+
 # -- a deleted experiment -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_deleted_experiment_is_one_line_that_says_how_to_restore_it(mlflow_server) -> None:

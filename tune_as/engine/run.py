@@ -175,7 +175,7 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str], sta
     # the tracking store opens (a new SQLite store builds its schema: seconds) while Ray starts; both are checked
     # before the search writes anything of its own, and an unusable store still stops it with its own message
     with ThreadPoolExecutor(1, thread_name_prefix="tune_as-mlflow-open") as pool:
-        opened = pool.submit(tracker.check_reachable)
+        opened = pool.submit(tracker.check_reachable, not r.resume)
         # a resume finds a search that another process runs before it starts Ray (its folder exists already)
         lock = claim(plan.search_dir, resume=True) if r.resume else None
         cluster.init_ray(r.address, r.dashboard_host, quiet=r.verbose < 2, dashboard=r.dashboard, head=head)

@@ -94,10 +94,12 @@ class MlflowTracker:
         return self._client
 
     # -- set-up (synchronous: errors here are the user's to see) -----------------------------------------
-    def check_reachable(self) -> None:
+    def check_reachable(self, new: bool = False) -> None:
         """UserError unless the store answers and the experiment is usable. An experiment deleted in the MLflow
         UI (soft-deleted: MLflow keeps its name taken) is not restored behind the user's back, which would bring
-        its discarded runs back into the report: the error says how to restore it or to use another name."""
+        its discarded runs back into the report: the error says how to restore it or to use another name. A `new`
+        search whose name the experiment already holds is refused: `start_search` would add its runs to that
+        search's parent run, and the report would pool two searches as one."""
         self._client = open_client(self.uri)
         exp = self._client.get_experiment_by_name(self.experiment)
         if exp is not None and exp.lifecycle_stage == "deleted":
@@ -105,6 +107,11 @@ class MlflowTracker:
                 f"MLflow experiment {self.experiment!r} at {self.shown} is deleted: expected an active or new "
                 f"experiment; restore it with `mlflow experiments restore --experiment-id {exp.experiment_id}` "
                 "(MLFLOW_TRACKING_URI set to this tracking URI), or choose another experiment name (--experiment)")
+        if new and exp is not None and (found := self._parent(exp.experiment_id)) is not None:
+            raise UserError(f"--name: expected a new search name, but MLflow experiment {self.experiment!r} at "
+                            f"{self.shown} holds a search named {self.search_id!r} already (parent run "
+                            f"{found.info.run_id}); choose another --name, or resume that search from its folder "
+                            "(--resume)")
 
     def start_search(self, params: dict[str, Any], tags: dict[str, str]) -> str:
         """Find (on resume) or create the experiment and the parent run of this search."""
