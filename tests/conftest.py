@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -30,6 +31,18 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def search_experiment(search_dir: Path) -> Path:
+    """A search's own Tune experiment: the folder named by the token in its saved state (engine.state)."""
+    token = json.loads((search_dir / "tune_as_search.json").read_text())["token"]
+    return search_dir / f"search.{token}"
+
+
+def round_dir(search_dir: Path, round_no: int = 1) -> Path:
+    """Confirmation round `round_no`'s Tune experiment in a search's folder (engine.state.round_name)."""
+    token = json.loads((search_dir / "tune_as_search.json").read_text())["token"]
+    return search_dir / (f"confirm.{token}" if round_no == 1 else f"confirm-{round_no}.{token}")
 
 
 def shared_data(task: str) -> Path:

@@ -6,8 +6,9 @@ After every report of a trial, in the worker:
   line: experiment, trial_id, loss, epoch): what a test reads to count the epochs every trial trained;
 - with TUNE_AS_BLOCK_ONCE=1, blocks (forever) after the first report of the search, once: the test then
   SIGKILLs a worker that is certainly alive and certainly between two evaluation points (no sleep, no race);
-- with TUNE_AS_BLOCK_IN=EXPERIMENT:K (e.g. confirm-2.race-kill:3), blocks the same way, once, at the first report of the
-  K-th trial to report in the Tune experiment EXPERIMENT (the order of first lines in reports.jsonl);
+- with TUNE_AS_BLOCK_IN=EXPERIMENT:K (e.g. confirm-2:3), blocks the same way, once, at the first report of the K-th
+  trial to report in the Tune experiment EXPERIMENT (the order of first lines in reports.jsonl): its whole name, or
+  its kind (`search`, `confirm`, `confirm-2`, ...: the name before its search's token, engine.state.new_token);
 - with TUNE_AS_HOLD_UNTIL=PATH, holds the first report of the search, once, until PATH exists (a test does
   something to the search's world meanwhile, e.g. fills its disk), then lets the trial go on;
 - with TUNE_AS_MEET=N, holds the first report of each of the first N trials until N trials have reported (they
@@ -56,9 +57,15 @@ def _hold_once(where: Path, until: Path) -> None:
         threading.Event().wait(0.05)
 
 
+def kind(experiment: str) -> str:
+    """A Tune experiment's name before its search's token: `confirm-2` of `confirm-2.0123abcd` (engine.state)."""
+    return experiment.split(".", 1)[0]
+
+
 def trial_order(where: Path, experiment: str) -> list[str]:
-    """The trials of a Tune experiment in the order of their first report."""
-    return list(dict.fromkeys(row["trial_id"] for row in reports(where) if row["experiment"] == experiment))
+    """The trials of a Tune experiment (its name, or its kind: `kind`) in the order of their first report."""
+    return list(dict.fromkeys(row["trial_id"] for row in reports(where)
+                              if experiment in (row["experiment"], kind(row["experiment"]))))
 
 
 def _kth_in(where: Path, experiment: str, k: int, trial_id: str) -> bool:

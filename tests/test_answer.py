@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import round_dir
 from mlflow import MlflowClient
 
 from tune_as.results import racing, ranking
@@ -245,7 +246,7 @@ def test_a_race_with_populations_gives_the_answer_of_one_seed_per_trial(tmp_path
     assert all(r.data.params["seed"] in r.info.run_name and "population_seeds" not in r.data.params for r in runs)
     assert all("best_val_accuracy" in r.data.metrics and "test_accuracy" in r.data.metrics for r in runs)
     # one Ray trial per loss trained its 3 seeds (the first round asks 3 of each), against one per seed
-    trials = {name: [p for p in (tmp_path / "results" / name / f"confirm.{name}").iterdir() if p.is_dir()]
+    trials = {name: [p for p in round_dir(tmp_path / "results" / name).iterdir() if p.is_dir()]
               for name in ("solo", "pop")}
     assert (len(trials["solo"]), len(trials["pop"])) == (6, 2)
     report = build_report([f"{experiment}-pop"], tmp_path / "out", mlflow_server.uri)

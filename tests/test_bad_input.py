@@ -544,6 +544,11 @@ TAMPERED_STATES = {
                        "fingerprint: expected a JSON string, got 'None'"),
     "losses a number": (_with(losses=3), "request.losses: expected a value of type tuple[str, ...] | None, got '3'"),
     "a boolean for a count": (_with(max_seeds=True), "request.max_seeds: expected a value of type int, got 'True'"),
+    # the token names folders Ray restores from: never a path
+    "a token that climbs out": ({**SAVED, "token": "../../x"}, "token: expected 8 hexadecimal digits (the name of "
+                                "the search's Tune experiments), got '../../x'"),
+    "a token of capitals": ({**SAVED, "token": "ABCDEF01"}, "token: expected 8 hexadecimal digits"),
+    "a token a number": ({**SAVED, "token": 12345678}, "token: expected 8 hexadecimal digits"),
 }
 
 
@@ -589,6 +594,9 @@ DAMAGED_SEARCHERS = {
                            "expected the searcher state tune_as writes (JSON: suggestions per loss, live trials)"),
     "a confirmation round's": ("confirm-2.s1", "searcher-state-1.pkl", b'{"next": "3"}',
                                "expected the searcher state tune_as writes (JSON: the next config), got next=3"),
+    "the search experiment's own folder": ("search.0123abcd", "searcher-state-1.pkl", b'{"suggested": {}, "live": 1}',
+                                           "expected the searcher state tune_as writes (JSON: suggestions per loss, "
+                                           "live trials)"),
     "early stopping truncated": ("", "scheduler.json", b'{"losses": {"sof',
                                  "expected the early-stopping state tune_as writes (JSON), got JSONDecodeError"),
     "early stopping rungs a string": ("", "scheduler.json", b'{"losses": {"softmax": "fast"}}',
@@ -635,6 +643,31 @@ def test_each_search_gives_its_confirmation_rounds_names_of_their_own(tmp_path: 
     assert [round_name(first, "race-kill", k) for k in (1, 2)] == ["confirm.race-kill", "confirm-2"]
     (first / "confirm.race-kill").mkdir()
     assert [p.name for p in experiment_folders(first)] == ["race-kill", "confirm-2", "confirm.race-kill"]
+
+
+def test_two_searches_of_one_name_give_ray_experiments_of_different_names(tmp_path: Path) -> None:
+    """The same --name in two storage paths: each search's own experiment and its rounds are named by a token of its
+    own (engine.state.new_token), so that two drivers on one Ray node never share a staging folder, whatever the
+    second they start in. A search an older tune_as started (no token) keeps its experiment in its folder itself."""
+    from tune_as.engine.plan import plan_search, state_of
+    from tune_as.engine.request import SearchRequest
+    from tune_as.engine.state import TOKEN, experiment_folders, round_name, search_experiment
+
+    plans = [plan_search(SearchRequest(task="digits", name="same", storage_path=tmp_path / where, losses=(
+        "softmax", "sparsemax"), cache_dir=tmp_path / "cache")) for where in ("a", "b")]
+    tokens = [plan.token for plan in plans]
+    assert all(isinstance(t, str) and TOKEN.fullmatch(t) for t in tokens) and tokens[0] != tokens[1], tokens
+    experiments = [plan.experiment_dir for plan in plans]
+    assert [e.name for e in experiments] == [f"search.{t}" for t in tokens]
+    assert [e.parent for e in experiments] == [tmp_path / "a" / "same", tmp_path / "b" / "same"]
+    rounds = {round_name(plan.search_dir, str(plan.token), k) for plan in plans for k in (1, 2)}
+    assert len(rounds) == 4 and not {e.name for e in experiments} & rounds
+    assert state_of(plans[0])["token"] == tokens[0], "a resume finds its experiments again"
+    assert search_experiment(tmp_path / "old", None) == tmp_path / "old"
+    folder = plans[0].search_dir
+    (folder / f"confirm.{tokens[0]}").mkdir(parents=True)
+    experiments[0].mkdir()
+    assert experiment_folders(folder) == [folder, experiments[0], folder / f"confirm.{tokens[0]}"]
 
 
 def test_an_intact_searcher_state_passes_the_check(tmp_path: Path) -> None:

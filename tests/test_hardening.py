@@ -53,18 +53,26 @@ def test_resume_hint_is_one_shell_command_that_works_from_any_folder(tmp_path: P
 
 
 def saved_search(tmp_path: Path) -> tuple[Path, list[str]]:
-    """A search folder as a started search leaves it (its saved state, Ray's pickled `tuner.pkl`), with modes
-    that umask 022 gives, and the command line that resumes it."""
+    """A search folder as a started search leaves it (its saved state; Ray's pickled `tuner.pkl` in the search's
+    own Tune experiment, `search.<token>`), with modes that umask 022 gives, and the command line that resumes it."""
     storage, uri = tmp_path / "results", f"sqlite:///{tmp_path / 'm.db'}"
     plan = plan_search(SearchRequest(task="digits", storage_path=storage, name="s1", mlflow_uri=uri, smoke=True,
                                      cache_dir=tmp_path / "cache"))
-    plan.search_dir.mkdir(parents=True)
-    plan.search_dir.chmod(0o755)
+    plan.experiment_dir.mkdir(parents=True)
+    for folder in (plan.search_dir, plan.experiment_dir):
+        folder.chmod(0o755)
     (plan.search_dir / "tune_as_search.json").write_text(json.dumps(state_of(plan)))
-    (plan.search_dir / "tuner.pkl").write_bytes(pickle.dumps(Payload(tmp_path / "ran")))
-    for path in plan.search_dir.iterdir():
-        path.chmod(0o644)
+    (plan.experiment_dir / "tuner.pkl").write_bytes(pickle.dumps(Payload(tmp_path / "ran")))
+    for path in (*plan.search_dir.iterdir(), *plan.experiment_dir.iterdir()):
+        if path.is_file():
+            path.chmod(0o644)
     return plan.search_dir, ["--resume", "--name", "s1", "--storage-path", str(storage), "--mlflow-uri", uri]
+
+
+def _pickled(search_dir: Path) -> Path:
+    """Ray's pickled state in the search's own Tune experiment (`saved_search`)."""
+    (experiment,) = search_dir.glob("search.*")
+    return experiment / "tuner.pkl"
 
 
 def _other_user(path: Path) -> None:
@@ -76,9 +84,11 @@ def _other_user(path: Path) -> None:
 TAMPERED = {  # how another user could have planted Ray's pickled state, and what the refusal names
     "folder writable by others": (lambda d: d.chmod(0o757), "s1 (mode 0o757: writable by others)"),
     "folder writable by the group": (lambda d: d.chmod(0o775), "s1 (mode 0o775: writable by the group)"),
-    "state file writable by the group": (lambda d: (d / "tuner.pkl").chmod(0o664),
+    "state file writable by the group": (lambda d: _pickled(d).chmod(0o664),
                                          "tuner.pkl (mode 0o664: writable by the group)"),
-    "state file of another user": (lambda d: _other_user(d / "tuner.pkl"), "tuner.pkl (owned by uid 4242,"),
+    "state file of another user": (lambda d: _other_user(_pickled(d)), "tuner.pkl (owned by uid 4242,"),
+    "experiment folder writable by others": (lambda d: _pickled(d).parent.chmod(0o757), "(mode 0o757: writable by "
+                                             "others)"),
     "folder of another user": (lambda d: _other_user(d), "s1 (owned by uid 4242,"),
 }
 
@@ -102,11 +112,11 @@ def test_resume_accepts_group_writable_files_in_a_folder_closed_to_others(tmp_pa
     from tune_as.engine.state import check_ownership
 
     folder, _ = saved_search(tmp_path)
-    (folder / "tuner.pkl").chmod(0o664)  # umask 002 makes files like this
-    folder.chmod(0o700)  # nobody else can reach them: how a new search creates its folder
+    _pickled(folder).chmod(0o664)  # umask 002 makes files like this
+    _pickled(folder).parent.chmod(0o700)  # nobody else can reach them
     check_ownership(folder)
-    folder.chmod(0o755)
-    (folder / "tuner.pkl").chmod(0o644)
+    _pickled(folder).parent.chmod(0o755)
+    _pickled(folder).chmod(0o644)
     check_ownership(folder)
     claim(tmp_path / "new", resume=False).close()
     assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700

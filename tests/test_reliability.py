@@ -19,7 +19,7 @@ from pathlib import Path
 import faults
 import optuna
 import pytest
-from conftest import MlflowServer
+from conftest import MlflowServer, round_dir, search_experiment
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
@@ -180,7 +180,8 @@ def test_a_killed_worker_resumes_from_its_one_checkpoint_without_duplicates(tmp_
     epochs = [row["epoch"] for row in faults.reports(fault_dir) if row["trial_id"] == killed]
     assert len(epochs) > 2 and epochs == sorted(set(epochs)), f"restarted, not restored from its checkpoint: {epochs}"
     search_dir = tmp_path / "results" / "digits-kill-worker"
-    trial_dirs = [d for d in search_dir.iterdir() if d.is_dir() and d.name.startswith(("softmax_", "as_softmax_"))]
+    trial_dirs = [d for d in search_experiment(search_dir).iterdir()
+                  if d.is_dir() and d.name.startswith(("softmax_", "as_softmax_"))]
     assert len(trial_dirs) == 2
     counts = {d.name: len(list(d.glob("checkpoint_*"))) for d in trial_dirs}
     assert max(counts.values()) == 1, counts
@@ -200,7 +201,7 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
     uri, search_dir = f"sqlite:///{db}", tmp_path / "results" / "digits-kill"
     args = ["--search-space", str(space), "--experiment", "rel-resume", "--name", "digits-kill", "--max-concurrent", "1",
             "--no-asha"]
-    proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "digits-kill:4"})
+    proc = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "search:4"})
     try:
         wait_for(lambda: bool(runs(uri, "rel-resume")[1]) or proc.poll() is not None, 300, "the first trial's run")
         with closing(sqlite3.connect(db, isolation_level=None, timeout=120)) as lock:
@@ -208,8 +209,8 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
             ready = fault_dir / "ready_to_kill"
             wait_for(lambda: ready.exists() or proc.poll() is not None, 300, "the fourth trial's first report")
             assert ready.exists(), f"the search ended (exit {proc.poll()}) before its fourth trial reported"
-            blocked = faults.trial_order(fault_dir, "digits-kill")[3]
-            wait_for(lambda: snapshot_shows(search_dir, blocked, ended=3), 120,
+            blocked = faults.trial_order(fault_dir, "search")[3]
+            wait_for(lambda: snapshot_shows(search_experiment(search_dir), blocked, ended=3), 120,
                      "Ray's persisted snapshot to show three ended trials and the blocked one")
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
@@ -236,7 +237,8 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
 
 def assert_no_weights_left(search_dir: Path) -> None:
     """Every trial of the search ended: none keeps its model and optimizer (only pmargin.npy and a marker)."""
-    left = {p.relative_to(search_dir).as_posix(): p.stat().st_size for p in search_dir.glob("*/checkpoint_*/*")
+    left = {p.relative_to(search_dir).as_posix(): p.stat().st_size
+            for p in search_experiment(search_dir).glob("*/checkpoint_*/*")
             if p.name != "pmargin.npy" and p.stat().st_size > 0}
     assert not left, f"finished trials kept their weights: {left}"
 
@@ -367,16 +369,16 @@ def snapshot_shows(experiment_dir: Path, running: str, ended: int) -> bool:
 
 def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Path, request: pytest.FixtureRequest,
                                                                     ray_head: str) -> None:
-    """--race --max-seeds 5 on two losses: round 1 (3 seeds each, experiment `confirm.race-kill`) leaves both
-    undecided, round 2 (2 more seeds each, `confirm-2.race-kill`) runs 4 runs, one at a time. The third run of
+    """--race --max-seeds 5 on two losses: round 1 (3 seeds each, experiment `confirm.<token>`) leaves both
+    undecided, round 2 (2 more seeds each, `confirm-2.<token>`) runs 4 runs, one at a time. The third run of
     round 2 blocks at its first report (mid-epoch): two runs of the round have ended, this one has not, the fourth
     has not started. Once Ray's persisted snapshot of the round shows that state, the driver is killed (SIGKILL;
     the search runs on the session's Ray, the cluster path: its job's workers go with it) and the search resumed:
     every (loss, seed) is trained to its end exactly once, in one run, and the answer is the race's on 5 seeds
-    each: the same table, byte for byte, as the same race run again without a kill, beside it on the same Ray (its
-    rounds are Tune experiments of their own names: engine.state.round_name). MLflow is away (its SQLite store
-    held locked) from round 1's first report to the kill: the resume delivers every run of both rounds from Ray's
-    record, round 1's as its finished experiment ends without a step of Tune.
+    each: the same table, byte for byte, as the same race of the same name run again without a kill, beside it on
+    the same Ray (the two drivers' Tune experiments are named by tokens of their own: engine.state.new_token).
+    MLflow is away (its SQLite store held locked) from round 1's first report to the kill: the resume delivers every
+    run of both rounds from Ray's record, round 1's as its finished experiment ends without a step of Tune.
 
     The test waits for the snapshot (a condition, not a sleep) because Ray persists it in a background thread: a
     driver killed in the moment between a trial's new checkpoint (Ray deletes the older one, num_to_keep=1) and the
@@ -394,12 +396,12 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     clean_dir = tmp_path / "clean"
     clean_dir.mkdir()
     clean_uri = f"sqlite:///{clean_dir / 'mlflow.db'}"
-    clean = start_cli(clean_dir, clean_uri, [a if a != "race-kill" else "race-clean" for a in args], address=ray_head)
+    clean = start_cli(clean_dir, clean_uri, args, address=ray_head)  # its name too: two drivers on one Ray node
     request.addfinalizer(lambda: stop(clean))
     proc = start_cli(tmp_path, uri, args, address=ray_head,
-                     env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2.race-kill:3"})
+                     env={"TUNE_AS_FAULT_DIR": str(fault_dir), "TUNE_AS_BLOCK_IN": "confirm-2:3"})
     ready = fault_dir / "ready_to_kill"
-    wait_for(lambda: faults.trial_order(fault_dir, "confirm.race-kill") or proc.poll() is not None, 400,
+    wait_for(lambda: faults.trial_order(fault_dir, "confirm") or proc.poll() is not None, 400,
              "the first report of round 1")
     # MLflow away from round 1 on (its SQLite store held locked): what round 1 and 2 write dies with the driver's
     # queue, and the resume must deliver it from Ray's record, round 1's without a step of Tune (every run ended)
@@ -409,15 +411,15 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
         if not ready.exists():
             lock.execute("ROLLBACK")
             pytest.fail(f"the search ended (exit {proc.returncode}) without reaching round 2:\n{finish(proc)[1][-3000:]}")
-        round_dir = tmp_path / "results" / "race-kill" / "confirm-2.race-kill"
-        blocked = faults.trial_order(fault_dir, "confirm-2.race-kill")[2]  # the one TUNE_AS_BLOCK_IN holds
-        wait_for(lambda: snapshot_shows(round_dir, blocked, ended=2), 120,
+        second = round_dir(tmp_path / "results" / "race-kill", 2)
+        blocked = faults.trial_order(fault_dir, "confirm-2")[2]  # the one TUNE_AS_BLOCK_IN holds
+        wait_for(lambda: snapshot_shows(second, blocked, ended=2), 120,
                  "Ray's persisted snapshot of round 2 to show two ended runs and the blocked one")
         os.killpg(proc.pid, signal.SIGKILL)
         first, _ = proc.communicate()
         lock.execute("ROLLBACK")
     assert "Confirmation round 2: 4 runs of 2 losses" in first, first[-3000:]
-    ended_before = {r["trial_id"] for r in faults.reports(fault_dir) if r["experiment"] == "confirm-2.race-kill"
+    ended_before = {r["trial_id"] for r in faults.reports(fault_dir) if faults.kind(r["experiment"]) == "confirm-2"
                     and r["epoch"] >= 1.0}
     assert ended_before, "the kill should come after a run of round 2 ended"
 
@@ -478,7 +480,7 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     assert code == 0, clean_out[-3000:]
     other = MlflowClient(clean_uri)
     (clean_parent,) = [r for r in other.search_runs([other.get_experiment_by_name("rel-race").experiment_id])
-                       if r.data.tags.get("tune_as.search_id") == "race-clean"
+                       if r.data.tags.get("tune_as.search_id") == "race-kill"
                        and r.data.tags.get("tune_as.role") == "search"]
     clean_table = Path(other.download_artifacts(clean_parent.info.run_id, "ranking.md", str(tmp_path / "c")))
     assert clean_table.read_text() == killed_table.read_text()

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import round_dir
 from mlflow.tracking import MlflowClient
 from test_reliability import finish, runs, start_cli, wait_for, write_space
 
@@ -126,7 +127,7 @@ def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
         "--resume", "--name", name, "--storage-path", str(second), "--confirm", "2"], address=ray_head))
     assert code == 0, out[-3000:]
     assert "Confirmation round 1: 4 runs of 2 losses" in out, out[-3000:]
-    assert len(list((second / name / f"confirm.{name}").glob("*/checkpoint_*"))) == 4
+    assert len(list(round_dir(second / name).glob("*/checkpoint_*"))) == 4
     assert (contents(first), contents(first_db.parent)) == original, "resuming the copy wrote into the original"
     parents, trials = runs(f"sqlite:///{second_db}", "rel-copy")
     assert [p.info.status for p in parents] == ["FINISHED"] and len(trials) == 2

@@ -21,7 +21,13 @@ from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
 from tune_as.engine.resume import check_in_place, check_unfinished, latest_search, read_state, restore_request
-from tune_as.engine.state import check_ownership, check_scheduler_state, check_searcher_states
+from tune_as.engine.state import (
+    check_ownership,
+    check_scheduler_state,
+    check_searcher_states,
+    new_token,
+    search_experiment,
+)
 from tune_as.errors import UserError, first_line
 from tune_as.paths import absolute_sqlite, check_temp_dir, check_tracking_store, check_writable_folder
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
@@ -58,6 +64,12 @@ class SearchPlan:
     search_dir: Path
     experiment: str
     search_id: str
+    token: str | None = None  # the name Ray knows the search's Tune experiments by (engine.state.new_token)
+
+    @property
+    def experiment_dir(self) -> Path:
+        """The search's own Tune experiment (engine.state.search_experiment)."""
+        return search_experiment(self.search_dir, self.token)
 
     @property
     def losses(self) -> list[str]:
@@ -179,8 +191,9 @@ def state_of(plan: SearchPlan) -> dict[str, Any]:
     from tune_as.tracking.client import redact_uri
 
     made = (read_state(plan.search_dir) or {}).get("folder") if r.resume else str(plan.search_dir)
-    return {"search_id": plan.search_id, "task": plan.task.name, "fingerprint": plan.space.fingerprint(),
-            "losses": plan.losses, "experiment": plan.experiment, "request": saved, "finished": False,
+    return {"search_id": plan.search_id, "token": plan.token, "task": plan.task.name,
+            "fingerprint": plan.space.fingerprint(), "losses": plan.losses, "experiment": plan.experiment,
+            "request": saved, "finished": False,
             "folder": made,  # the folder Ray's pickled state names: a resume elsewhere is refused (resume.py)
             "mlflow_uri": redact_uri(r.mlflow_uri) if r.mlflow_uri else None,  # never a password
             "mlflow_uri_redacted": r.mlflow_uri is not None and redact_uri(r.mlflow_uri) != r.mlflow_uri}
@@ -341,7 +354,7 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     space.check_classes(data.num_labels)
     check_one_step(space, base, len(data.train))
     return SearchPlan(r, task, space, data_settings, base, data, name, storage / name, r.experiment or task.name,
-                      state["search_id"] if state else name)
+                      state["search_id"] if state else name, state.get("token") if state else new_token())
 
 
 def plan_confirmation(r: SearchRequest, data_settings: DataSettings, configs: list[TrialSettings]) -> SearchPlan:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
+from tune_as.engine.state import TOKEN
 from tune_as.errors import UserError, first_line
 from tune_as.paths import absolute_sqlite
 from tune_as.tracking import schema
@@ -63,6 +64,9 @@ def check_saved(state: Any, path: Path) -> None:
                           state.get(key))
     if not all(isinstance(loss, str) for loss in state["losses"]):
         raise damaged("losses", "a list of loss names", state["losses"])
+    token = state.get("token")  # a folder's name: never a path (absent from a state an older tune_as wrote)
+    if token is not None and not (isinstance(token, str) and TOKEN.fullmatch(token)):
+        raise damaged("token", "8 hexadecimal digits (the name of the search's Tune experiments)", token)
     fields = SearchRequest.__dataclass_fields__
     for key, value in state["request"].items():
         if key not in RESULT_OPTIONS:

@@ -104,11 +104,11 @@ def _trainable_for(plan: SearchPlan, res: dict[str, float]) -> Any:
         worker.trainable, data=plan.data, task=plan.task, checkpoint_interval_s=plan.request.checkpoint_interval_s), res)
 
 
-def _tuner(session: Session, name: str, role: str, search_alg: Searcher, scheduler: TrialScheduler, num_samples: int) -> tune.Tuner:
+def _tuner(session: Session, path: Path, role: str, search_alg: Searcher, scheduler: TrialScheduler, num_samples: int) -> tune.Tuner:
     plan, r = session.plan, session.plan.request
     callback = callbacks.MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
-        name=name, storage_path=str(plan.search_dir if role == schema.ROLE_CONFIRMATION else plan.search_dir.parent),
+        name=path.name, storage_path=str(path.parent),  # an experiment of the search's (engine.state)
         callbacks=[callback, *callbacks.common()], verbose=min(r.verbose, 1),
         progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         stop=disk.StopOnFullDisk(),  # a worker's full disk ends the search (engine.disk), not only its trial
@@ -240,15 +240,15 @@ def run_search(r: SearchRequest, head: Head | None = None) -> Outcome:
 def _search_and_confirm(session: Session) -> Outcome:
     plan = session.plan
     r, tic = plan.request, time.monotonic()
-    if r.resume and tune.Tuner.can_restore(str(plan.search_dir)):
-        tuner = tune.Tuner.restore(str(plan.search_dir), _trainable_for(plan, session.resources),
+    if r.resume and tune.Tuner.can_restore(str(plan.experiment_dir)):
+        tuner = tune.Tuner.restore(str(plan.experiment_dir), _trainable_for(plan, session.resources),
                                    resume_unfinished=True, resume_errored=True)
     else:
         searcher = PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
                                    metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
                                    warm=r.warm_start, quota={loss: plan.quota(loss) for loss in plan.losses})
         limited = ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, session.resources))
-        tuner = _tuner(session, plan.name, schema.ROLE_TRIAL, limited, _scheduler(plan), plan.n_trials)
+        tuner = _tuner(session, plan.experiment_dir, schema.ROLE_TRIAL, limited, _scheduler(plan), plan.n_trials)
     grid = _fit(session, tuner, plan.n_trials)
     trials = _results(grid, plan)
     search_epochs = members.grid_epochs(grid)
@@ -371,8 +371,8 @@ def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1
     """Run complete trial settings to the end (no early stopping) as child runs with role=confirmation, in a Tune
     experiment of their own (engine.state.round_name) inside the search folder (resumable like the search). With
     --seeds-per-trial N, the seeds of one setting train in populations of up to N (tune_as.engine.members)."""
-    plan, name = session.plan, round_name(session.plan.search_dir, session.plan.search_id, round_no)
-    path = plan.search_dir / name
+    plan = session.plan
+    path = plan.search_dir / round_name(plan.search_dir, plan.token or plan.search_id, round_no)
     grouped, notes = members.group(configs, plan.request.seeds_per_trial, partial(members.population_problem, plan.data))
     for note in notes:
         print(fit(note))
@@ -383,7 +383,7 @@ def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1
         searcher = ConcurrencyLimiter(FixedConfigs(grouped, f"best_val_{plan.metric}"),
                                       max_concurrent=cluster.concurrency(plan.request.max_concurrent,
                                                                          session.resources))
-        tuner = _tuner(session, name, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(), len(grouped))
+        tuner = _tuner(session, path, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(), len(grouped))
     grid = _fit(session, tuner, len(grouped))
     return _results(grid, plan), members.grid_epochs(grid)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import stat
 from pathlib import Path
 from typing import Any
@@ -18,22 +20,39 @@ from typing import Any
 from tune_as.errors import UserError, first_line
 
 CONFIRM_DIR = "confirm"  # the confirmation runs' Tune experiment, inside the search's folder
+SEARCH_DIR = "search"  # the search's own Tune experiment, inside its folder (`search_experiment`)
+TOKEN = re.compile(r"[0-9a-f]{8}")  # a search's token (`new_token`), as its saved state must hold it
 
 
-def round_name(search_dir: Path, search_id: str, round_no: int) -> str:
-    """The Tune experiment (a folder inside the search's) of confirmation round `round_no`: `confirm.<search id>`,
-    `confirm-2.<search id>`, ... The search's id is in it because Ray stages an experiment's files on the driver's
-    node in `<Ray session>/artifacts/<second it started>/<experiment name>/`: two searches on one cluster whose
-    rounds shared one name and started within one second wrote one staging folder, and a resume read the other's
-    half-written state (ray-project/ray#35006). A round an older tune_as named `confirm`, `confirm-2` keeps its
-    folder, so a resume continues it."""
+def new_token() -> str:
+    """A new search's token, saved in its state: the name Ray knows its Tune experiments by. Ray stages an
+    experiment's files on the driver's node in `<Ray session>/artifacts/<second it started>/<experiment name>/`:
+    two searches on one cluster whose experiments shared one name (the user's --name, or `confirm`) and started
+    within one second wrote one staging folder, and a resume read the other's half-written state
+    (ray-project/ray#35006). Random, not derived from the name or the time: those are what two searches share."""
+    return secrets.token_hex(4)
+
+
+def search_experiment(search_dir: Path, token: str | None) -> Path:
+    """The search's own Tune experiment: `<search folder>/search.<token>`; the folder itself for a search an older
+    tune_as started (no token in its state), so that a resume continues it where it is."""
+    return search_dir / f"{SEARCH_DIR}.{token}" if token else search_dir
+
+
+def round_name(search_dir: Path, suffix: str, round_no: int) -> str:
+    """The Tune experiment (a folder inside the search's) of confirmation round `round_no`: `confirm.<suffix>`,
+    `confirm-2.<suffix>`, ..., the suffix the search's token (`new_token`: why), or its id where an older tune_as
+    saved no token. A round an older tune_as named `confirm`, `confirm-2` keeps its folder, so a resume continues
+    it."""
     older = CONFIRM_DIR if round_no == 1 else f"{CONFIRM_DIR}-{round_no}"
-    return older if (search_dir / older).is_dir() else f"{older}.{search_id}"
+    return older if (search_dir / older).is_dir() else f"{older}.{suffix}"
 
 
 def experiment_folders(search_dir: Path) -> list[Path]:
-    """The search's Tune experiment, then its confirmation rounds' (`round_name`: engine.run._confirm)."""
-    return [search_dir, *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]
+    """The search's folder, its own Tune experiment where it is a folder of its own (`search_experiment`), then its
+    confirmation rounds' (`round_name`: engine.run._confirm)."""
+    return [search_dir, *sorted(p for p in search_dir.glob(SEARCH_DIR + ".*") if p.is_dir()),
+            *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]
 
 
 def write_json(path: Path, state: Any) -> None:
@@ -146,7 +165,7 @@ def check_searcher_states(search_dir: Path) -> None:
         if found:
             path = Path(max(found))
             saved = read_json(path, SEARCHER_WHAT)
-            if folder == search_dir:
+            if folder == search_dir or folder.name.startswith(SEARCH_DIR + "."):
                 loss_searcher_state(saved, path)
             else:
                 fixed_searcher_state(saved, path)
