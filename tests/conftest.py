@@ -33,16 +33,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _token(search_dir: Path) -> str:
+    """The token a search saved in its state (engine.state.new_token): its Tune experiments' names carry it."""
+    return str(json.loads((search_dir / "tune_as_search.json").read_text())["token"])
+
+
 def search_experiment(search_dir: Path) -> Path:
-    """A search's own Tune experiment: the folder named by the token in its saved state (engine.state)."""
-    token = json.loads((search_dir / "tune_as_search.json").read_text())["token"]
-    return search_dir / f"search.{token}"
+    """A search's own Tune experiment (engine.state.search_experiment; its naming is pinned by a test of its own)."""
+    from tune_as.engine import state
+
+    return state.search_experiment(search_dir, _token(search_dir))
 
 
 def round_dir(search_dir: Path, round_no: int = 1) -> Path:
     """Confirmation round `round_no`'s Tune experiment in a search's folder (engine.state.round_name)."""
-    token = json.loads((search_dir / "tune_as_search.json").read_text())["token"]
-    return search_dir / (f"confirm.{token}" if round_no == 1 else f"confirm-{round_no}.{token}")
+    from tune_as.engine import state
+
+    return search_dir / state.round_name(search_dir, _token(search_dir), round_no)
 
 
 def shared_data(task: str) -> Path:
