@@ -27,6 +27,27 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+def _ray_in_single_machine_mode() -> None:
+    """This process's Ray in Ray's single-machine mode, as a local search's driver (engine.cluster.loopback_ray: the
+    switch is read when Ray is imported, so here, before any test imports it, and removed at once so that no process
+    a test starts inherits it): the in-process searches join the session's head on loopback (`ray_local`); without
+    it Ray swaps 127.0.0.1 for the machine's routable IP, where the head does not listen."""
+    from unittest.mock import patch
+
+    from tune_as.engine.head import AUTH_MODE, SINGLE_MACHINE_SWITCH
+
+    # token authentication for the whole session, as a CLI sets it for its own (engine.head.launch): Ray reads the
+    # mode at import and again when it connects; the processes the tests start inherit it, as a CLI's head does
+    os.environ.setdefault(AUTH_MODE, "token")
+    if "ray" in sys.modules:
+        return
+    with patch.dict(os.environ, {SINGLE_MACHINE_SWITCH: "0"}):
+        import ray  # noqa: F401
+
+
+_ray_in_single_machine_mode()
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -152,12 +173,15 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
 
 @pytest.fixture(scope="session")
-def ray_local() -> Iterator[None]:
-    """A real local Ray instance (2 CPUs), shared by the tests that need one."""
+def ray_local(ray_head: str) -> Iterator[None]:
+    """Ray for the searches a test runs in this process: the test session joins `ray_head`, the Ray the CLIs the
+    tests start join too (one Ray for the session: a second one, in-process, cost ~10 CPU s to start and ~2 CPU s a
+    minute idle). It joins as a local search's driver joins its own head: on loopback, in token mode (Ray read both
+    switches when this process imported it: `_ray_in_single_machine_mode`)."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address=ray_head, _node_ip_address="127.0.0.1", log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 
@@ -168,8 +192,8 @@ def ray_head() -> Iterator[str]:
     tune_as.engine.head starts a local search's own, without its dashboard, in token mode. A search that joins it
     skips starting a Ray of its own: 4-6 s of wall and ~10 CPU s each on 2 cores (docs/benchmarks.md). The searches'
     TUNE_AS_* settings reach its workers through each job's runtime_env (engine.cluster.trial_env); the fault hook's
-    module (tests/faults.py) is on its workers' path. Its address, once it answers; stopped with the session. Idle,
-    it costs ~2 CPU s a minute (raylet, GCS, agents): only tests/test_reliability.py and later modules use it."""
+    module (tests/faults.py) is on its workers' path. Its address, once it answers; stopped with the session. The
+    in-process searches join it too (`ray_local`)."""
     from unittest.mock import patch
 
     from tune_as.engine.head import READY, START_TIMEOUT_S, Head
