@@ -10,6 +10,7 @@ import os
 import pickle
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -263,6 +264,28 @@ def test_the_loopback_switch_is_set_for_importing_ray_only() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert run.stdout.strip() == "True None", run.stdout + run.stderr
+
+
+def test_a_loopback_address_of_a_ray_that_listens_on_loopback_only_is_joined_there() -> None:
+    """`--address 127.0.0.1:PORT` of a Ray whose servers listen on loopback only (a local search's head, any head in
+    Ray's single-machine mode): outside that mode `ray.init` swaps 127.0.0.1 for the machine's outbound IP, where
+    nothing listens, and retries for ever (a search hung with Ray's warnings every 5 s). `loopback_only` tells that
+    Ray from one that listens on every interface (a plain `ray start --head`, where the swap is harmless); the CLIs
+    then join in the single-machine mode (tests/test_reliability.py's joined searches start without the switch)."""
+    from tune_as.engine.cluster import _outbound_ip, loopback_only
+
+    for address in (None, "auto", "local", "ray://127.0.0.1:10001", "10.1.2.3:6379", "127.0.0.1:notaport"):
+        assert not loopback_only(address), address
+    outbound = _outbound_ip()
+    if outbound is None or outbound.startswith("127."):
+        pytest.skip(f"this machine has no outbound IP other than loopback (got {outbound}): Ray swaps nothing")
+    for host, expected in (("127.0.0.1", True), ("0.0.0.0", False)):
+        with socket.socket() as server:
+            server.bind((host, 0))
+            server.listen()
+            port = server.getsockname()[1]
+            assert loopback_only(f"127.0.0.1:{port}") is expected, host
+            assert loopback_only(f"localhost:{port}") is expected, host
 
 
 def test_a_cluster_search_gives_its_workers_the_tune_as_settings_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,9 +52,9 @@ def start_cli(tmp: Path, uri: str, args: list[str], env: dict[str, str] | None =
               dashboard: bool = False, address: str | None = None) -> subprocess.Popen[str]:
     """The CLI in a session of its own: on its own local Ray, without the dashboard (no test here looks at it: ~2 s
     less per start), or joining the Ray at `address` (conftest's ray_head: the cluster path, and no Ray to start).
-    That Ray listens on loopback only, in token mode: the CLI joins it in Ray's single-machine mode (Ray's documented
-    switch; elsewhere Ray swaps a loopback address for the machine's routable IP), as a local search joins its own."""
-    joining = {"RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if address else {}
+    That Ray listens on loopback only, in token mode: the CLI finds that out itself and joins it in Ray's
+    single-machine mode (engine.cluster.loopback_only), as a user's `--address 127.0.0.1:PORT` would."""
+    joining = {"RAY_AUTH_MODE": "token"} if address else {}
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "TUNE_AS_CACHE": str(tmp / "cache"),
                 "RAY_USAGE_STATS_ENABLED": "0", **joining, **(env or {})}
     if "TUNE_AS_FAULT_DIR" in full_env:  # tests/faults.py, plugged into every trial's reports

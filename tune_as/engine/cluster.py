@@ -180,13 +180,48 @@ def concurrency(max_concurrent: int | None, res: dict[str, float]) -> int:
 SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
+def _outbound_ip() -> str | None:
+    """The IP this machine reaches other hosts from, the one `ray.init` puts in place of a loopback address (Ray
+    finds it the same way: a UDP socket's route, no packet sent); None without a route. Ray's own helper is private
+    (ray._private.services), so it is asked here in four lines."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("8.8.8.8", 80))
+        except OSError:
+            return None
+        return str(sock.getsockname()[0])
+
+
+def loopback_only(address: str | None) -> bool:
+    """Whether `address` (HOST:PORT) names a Ray on this machine that listens on loopback only: a loopback host
+    whose port does not answer on the machine's outbound IP. A local search's head is one (engine.head), as is any
+    `ray start` in Ray's single-machine mode. Outside that mode `ray.init` swaps the loopback address for the
+    outbound IP and retries there for ever, printing Ray's warnings, so the driver must join in that mode too."""
+    if not address or "://" in address or address in ("auto", "local"):
+        return False
+    try:
+        parts = urllib.parse.urlsplit(f"//{address}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return False  # check_address says what is wrong with it
+    outbound = _outbound_ip()
+    if host not in LOOPBACK or port is None or outbound is None or outbound.startswith("127."):
+        return False
+    try:
+        with socket.create_connection((outbound, port), timeout=PROBE_TIMEOUT_S):
+            return False
+    except OSError:
+        return True
+
+
 def loopback_ray(address: str | None) -> None:
-    """For a local Ray (no --address), Ray's single-machine mode in this process, so that every server
-    `_init_local` starts listens on 127.0.0.1. Ray reads the switch when it is imported: the CLIs call this before
-    anything imports Ray; it is set for that import only and then removed, so that no process started later (a
-    `ray start` of a multi-node cluster, which refuses that mode) inherits it. Where Ray is already imported, or a
-    cluster is named, nothing changes."""
-    if address or "ray" in sys.modules or SINGLE_MACHINE_SWITCH in os.environ:
+    """For a local Ray (no --address), or one at a loopback address that listens on loopback only (`loopback_only`),
+    Ray's single-machine mode in this process, so that every server `_init_local` starts listens on 127.0.0.1, and
+    the driver joins a loopback-only Ray where it listens. Ray reads the switch when it is imported: the CLIs call
+    this before anything imports Ray; it is set for that import only and then removed, so that no process started
+    later (a `ray start` of a multi-node cluster, which refuses that mode) inherits it. Where Ray is already
+    imported, or another cluster is named, nothing changes."""
+    if "ray" in sys.modules or SINGLE_MACHINE_SWITCH in os.environ or (address and not loopback_only(address)):
         return
     os.environ[SINGLE_MACHINE_SWITCH] = "0"
     try:
