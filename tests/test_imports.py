@@ -233,3 +233,14 @@ def test_a_trial_trains_without_importing_torch_dynamo() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "False", "a trial's worker imports torch._dynamo"
+
+
+def test_no_private_module_of_a_library_is_imported() -> None:
+    """Issue 30 §3: public APIs only. A module of a library whose dotted name has a private part (`ray._private`,
+    `ray._raylet`, `optuna._imports`) may change in any minor release; none is imported, nor named anywhere in the
+    package's text (the issue's own check: `grep -rn _private tune_as` is empty)."""
+    bad = {f"{name} imports {imp}" for name, path in modules().items()
+           for imp in external_imports(path, name) if not _under(imp, "tune_as", "__future__")
+           and any(part.startswith("_") for part in imp.split("."))}
+    named = [str(path) for path in modules().values() if "_private" in path.read_text()]
+    assert not bad and not named, (sorted(bad), named)

@@ -182,8 +182,8 @@ SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 def _outbound_ip() -> str | None:
     """The IP this machine reaches other hosts from, the one `ray.init` puts in place of a loopback address (Ray
-    finds it the same way: a UDP socket's route, no packet sent); None without a route. Ray's own helper is private
-    (ray._private.services), so it is asked here in four lines."""
+    finds it the same way: a UDP socket's route, no packet sent); None without a route. Ray's own helper is not
+    public API, so it is asked here in four lines."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         try:
             sock.connect(("8.8.8.8", 80))
