@@ -9,6 +9,7 @@ import json
 import logging
 import pickle
 import time
+import warnings
 from pathlib import Path
 
 import fixtures_data as fx
@@ -20,7 +21,7 @@ from tune_as.tasks import TASKS, DataSettings, PreparedData, Split, build_model,
 from tune_as.tasks import backbones as backbones_module
 from tune_as.tasks import featurize as featurize_module
 from tune_as.tasks import sources as sources_module
-from tune_as.tasks.cnn import channels_last
+from tune_as.tasks.cnn import SameConv2d, channels_last
 
 REAL = ["clinc_oos", "sst5", "conll2003", "sighan2015", "rte", "mrpc", "cola", "sst2"]
 TABLE5 = {  # AS-Softmax paper, Table 5: epochs, batch size, learning rate
@@ -213,6 +214,24 @@ def test_cnn_feature_maps_run_channels_last_with_the_same_values(channels: int) 
     torch.testing.assert_close(out, conv(x))  # another kernel: the same values to float rounding
     with pytest.raises(ValueError, match=r"expected images \(B, C, H, W\), got shape \(8, 8\)"):
         channels_last(torch.zeros(8, 8))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_same_padding_convolutions_are_torchs_and_warn_nothing(k: int) -> None:
+    """tasks.cnn.SameConv2d: torch's padding="same" (asymmetric for an even kernel, as CIFAR-100's 2x2 ones), the
+    same values on both memory layouts, and no warning (torch's own warns in every trial's worker)."""
+    ours, torchs = SameConv2d(3, 5, k), torch.nn.Conv2d(3, 5, k, padding="same")
+    torchs.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 3, 7, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, out_cl = ours(x), ours(channels_last(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = torchs(x)
+    assert out.shape == (2, 5, 7, 6)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(out_cl, expected)
 
 
 def test_digits_is_real_and_carves_validation_and_test(cache: Path) -> None:

@@ -16,8 +16,23 @@ from torch import Tensor, nn
 Shape = tuple[int, int, int]  # (channels, height, width)
 
 
+class SameConv2d(nn.Conv2d):
+    """Conv[KxK] with "same" padding, stride 1. For an even K torch's `padding="same"` pads asymmetrically (left and
+    top (K-1)//2, right and bottom the rest) and warns at every process's first call that it copies the input to
+    do so; this pads the same way with F.pad, without the warning (CIFAR-100's 2x2 convolutions). Its parameters
+    are a Conv2d's, named alike."""
+
+    def __init__(self, c_in: int, c_out: int, k: int) -> None:
+        super().__init__(c_in, c_out, k, padding=k // 2 if k % 2 else 0)
+        low = (k - 1) // 2
+        self.pad = (low, k - 1 - low, low, k - 1 - low) if k % 2 == 0 else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x if self.pad is None else nn.functional.pad(x, self.pad))
+
+
 def conv(c_in: int, c_out: int, k: int, bn: bool = False) -> list[nn.Module]:
-    layers: list[nn.Module] = [nn.Conv2d(c_in, c_out, k, padding="same")]
+    layers: list[nn.Module] = [SameConv2d(c_in, c_out, k)]
     return layers + ([nn.BatchNorm2d(c_out)] if bn else []) + [nn.ReLU()]
 
 

@@ -54,7 +54,9 @@ class StackedCNN(Stacked):
             first, kinds = layers[0], {type(x) for x in layers}
             if len(kinds) != 1:
                 raise ValueError(f"a population needs members of one architecture, got {sorted(map(str, kinds))}")
-            if isinstance(first, nn.Conv2d) and not flat and first.bias is not None:
+            # an even kernel's "same" padding (tasks.cnn.SameConv2d.pad) is not in F.conv2d's arguments: refused
+            plain_padding = getattr(first, "pad", None) is None
+            if isinstance(first, nn.Conv2d) and not flat and first.bias is not None and plain_padding:
                 self.conv_weight.append(stack_params([x.weight for x in layers]))
                 self.conv_bias.append(stack_params([x.bias for x in layers]))
                 self.program.append(("conv", (first.stride, first.padding, first.dilation)))
