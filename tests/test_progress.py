@@ -91,7 +91,7 @@ def test_the_first_line_says_what_will_run_before_the_slow_imports(monkeypatch: 
     race = starting_line(SearchRequest(task="digits", losses=("softmax", "as_softmax"), race=True, max_seeds=5))
     assert race.startswith("digits: a search of losses softmax, as_softmax, then racing up to 5 seeds per loss;")
     assert "starting a local Ray" in race and all(len(line) <= 100 for line in race.splitlines())
-    joined = starting_line(SearchRequest(task="sst5", confirm=3, address="ray://u:pw@host:10001"))
+    joined = starting_line(SearchRequest(task="sst5", confirm=3, address="u:pw@host:6379"))
     assert "then 3 seeds per loss" in joined and "pw" not in joined and "--address" in joined
     assert starting_line(SearchRequest(task="", resume=True, name="digits-1")).startswith("resuming digits-1;")
 

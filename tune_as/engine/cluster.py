@@ -14,22 +14,25 @@ import urllib.parse
 from typing import Any
 
 from tune_as.engine.head import Head
+from tune_as.engine.request import refuse_ray_client
 from tune_as.errors import UserError, excerpt, first_line
 from tune_as.tracking.client import redact_uri
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # An HTTP/2 client's greeting (the connection preface and an empty SETTINGS frame). The GCS that `HOST:PORT` names
-# and the Ray Client server behind `ray://` are gRPC servers: they answer with a SETTINGS frame at once.
+# is a gRPC server: it answers with a SETTINGS frame at once.
 H2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 PROBE_TIMEOUT_S = 5.0
 
 
 def check_address(address: str) -> None:
-    """A UserError within seconds unless a gRPC server (a Ray GCS, or Ray Client for ray://) answers at `address`.
-    With TLS (RAY_USE_TLS) the plain-text probe cannot speak to it: only reachability is checked."""
+    """A UserError within seconds unless a gRPC server (a Ray GCS) answers at `address`; a Ray Client address is
+    refused (request.refuse_ray_client). With TLS (RAY_USE_TLS) the plain-text probe cannot speak to it: only
+    reachability is checked."""
     if address in ("auto", "local"):
         return
-    expected = "expected 'auto', HOST:PORT or ray://HOST:PORT"
+    refuse_ray_client(address)
+    expected = "expected 'auto' or HOST:PORT"
     uri = address if "://" in address else f"//{address}"
     parts = urllib.parse.urlsplit(uri)
     if "@" in parts.netloc:  # Ray takes no credentials in its address: never echo or pass on a password
@@ -55,8 +58,8 @@ def check_address(address: str) -> None:
                         f"{exc.strerror or exc}") from None
     if answer is not None and len(answer) >= 9 and answer[3] == 0x04:  # the server's first frame: SETTINGS
         return
-    raise UserError(f"--address: expected a Ray cluster at {address} (its GCS, or Ray Client for ray://, speaking "
-                    f"gRPC over HTTP/2), got {_described(answer)}")
+    raise UserError(f"--address: expected a Ray cluster at {address} (its GCS, speaking gRPC over HTTP/2), got "
+                    f"{_described(answer)}")
 
 
 def _described(answer: bytes | None) -> str:

@@ -150,7 +150,8 @@ class SearchRequest:
                                           help="evaluate every N optimizer steps (default: once per epoch)")
     address: str | None = option(
         None, result=False, env="RAY_ADDRESS",
-        help="Ray cluster address ('auto', HOST:6379 or ray://HOST:10001); default: a local Ray (env RAY_ADDRESS)")
+        help="Ray cluster address ('auto' on a node of the cluster, or HOST:6379, the head's GCS); default: a local "
+             "Ray (env RAY_ADDRESS)")
     storage_path: Path = option(
         Path("tune_as_results"), result=False,
         help="where Ray Tune keeps trial checkpoints and the Optuna study (shared storage on clusters)")
@@ -201,6 +202,7 @@ class SearchRequest:
         """Every check that needs nothing but the request; UserError names the option."""
         if self.task and self.task not in TASK_NAMES:
             raise UserError(f"unknown task {self.task!r}: expected one of {', '.join(TASK_NAMES)}")
+        refuse_ray_client(self.address)
         _positive("--trials-per-loss", self.trials_per_loss)
         _positive("--max-epochs", self.max_epochs)
         _positive("--cpus-per-trial", self.cpus_per_trial)
@@ -285,6 +287,19 @@ def flag(name: str) -> str:
     """The CLI flag of a SearchRequest field, e.g. "overrides" -> "--set", "asha" -> "--no-asha"."""
     switch_off = SearchRequest.__dataclass_fields__[name].default is True
     return OPTIONS[name].flag or ("--no-" if switch_off else "--") + name.replace("_", "-")
+
+
+def refuse_ray_client(address: str | None) -> None:
+    """A Ray Client address (`ray://HOST:PORT`) cannot run a search: through Ray Client, `Tuner.fit` runs Tune's
+    controller in an actor on the cluster, where the callbacks that track every run in MLflow, draw the progress
+    and keep the answer's runs do not reach this process (Ray documents Tune's controller moving there). Refused
+    before anything starts, without echoing the address (it may hold a password)."""
+    if address and address.strip().lower().startswith("ray://"):
+        raise UserError("--address: expected 'auto' or HOST:PORT of a Ray cluster's GCS (the head's --port, 6379 by "
+                        "default), got a Ray Client address (ray://...): through Ray Client, Tune's controller runs "
+                        "on the cluster, out of reach of this process's tracking and answer; run the search on a "
+                        "node of the cluster with --address auto, or submit it there with `ray job submit` "
+                        "(docs/cluster.md)")
 
 
 def _positive(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tune_as.engine.request import SearchRequest
+from tune_as.engine.request import SearchRequest, refuse_ray_client
 from tune_as.errors import UserError, cli_run, end_process
 from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder
 from tune_as.report.answers import Replayed, column_labels, replay, search_name
@@ -351,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the search's Optuna SQLite file, or its --storage-path (default: tune_as_results, "
                         "where the task's latest search of this experiment is found)")
     where = p.add_argument_group("where --confirm runs (task, data and settings come from the selected runs)")
-    where.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray cluster (default: a local Ray)")
+    where.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
+                       help="Ray cluster: 'auto' or HOST:PORT of its GCS (default: a local Ray)")
     where.add_argument("--storage-path", type=Path, default=Path("tune_as_results"),
                        help="folder for the confirmation runs' checkpoints (shared storage on clusters)")
     where.add_argument("--cpus-per-trial", type=float, default=1.0)
@@ -372,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    refuse_ray_client(args.address)
     if args.confirm < 0 or args.confirm == 1:
         raise UserError(f"--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), received "
                         f"{args.confirm}")
