@@ -344,3 +344,18 @@ def test_a_working_thread_is_left_to_the_normal_exit() -> None:
     daemon.start()
     assert daemon.is_alive() and daemon not in working_threads()
     hold.set()
+
+
+def test_a_failed_join_says_what_to_try() -> None:
+    """engine.cluster.join_hints: `--address auto` with no Ray on the machine (Ray: "Could not find any running Ray
+    instance") says where auto looks and that a search without --address starts its own; a refused join names token
+    auth; a local start adds nothing to Ray's own reason."""
+    from tune_as.engine.cluster import join_hints
+
+    missing = ConnectionError("Could not find any running Ray instance.")
+    auto = join_hints("auto", missing)
+    assert "--address auto joins the Ray that `ray start` runs on this machine" in auto
+    assert "without --address the search starts its own" in auto and "RAY_AUTH_MODE=token" in auto
+    other = join_hints("10.0.0.1:6379", missing)
+    assert "--address auto" not in other and other.startswith(" (a cluster that answers but refuses the driver")
+    assert "RAY_AUTH_MODE" not in join_hints("auto", RuntimeError("x")) and join_hints(None, missing) == ""

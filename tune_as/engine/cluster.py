@@ -107,13 +107,8 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
         # Ray's own reason, whoever's it is: an address that does not answer, or a local start that failed (no
         # free port, a full or missing temp folder); anything else is not a known way to fail and stays a traceback
         what = f"a reachable Ray cluster at {address}" if address else "a local Ray to start on this machine"
-        # a cluster whose GCS answered the probe (check_address) but refused the driver: most often token auth
-        # (Ray logs "InvalidAuthToken" from C++, not in the exception), a head started without RAY_AUTH_MODE=token
-        why = (" (a cluster that answers but refuses the driver wants every process, the driver's too, started with "
-               "RAY_AUTH_MODE=token and the cluster's token: docs/cluster.md)") if address and isinstance(
-                   exc, ConnectionError) else ""
         raise UserError(f"{'--address' if address else 'Ray'}: expected {what}, but Ray failed: "
-                        f"{type(exc).__name__}: {first_line(exc)[:300]}{why}") from None
+                        f"{type(exc).__name__}: {first_line(exc)[:300]}{join_hints(address, exc)}") from None
     finally:
         if callable(on_sigterm) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_sigterm)
@@ -122,6 +117,19 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
         port = str(url).rsplit(":", 1)[-1]  # the port Ray bound (8265, or the next free one)
         print(f"Ray dashboard: http://{url}  (from a laptop: ssh -L {port}:127.0.0.1:{port} HEAD)\n"
               f"  token auth: the token is in ~/.ray/auth_token locally, RAY_AUTH_TOKEN on a cluster")
+
+
+def join_hints(address: str | None, exc: BaseException) -> str:
+    """What to try when `ray.init(address)` failed, in parentheses ("" for a local start: Ray's reason says it).
+    `auto` finds a Ray only where `ray start` runs one on this machine (Ray: "Could not find any running Ray
+    instance"); a cluster whose GCS answered the probe (check_address) but refused the driver is most often token
+    auth (Ray logs "InvalidAuthToken" from C++, not in the exception): a head started without RAY_AUTH_MODE=token."""
+    hints = ["--address auto joins the Ray that `ray start` runs on this machine; without --address the search "
+             "starts its own"] if address == "auto" else []
+    if address and isinstance(exc, ConnectionError):
+        hints.append("a cluster that answers but refuses the driver wants every process, the driver's too, "
+                     "started with RAY_AUTH_MODE=token and the cluster's token: docs/cluster.md")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 # Set by Ray's Jobs API in a driver it starts: that job's runtime_env is already every worker's (Ray refuses a
