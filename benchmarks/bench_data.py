@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tune_as.tasks import DataSettings, build_task
+from tune_as.tasks import DataSettings, build_task, prepare
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,12 +30,12 @@ def run(data_dir: Path, max_length: int, warm_runs: int, backbone: str) -> dict[
         spec = DataSettings("clinc_oos", data_dir=data_dir, backbone=backbone, encoder="frozen",
                         max_length=max_length, cache_dir=Path(cache))
         start = time.perf_counter()
-        data = task.prepare(spec)
+        data = prepare(task, spec)
         cold = time.perf_counter() - start
         warm = []
         for _ in range(warm_runs):
             start = time.perf_counter()
-            again = task.prepare(spec)
+            again = prepare(task, spec)
             warm.append(time.perf_counter() - start)
         assert torch.equal(data.train.columns["features"], again.train.columns["features"])
         cache_bytes = sum(p.stat().st_size for p in Path(cache).iterdir())

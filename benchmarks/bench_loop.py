@@ -36,7 +36,7 @@ FUSED = True  # the trial's optimizer (fused AdamW); --plain-foreach times the h
 
 def prepared(task_name: str, cache_dir: Path) -> tuple[Any, Any]:
     from tune_as.settings import DataSettings
-    from tune_as.tasks import build_task
+    from tune_as.tasks import build_task, prepare
 
     task = build_task(task_name)
     if task_name == "digits":
@@ -46,7 +46,7 @@ def prepared(task_name: str, cache_dir: Path) -> tuple[Any, Any]:
             sys.exit(f"bench_loop: expected the real data in {DATA / task_name}, found none")
         spec = DataSettings(task=task_name, data_dir=DATA / task_name, backbone="minilm", encoder="frozen",
                             cache_dir=cache_dir)
-    return task, task.prepare(spec)
+    return task, prepare(task, spec)
 
 
 def trial_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: int, seed: int) -> tuple[float, float]:

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from tune_as.errors import UserError
 from tune_as.search import main
-from tune_as.tasks import DataSettings, build_task
+from tune_as.tasks import DataSettings, build_task, prepare
 from tune_as.tracking.client import redact_uri
 
 SPACE_OK = "task: digits\ntrials_per_loss: 1\nfixed: {epochs: 1}\nlosses:\n  softmax: {}\n"
@@ -84,6 +84,9 @@ CASES = {
                             "--address: expected a reachable Ray cluster at 127.0.0.1:1"),
     "address not host:port": (lambda d: ["--task", "digits", "--address", "nonsense"],
                               "--address: expected 'auto' or HOST:PORT, got 'nonsense'"),
+    "jsonl without data": (lambda d: ["--task", "jsonl"],
+                           "--data-dir: expected a folder of train/validation/test.jsonl[.gz] files for --task jsonl "
+                           "(it has no Hugging Face hub dataset), got none"),
     "ray client address": (lambda d: ["--task", "digits", "--address", "ray://127.0.0.1:10001"],
                            "--address: expected 'auto' or HOST:PORT of a Ray cluster's GCS (the head's --port, 6379 "
                            "by default), got a Ray Client address (ray://...): through Ray Client, Tune's controller"),
@@ -413,7 +416,7 @@ def test_jsonl_loader_fuzz_fails_only_with_clear_errors(tmp_path: Path, rows: li
         (folder / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
     task = build_task("sst5")
     try:
-        task.prepare(DataSettings(task="sst5", data_dir=folder, backbone="tiny", encoder="finetune", max_length=8,
+        prepare(task, DataSettings(task="sst5", data_dir=folder, backbone="tiny", encoder="finetune", max_length=8,
                               cache_dir=tmp_path / "cache"))
     except (ValueError, FileNotFoundError) as exc:  # UserError is a ValueError
         assert str(exc).strip(), "an error without a message"

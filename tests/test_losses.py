@@ -174,11 +174,11 @@ class _Silent:
 @pytest.mark.slow
 def test_the_trainer_warms_up_only_losses_that_support_it(tmp_path: Path) -> None:
     """A trial with warmup_r > 0 sets delta = 1 on as_softmax and leaves as_variant's delta' alone."""
-    from tune_as.tasks import DataSettings, build_task
+    from tune_as.tasks import DataSettings, build_task, prepare
     from tune_as.training.trial import Trial
 
     task = build_task("digits")
-    data = task.prepare(DataSettings(task="digits", cache_dir=tmp_path))
+    data = prepare(task, DataSettings(task="digits", cache_dir=tmp_path))
     seen = {}
     for loss, delta in (("as_variant", 2.5), ("as_softmax", 0.2)):
         config = {"loss": loss, "epochs": 1.0, "batch_size": 64, "lr": 1e-3,
@@ -562,11 +562,11 @@ def test_predicted_class_is_the_most_probable_under_the_loss_own_probabilities(n
 def test_the_trainer_predicts_taylor_classes_by_taylor_probabilities(tmp_path: Path) -> None:
     """Evaluation scores a Taylor-trained model by f^n(z): a head whose logit for the true class is far below
     the others (f^2 large) is right, not wrong."""
-    from tune_as.tasks import DataSettings, build_task
+    from tune_as.tasks import DataSettings, build_task, prepare
     from tune_as.training.trial import Trial
 
     task = build_task("digits")
-    data = task.prepare(DataSettings(task="digits", cache_dir=tmp_path))
+    data = prepare(task, DataSettings(task="digits", cache_dir=tmp_path))
     config = {"loss": "sm_taylor_softmax", "epochs": 1.0, "batch_size": 64, "lr": 1e-3, "loss.m": 0.6, "loss.n": 2}
     trial = Trial(config, data, task, _Silent())
     labels = data.validation.columns["labels"].long()

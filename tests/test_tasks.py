@@ -52,9 +52,14 @@ def perfect_preds(split: Split, size: int = 16) -> list[torch.Tensor]:
 
 # -- registry ---------------------------------------------------------------------------------------------
 def test_registry_has_every_task_and_unknown_names_fail_listing_them() -> None:
-    from tune_as.engine.request import TASK_NAMES  # what the CLI refuses before importing any task
+    # TASK_NAMES and NEEDS_DATA_DIR: what the CLI refuses before importing any task
+    from tune_as.engine.request import NEEDS_DATA_DIR, TASK_NAMES
+    from tune_as.tasks.base import Task
 
     assert set(TASK_NAMES) == set(TASKS)
+    no_data = {name for name in TASKS if (task := build_task(name)).hub is None
+               and type(task).load_raw is Task.load_raw}  # digits loads scikit-learn's own copy
+    assert no_data == set(NEEDS_DATA_DIR)
     expected = {"sst5", "clinc_oos", "conll2003", "sighan2015", "eurlex", "wos46985", "goemotions", "mnli", "mrpc",
                 "qnli", "qqp", "rte", "sst2", "cola", "mnist", "cifar10", "cifar100", "digits", "jsonl"}
     assert set(TASKS) == expected
@@ -97,7 +102,7 @@ def test_prepare_checks_the_spec_and_task_prepare_is_the_same_call(cache: Path) 
     with pytest.raises(ValueError, match="DataSettings.task: expected 'digits' for this task, got 'sst5'"):
         prepare(task, DataSettings("sst5", cache_dir=cache))
     spec = DataSettings("digits", cache_dir=cache)
-    data, again = prepare(task, spec), task.prepare(spec)
+    data, again = prepare(task, spec), prepare(task, spec)
     assert torch.equal(data.train.columns["pixels"], again.train.columns["pixels"]) and len(data.train) == 1150
 
 

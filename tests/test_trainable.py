@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tune_as.losses import LOSSES
-from tune_as.tasks import DataSettings, build_task
+from tune_as.tasks import DataSettings, build_task, prepare
 from tune_as.training.trial import PMARGIN_FILE, STATE_FILE, PhaseTimer, Trial, lr_factor, p_margin, run_trial
 
 
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
     task = build_task("digits")
-    return task, task.prepare(DataSettings(task="digits", cache_dir=tmp_path_factory.mktemp("cache")))
+    return task, prepare(task, DataSettings(task="digits", cache_dir=tmp_path_factory.mktemp("cache")))
 
 
 def config(**over: Any) -> dict[str, Any]:

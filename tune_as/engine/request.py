@@ -26,6 +26,9 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # --task is refused before torch, Ray and transformers are imported (in well under 2 s, not ~4 s).
 TASK_NAMES = ("cifar10", "cifar100", "clinc_oos", "cola", "conll2003", "digits", "eurlex", "goemotions", "jsonl",
               "mnist", "mnli", "mrpc", "qnli", "qqp", "rte", "sighan2015", "sst2", "sst5", "wos46985")
+# The tasks with no Hugging Face hub dataset nor data of their own (a test keeps this equal to the registry's):
+# refused without --data-dir before anything starts (before, the data preparation found out after Ray had started).
+NEEDS_DATA_DIR = ("jsonl",)
 SAMPLERS = ("tpe", "random")
 MOST_PER_TRIAL = 64  # --seeds-per-trial: members of one population
 MOST_EPOCHS = 1e6  # --budget and --max-epochs above this are a typo (1e300 printed a 300-digit trial count)
@@ -202,6 +205,9 @@ class SearchRequest:
         """Every check that needs nothing but the request; UserError names the option."""
         if self.task and self.task not in TASK_NAMES:
             raise UserError(f"unknown task {self.task!r}: expected one of {', '.join(TASK_NAMES)}")
+        if self.task in NEEDS_DATA_DIR and self.data_dir is None:
+            raise UserError(f"--data-dir: expected a folder of train/validation/test.jsonl[.gz] files for --task "
+                            f"{self.task} (it has no Hugging Face hub dataset), got none")
         refuse_ray_client(self.address)
         _positive("--trials-per-loss", self.trials_per_loss)
         _positive("--max-epochs", self.max_epochs)

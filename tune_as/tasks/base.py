@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ..errors import clip, excerpt
-from . import metrics, preparation
+from . import metrics
 from .data import DataSettings, PreparedData, Split
 from .labels import LabelMap
 from .sources import HubSource, RawSplit, carve, load_folder, load_hub, shared_data_root, subsample
@@ -78,10 +78,6 @@ class Task:
         return folder if folder.is_dir() else None
 
     # -- data -----------------------------------------------------------------------------------------
-    def prepare(self, spec: DataSettings) -> PreparedData:
-        """Kept for existing callers: the same as `tune_as.tasks.prepare(self, spec)`."""
-        return preparation.prepare(self, spec)
-
     def load_raw(self, data_dir: Path | None) -> dict[str, RawSplit]:
         if data_dir is not None:
             return load_folder(data_dir, self.stems)
