@@ -7,23 +7,25 @@ rounded to an integer (Python's ``round``, half to even) and then restricted as 
 (i) never below the previous value, (ii) at most 1 above it, (iii) at most ``max_steps``; at least 1.
 
 A cycle in which every row was masked (N_masked = N_all > 0) makes Eq. 19 infinite: the restrictions
-then give previous + 1 (capped). Such a cycle leaves an all-zero gradient, so ``any_unmasked`` is
-False and the training loop skips the optimizer step. Evaluations with no observed row keep ``steps``.
+then give previous + 1 (capped). Such a cycle leaves an all-zero gradient: the training loop skips the optimizer
+step (it counts the cycle's rows itself, tune_as.training.trial). Evaluations with no observed row keep ``steps``.
 
 Usage in a training loop::
 
     acc = AdaptiveAccumulation(lam=0.5, max_steps=5)
     while training:
-        acc.cycle_start()
+        rows = masked = 0
         for _ in range(acc.steps):
             out = loss_fn(model(batch), labels); out.loss.backward()
-            acc.observe(out.n_rows, out.n_masked)
-        if acc.any_unmasked:
+            rows, masked = rows + out.n_rows, masked + out.n_masked
+        if rows > masked:  # else every row was masked: a zero gradient, and AdamW would still move the weights
             optimizer.step()
         optimizer.zero_grad()
+        acc.observe(rows, masked)
+        acc.cycle_start()
 
 ``observe`` accepts 0-dim tensors and only adds them up (no device sync); the sums are read once per
-cycle, in ``cycle_start`` / ``any_unmasked``.
+cycle, in ``cycle_start``.
 
 The valid ranges of the two hyper-parameters are defined here, once (``check_schedule``); the ``as_speed``
 loss validates its ``lam`` and ``max_steps`` with it.
@@ -64,11 +66,6 @@ class AdaptiveAccumulation:
     def steps(self) -> int:
         """Micro-batches to accumulate in the current cycle (1 = no accumulation)."""
         return self._steps
-
-    @property
-    def any_unmasked(self) -> bool:
-        """Whether a row observed since the last evaluation was unmasked, i.e. the gradient can be non-zero."""
-        return int(self._n_all) > int(self._n_masked)
 
     def observe(self, n_rows: Count, n_masked: Count) -> None:
         """Count one micro-batch: rows that counted and rows that were masked (``LossOutput`` fields)."""
