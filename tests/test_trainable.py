@@ -210,6 +210,30 @@ def test_a_micro_batch_with_every_example_masked_has_no_backward(digits, tmp_pat
     assert all(p.grad is None for p in trial.model.parameters())
 
 
+def test_a_cycle_with_every_row_masked_takes_no_optimizer_step(digits, tmp_path: Path) -> None:
+    """The gradient of an all-masked cycle is zero, but AdamW would still move the weights (its momentum):
+    Trial.optimizer_step(skip=True), which the loop asks for when a cycle's counted rows all were masked, leaves
+    every weight and the step count as they were; the same call without skip moves them."""
+    trial = eval_mode_trial(digits, tmp_path, "as_speed", True)
+    right, _ = masked_and_unmasked_rows(trial, 10)
+    assert trial.micro_step(right, steps=1).sums.tolist()[1:] == [10.0, 10.0]  # every row masked
+    for group in trial.parts.optimizer.param_groups:
+        group["lr"] = 1e-3  # past the warm-up, whose first step has lr 0
+    gen = torch.Generator().manual_seed(0)
+    for p in trial.model.parameters():  # an earlier cycle: AdamW now holds momentum
+        p.grad = torch.randn(p.shape, generator=gen)
+    assert trial.optimizer_step(skip=False) is True and trial.counts.optimizer_steps == 1
+    for p in trial.model.parameters():
+        p.grad = torch.zeros_like(p)  # the all-masked cycle's gradient
+    before = {name: p.detach().clone() for name, p in trial.model.named_parameters()}
+    assert trial.optimizer_step(skip=True) is False and trial.counts.optimizer_steps == 1
+    assert all(torch.equal(p, before[name]) for name, p in trial.model.named_parameters())
+    for p in trial.model.parameters():
+        p.grad = torch.zeros_like(p)  # (a step, taken or skipped, ends the cycle: its gradients are let go)
+    assert trial.optimizer_step(skip=False) is True and trial.counts.optimizer_steps == 2
+    assert any(not torch.equal(p, before[name]) for name, p in trial.model.named_parameters())
+
+
 def test_backward_rows_equals_samples_seen_without_skipping(digits, tmp_path: Path) -> None:
     task, data = digits
     rec = Recorder(tmp_path)
