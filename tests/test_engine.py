@@ -558,3 +558,24 @@ def test_tune_loggers_are_off_for_a_new_search_and_left_on_for_a_resume(resume: 
     cluster.tune_environment(resume=resume)
     assert os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS") == (None if resume else "1")
     assert sum(isinstance(c, JsonLoggerCallback) for c in callbacks.common()) == 1
+
+
+def test_the_reach_line_suggests_the_flag_of_the_searchs_own_design() -> None:
+    """engine.record.reach: a race whose one look is at its first seeds (`--race --max-seeds 3`) is offered
+    `--max-seeds 10`, as every race is, and judged as a race of looks 3, 5, ..., 10 (its alpha spread over them:
+    its last look needs more than a fixed design's one look); `--confirm 3` is offered `--confirm 10`. (Before,
+    such a race was offered --confirm 10, which the CLI refuses beside --race.) A race at 10 seeds is offered
+    nothing more."""
+    from tune_as.engine.record import reach
+    from tune_as.results import racing
+
+    losses, seeds = ("softmax", "a", "b"), tuple(range(3))
+    race = racing.Plan(losses, "softmax", seeds, max_seeds=3)
+    fixed = racing.Plan.fixed(losses, "softmax", seeds, 3)
+    as_race, as_fixed = reach(race, "softmax", 20, 5, fixed=False), reach(fixed, "softmax", 20, 5, fixed=True)
+    assert " --max-seeds 10 (a --budget of at most 170 trial-epochs in all) would need " in as_race, as_race
+    assert " --confirm 10 (a --budget of at most 170 trial-epochs in all) would need " in as_fixed, as_fixed
+    need = {line: float(line.rsplit("would need ", 1)[1].split("·s")[0]) for line in (as_race, as_fixed)}
+    assert need[as_race] > need[as_fixed]
+    ten = reach(racing.Plan(losses, "softmax", tuple(range(10)), max_seeds=10), "softmax", 20, 5, fixed=False)
+    assert "--max-seeds" not in ten and "would need" not in ten, ten

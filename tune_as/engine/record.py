@@ -77,10 +77,10 @@ def plan_notes(plan: SearchPlan) -> list[str]:
             f"equivalence is judged within ±{margin_points(plan):.3g} points (one item) instead."]
 
 
-def reach(race: racing.Plan, baseline: str, search_epochs: float, per_run: float, more: int = 10) -> str:
+def reach(race: racing.Plan, baseline: str, search_epochs: float, per_run: float, fixed: bool, more: int = 10) -> str:
     """What the race's looks can decide, said before its first seed (racing.decidable), and, when its last look is
-    below `more` seeds, what `more` would allow and the budget that pays it."""
-    fixed = race.first == race.max_seeds
+    below `more` seeds, what `more` would allow and the budget that pays it, in the flag of the search's own
+    design: `fixed` (--confirm N) or a race (--max-seeds), even a race whose one look is at its first seeds."""
     line = (f"What the confirmation can decide: a claim needs |Δ| >= "
             f"{', '.join(f'{k:.3g}·s at {n} seeds' for n, k in racing.decidable(race))} (s: the spread over seeds "
             f"of a loss's difference to {baseline}, in points; Holm's first step).")

@@ -335,7 +335,7 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
     if not r.confirm and last < r.max_seeds:
         notes.append(f"--budget {r.budget:g}: the race's last look is at {last} seeds per loss, what the budget "
                      f"left after the search pays for every loss (--max-seeds {r.max_seeds}); its alpha goes there.")
-    notes.append(reach(race, plan.baseline, search_epochs, per_run))
+    notes.append(reach(race, plan.baseline, search_epochs, per_run, fixed=bool(r.confirm)))
     print(fit(notes[-1]))
     attempted: set[tuple[str, int]] = set()
     for round_no in range(1, len(race.looks) + 1):
