@@ -18,7 +18,7 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from tune_as.engine import callbacks, cluster, disk, interrupt, members, worker
+from tune_as.engine import callbacks, cluster, disk, interrupt, members, storage, worker
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.head import Head
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
@@ -109,6 +109,7 @@ def _tuner(session: Session, path: Path, role: str, search_alg: Searcher, schedu
     callback = callbacks.MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=path.name, storage_path=str(path.parent),  # an experiment of the search's (engine.state)
+        storage_filesystem=storage.whole_files(),  # no state file cut short by a killed driver (engine.storage)
         callbacks=[callback, *callbacks.common()], verbose=min(r.verbose, 1),
         progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         stop=disk.StopOnFullDisk(),  # a worker's full disk ends the search (engine.disk), not only its trial
@@ -240,9 +241,8 @@ def run_search(r: SearchRequest, head: Head | None = None) -> Outcome:
 def _search_and_confirm(session: Session) -> Outcome:
     plan = session.plan
     r, tic = plan.request, time.monotonic()
-    if r.resume and tune.Tuner.can_restore(str(plan.experiment_dir)):
-        tuner = tune.Tuner.restore(str(plan.experiment_dir), _trainable_for(plan, session.resources),
-                                   resume_unfinished=True, resume_errored=True)
+    if r.resume and storage.restorable(plan.experiment_dir):
+        tuner = storage.restored(plan.experiment_dir, _trainable_for(plan, session.resources))
     else:
         searcher = PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
                                    metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
@@ -376,9 +376,8 @@ def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1
     grouped, notes = members.group(configs, plan.request.seeds_per_trial, partial(members.population_problem, plan.data))
     for note in notes:
         print(fit(note))
-    if tune.Tuner.can_restore(str(path)):
-        tuner = tune.Tuner.restore(str(path), _trainable_for(plan, session.resources), resume_unfinished=True,
-                                   resume_errored=True)
+    if storage.restorable(path):
+        tuner = storage.restored(path, _trainable_for(plan, session.resources))
     else:
         searcher = ConcurrencyLimiter(FixedConfigs(grouped, f"best_val_{plan.metric}"),
                                       max_concurrent=cluster.concurrency(plan.request.max_concurrent,
