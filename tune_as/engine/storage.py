@@ -1,12 +1,12 @@
 """Where Ray Tune keeps a search's experiments: the local (or shared) file system, with every file whole.
 
-Ray Tune writes an experiment's state (`experiment_state-*.json`, `search_gen_state-*.pkl`, the searcher's state)
+Ray Tune writes an experiment's state (`experiment_state-*.json`, `search_gen_state-*`, the searcher's state)
 on the driver's node, in a staging folder, and copies it to the storage path every few seconds; trials copy their
 checkpoints the same way. The copy (`pyarrow.fs.copy_files`) writes each file in place: a driver killed while it
 copied (SIGKILL, the OOM killer, a node lost) left a state file cut short in the search's folder, and the resume
 failed to read it ("Failed to restore the run state ... EOFError"), after which Ray restarted the experiment: a
 round's finished runs ran again, and the search ended "interrupted" (a failure of CI on b29019a). pyarrow has no
-atomic local writes, and Ray takes the file system to write to (`storage_filesystem`): `WHOLE_FILES` is the local
+atomic local writes, and Ray takes the file system to write to (`storage_filesystem`): `whole_files()` is the local
 one, writing every file under a hidden temporary name in its folder and renaming it into place when complete
 (a rename within a folder is atomic on POSIX file systems, NFS included). Listings never show those temporary
 names, so a copy left by a killed writer is never read back, and `sweep` removes them.
@@ -80,6 +80,7 @@ class WholeFilesHandler(pyarrow.fs.FileSystemHandler):
     def __init__(self) -> None:
         self.local = pyarrow.fs.LocalFileSystem()
 
+    # pyarrow compares two PyFileSystems by their handlers' ==, `equals` is the handler's abstract method: both
     def __eq__(self, other: object) -> bool:
         return isinstance(other, WholeFilesHandler)
 
@@ -172,11 +173,10 @@ def check_whole(experiment_dir: Path) -> None:
     A pickle is read as opcodes only (pickletools.genops parses, never builds objects or imports): whole when its
     STOP opcode ends the file. JSON is parsed."""
     for pattern in RAY_STATE:
-        found = sorted(experiment_dir.glob(pattern))
-        for path in found[-1:]:
-            if not _whole(path):
-                raise UserError(f"{path}: expected Ray Tune's saved state, got a file cut short (a driver killed "
-                                "while Ray copied it): this search cannot be resumed; start it again with a new --name")
+        path = max(experiment_dir.glob(pattern), default=None)  # the newest, as Ray picks it
+        if path is not None and not _whole(path):
+            raise UserError(f"{path}: expected Ray Tune's saved state, got a file cut short (a driver killed "
+                            "while Ray copied it): this search cannot be resumed; start it again with a new --name")
 
 
 def _whole(path: Path) -> bool:
