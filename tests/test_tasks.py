@@ -97,7 +97,7 @@ def test_dataspec_is_hashable_validated_and_keys_ignore_cache_dir(tmp_path: Path
         DataSettings("sst5", max_train_samples=0)
 
 
-def test_prepare_checks_the_spec_and_task_prepare_is_the_same_call(cache: Path) -> None:
+def test_prepare_checks_the_spec_and_a_second_call_reads_the_same_data_back(cache: Path) -> None:
     task = build_task("digits")
     with pytest.raises(ValueError, match="DataSettings.task: expected 'digits' for this task, got 'sst5'"):
         prepare(task, DataSettings("sst5", cache_dir=cache))
