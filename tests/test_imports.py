@@ -213,6 +213,22 @@ def test_a_worker_imports_what_training_needs_and_no_driver_library() -> None:
     assert "torch" in sys.modules  # this process imported it through worker: the check above is not vacuous
 
 
+def test_a_driver_imports_scipy_stats_only_when_the_race_looks() -> None:
+    """scipy.stats costs ~1.4 CPU s to import, which a search's driver spent before its first trial (beside the
+    local Ray head's start, on the same cores); only the race's looks and the verdicts use it."""
+    code = ("import sys, tune_as.search, tune_as.engine.run\n"
+            "before = 'scipy.stats' in sys.modules\n"
+            "from tune_as.results import racing\n"
+            "plan = racing.Plan(('softmax', 'am_softmax'), 'softmax', tuple(range(100, 110)))\n"
+            "seeds = racing.seeds_to_decide(plan, 2.0, 1.0)\n"
+            "print(before, 'scipy.stats' in sys.modules, seeds)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before, after, seeds = proc.stdout.split()
+    assert before == "False", "importing the search's driver imports scipy.stats"
+    assert after == "True" and seeds.isdigit(), proc.stdout  # the race still finds it: the check is not vacuous
+
+
 def test_a_trial_trains_without_importing_torch_dynamo() -> None:
     """Every torch.optim optimizer imports torch._dynamo (1.5-1.7 CPU s) when built and at its first step; a fresh
     Ray worker pays it for nothing unless the trial's optimizer avoids torch.optim (training/tools.FusedAdamW)."""

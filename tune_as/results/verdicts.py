@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 Verdict = Literal["win", "loss", "equivalent", "undecided"]
 Hypothesis = Literal["win", "loss", "equivalent"]
@@ -62,6 +61,7 @@ def _pvalues(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, shift: float | np.
     tested = ok & ~exact
     if tested.any():
         se = spread[tested] / np.sqrt(n[tested])
+        from scipy import stats  # lazily: 1.4 CPU s a driver spends before its first trial
         p[tested] = stats.t.sf(signed[tested] / se, n[tested] - 1)
     return p
 
@@ -139,6 +139,7 @@ def _intervals(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, alpha_side: floa
     half = np.full(n.shape, np.nan)
     ok = n >= 2
     if ok.any():
+        from scipy import stats  # lazily: 1.4 CPU s a driver spends before its first trial
         half[ok] = np.maximum(stats.t.ppf(1.0 - alpha_side, n[ok] - 1) * sd[ok] / np.sqrt(n[ok]), resolution)
     return [(float(m - h), float(m + h)) if good else None for m, h, good in zip(mean, half, ok, strict=True)]
 
