@@ -245,6 +245,19 @@ def test_ranking_uses_completed_trials_and_confirmed_seeds_with_verdicts() -> No
     assert [r.loss for r in ranking.rank(trials, [], "accuracy")][:2] == ["as_softmax", "softmax"]
 
 
+def test_a_seed_confirmed_twice_counts_once_in_its_row_as_in_the_race() -> None:
+    """Two runs of one (loss, seed) (a resume can run a setting again: docs/architecture.md): the row's values are
+    one per seed, the run the race decided on (race_results keeps the last), never both."""
+    trials = [run(0, "softmax", 0.9, 0.9, 0), run(1, "sparsemax", 0.9, 0.9, 1)]
+    confirmations = [run(10 + s, "softmax", 0.9, 0.90, s) for s in (2, 3, 4)] + \
+                    [run(20 + s, "sparsemax", 0.9 + s / 100, 0.91, s) for s in (2, 3, 4)] + \
+                    [run(30, "sparsemax", 0.5, 0.91, 3)]  # seed 3 again, after the first
+    assert ranking.race_results(confirmations, "accuracy")["sparsemax"][3] == (0.5, 0.91)
+    answer, plan = _answer(confirmations, ["softmax", "sparsemax"], [2, 3, 4])
+    rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy", [], answer, plan)}
+    assert rows["sparsemax"].val == pytest.approx([0.92, 0.5, 0.94]) and len(rows["sparsemax"].test) == 3
+
+
 def test_ranking_with_three_noisy_seeds_says_undecided_with_its_seeds() -> None:
     trials = [run(0, "softmax", 0.9, 0.9, 0), run(1, "sparsemax", 0.9, 0.9, 1)]
     confirmations = [run(10 + s, "softmax", 0.9, 0.90, s) for s in (2, 3, 4)] + \

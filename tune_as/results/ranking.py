@@ -117,8 +117,10 @@ def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: st
             seeds = {str(s) for s in plan.seeds[: answer.seeds_used.get(loss, 0)]}
         else:
             seeds = {c.seed for c in confirmations}
-        reps = sorted((c for c in confirmations if c.loss == loss and c.seed in seeds and _same(c, cell)),
-                      key=lambda c: int(c.seed))
+        # one run per seed, the one the race reads (`race_results`: the last): a seed run twice (a resume from
+        # Ray state files of two snapshots, docs/architecture.md) must not count twice in mean ± std
+        per_seed = {c.seed: c for c in confirmations if c.loss == loss and c.seed in seeds and _same(c, cell)}
+        reps = sorted(per_seed.values(), key=lambda c: int(c.seed))
         source = reps or list(cell.runs)
         setting = {k: v for k, v in cell.params.items() if k in cell.shown}
         row = Row(loss, setting, len(mine), done, [r.best_val for r in source],
