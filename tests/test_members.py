@@ -62,3 +62,19 @@ def test_the_data_decides_whether_a_population_can_train() -> None:
     assert "fp16" in str(population_problem(data, settings("softmax", 1, precision="fp16")))
     data.model_info["encoder"] = "finetune"
     assert "frozen-feature heads" in str(population_problem(data, settings("softmax", 1)))
+
+
+def test_missing_names_the_configs_no_trial_ran_whatever_the_round_trip_of_their_values() -> None:
+    """A resumed round's trials (their configs back from Ray's JSON state: tuples as lists, keys in any order)
+    against the round's configs: only those without a trial are missing, in the round's order."""
+    import json
+
+    from tune_as.engine.members import group, missing
+
+    grouped, _ = group([settings("softmax", s) for s in (5, 6, 7)] + [settings("as_softmax", s) for s in (5, 6)],
+                       2, lambda c: None)
+    back = [dict(reversed(list(json.loads(json.dumps(c)).items()))) for c in grouped]  # as Ray gives them back
+    assert missing(grouped, back) == []
+    assert missing(grouped, [back[0], back[2]]) == [grouped[1]]
+    assert missing(grouped, []) == grouped
+    assert missing(grouped, [{**back[0], "lr": 2e-3}]) == grouped  # another setting is not the same run

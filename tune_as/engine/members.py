@@ -55,6 +55,14 @@ def group(configs: Sequence[TrialSettings], per_trial: int,
     return out, notes
 
 
+def missing(configs: Sequence[dict[str, Any]], ran: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Tune configs of `configs` that no trial ran (`ran`: the configs of an experiment's trials), in order.
+    A resumed round's Ray state can lack a trial its searcher handed out (a kill while Ray copied the state:
+    docs/architecture.md), and the searcher never hands it out again."""
+    have = {json.dumps(c, sort_keys=True, default=str) for c in ran}
+    return [c for c in configs if json.dumps(c, sort_keys=True, default=str) not in have]
+
+
 def population_problem(data: Any, settings: TrialSettings) -> str | None:
     """Why a setting's seeds cannot train as one population on `data` (tune_as.training.population), judged for
     the CPU (a GPU without bf16 would need fp16's scaler: such a population fails with that reason)."""

@@ -1,5 +1,6 @@
-"""The answer's record, built from a finished search (tune_as.results.answer says what it holds and why), and the
-verdicts' margin and resolution, derived from the plan (never saved: a resume derives the same and says the same)."""
+"""The answer's record, built from a finished search (tune_as.results.answer says what it holds and why), what the
+search cost (`Compute`), and the verdicts' margin and resolution, derived from the plan (never saved: a resume
+derives the same and says the same)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,27 @@ from tune_as.errors import UserError
 from tune_as.results import racing
 from tune_as.results.answer import AnswerRecord, Mode
 from tune_as.results.selection import TrialRun
+
+
+@dataclasses.dataclass(frozen=True)
+class Compute:
+    """What a search cost: epochs trained by every trial (stopped, failed and diverged ones included) and wall time
+    of this call (a resumed search counts the epochs of every call, the wall time of this one)."""
+
+    search_epochs: float
+    confirm_epochs: float
+    search_trials: int
+    confirm_trials: int
+    wall_s: float
+    budget: float | None = None
+
+    def line(self) -> str:
+        minutes, seconds = divmod(round(self.wall_s), 60)
+        total = self.search_epochs + self.confirm_epochs
+        of = f" of a budget of {self.budget:g}" if self.budget is not None else ""
+        return (f"Compute: {total:g} trial-epochs{of} (search {self.search_epochs:g} in {self.search_trials} "
+                f"trials, confirmation {self.confirm_epochs:g} in {self.confirm_trials} runs), "
+                f"wall {minutes} min {seconds:02d} s")
 
 
 def answer_record(plan: SearchPlan, trials: Sequence[TrialRun], race: racing.Plan | None, notes: Sequence[str],

@@ -24,6 +24,7 @@ from tune_as.engine.head import Head
 from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_search, state_of
 from tune_as.engine.progress import reporter
 from tune_as.engine.record import (
+    Compute,
     answer_record,
     check_margin,
     margin_points,
@@ -53,27 +54,6 @@ class NoResult(Exception):
 
 class SearchInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM: Ray Tune stopped the trials and saved its state; the message is the resume command."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Compute:
-    """What a search cost: epochs trained by every trial (stopped, failed and diverged ones included) and wall time
-    of this call (a resumed search counts the epochs of every call, the wall time of this one)."""
-
-    search_epochs: float
-    confirm_epochs: float
-    search_trials: int
-    confirm_trials: int
-    wall_s: float
-    budget: float | None = None
-
-    def line(self) -> str:
-        minutes, seconds = divmod(round(self.wall_s), 60)
-        total = self.search_epochs + self.confirm_epochs
-        of = f" of a budget of {self.budget:g}" if self.budget is not None else ""
-        return (f"Compute: {total:g} trial-epochs{of} (search {self.search_epochs:g} in {self.search_trials} "
-                f"trials, confirmation {self.confirm_epochs:g} in {self.confirm_trials} runs), "
-                f"wall {minutes} min {seconds:02d} s")
 
 
 @dataclasses.dataclass
@@ -137,15 +117,15 @@ def _scheduler(plan: SearchPlan) -> TrialScheduler:
     return scheduler
 
 
-def _fit(session: Session, tuner: tune.Tuner, expected: int) -> tune.ResultGrid:
+def _fit(session: Session, tuner: tune.Tuner, expected: int | None) -> tune.ResultGrid:
     """Ray Tune swallows Ctrl-C (it checkpoints and returns), so an interruption is recognised by trials left
-    open or not finished."""
+    open or not finished: fewer than `expected` ended (None: any trial of the grid that has not)."""
     try:
         grid = tuner.fit()
     except KeyboardInterrupt:
         raise SearchInterrupted(session.hint) from None
     if (interrupt.noticed.is_set() or session.tracker.unfinished()
-            or grid.num_terminated + grid.num_errors < expected):
+            or grid.num_terminated + grid.num_errors < (len(grid) if expected is None else expected)):
         raise SearchInterrupted(session.hint)
     return grid
 
@@ -370,21 +350,33 @@ def _settings(cell: Cell) -> TrialSettings:
 def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1) -> tuple[list[TrialRun], float]:
     """Run complete trial settings to the end (no early stopping) as child runs with role=confirmation, in a Tune
     experiment of their own (engine.state.round_name) inside the search folder (resumable like the search). With
-    --seeds-per-trial N, the seeds of one setting train in populations of up to N (tune_as.engine.members)."""
+    --seeds-per-trial N, the seeds of one setting train in populations of up to N (tune_as.engine.members).
+    A resumed round whose Ray state lost a run (`members.missing`) runs it in a part of its own, `<round>.part2`."""
     plan = session.plan
     path = plan.search_dir / round_name(plan.search_dir, plan.token or plan.search_id, round_no)
-    grouped, notes = members.group(configs, plan.request.seeds_per_trial, partial(members.population_problem, plan.data))
+    todo, notes = members.group(configs, plan.request.seeds_per_trial, partial(members.population_problem, plan.data))
     for note in notes:
         print(fit(note))
-    if storage.restorable(path):
-        tuner = storage.restored(path, _trainable_for(plan, session.resources))
-    else:
-        searcher = ConcurrencyLimiter(FixedConfigs(grouped, f"best_val_{plan.metric}"),
-                                      max_concurrent=cluster.concurrency(plan.request.max_concurrent,
-                                                                         session.resources))
-        tuner = _tuner(session, path, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(), len(grouped))
-    grid = _fit(session, tuner, len(grouped))
-    return _results(grid, plan), members.grid_epochs(grid)
+    runs: list[TrialRun] = []
+    epochs, part = 0.0, 1
+    while todo:
+        where = path if part == 1 else path.with_name(f"{path.name}.part{part}")
+        if storage.restorable(where):  # a restored round's trials all ended: whatever its state lost is `todo`
+            grid = _fit(session, storage.restored(where, _trainable_for(plan, session.resources)), None)
+        else:
+            searcher = ConcurrencyLimiter(FixedConfigs(todo, f"best_val_{plan.metric}"),
+                                          max_concurrent=cluster.concurrency(plan.request.max_concurrent,
+                                                                             session.resources))
+            grid = _fit(session, _tuner(session, where, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(),
+                                        len(todo)), len(todo))
+        runs += _results(grid, plan)
+        epochs += members.grid_epochs(grid)
+        todo = members.missing(todo, [grid[i].config or {} for i in range(len(grid))])
+        if todo:
+            print(fit(f"Confirmation round {round_no}: Ray's saved state of {where.name} lacks {len(todo)} of "
+                      "its runs (the driver was killed while Ray copied it); they run now."))
+        part += 1
+    return runs, epochs
 
 
 def confirm_settings(r: SearchRequest, data: DataSettings, configs: list[TrialSettings]) -> list[TrialRun]:
