@@ -361,7 +361,8 @@ def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1
     epochs, part = 0.0, 1
     while todo:
         where = path if part == 1 else path.with_name(f"{path.name}.part{part}")
-        if storage.restorable(where):  # a restored round's trials all ended: whatever its state lost is `todo`
+        restored = storage.restorable(where)
+        if restored:  # a restored round's trials all ended: whatever its state lost is `todo`
             grid = _fit(session, storage.restored(where, _trainable_for(plan, session.resources)), None)
         else:
             searcher = ConcurrencyLimiter(FixedConfigs(todo, f"best_val_{plan.metric}"),
@@ -372,6 +373,8 @@ def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1
         runs += _results(grid, plan)
         epochs += members.grid_epochs(grid)
         todo = members.missing(todo, [grid[i].config or {} for i in range(len(grid))])
+        if todo and not restored:  # a new Tuner that ended runs every config (else _fit raised): never a loop
+            raise RuntimeError(f"{where.name}: expected a trial for each of its configs, got none for {todo[0]}")
         if todo:
             print(fit(f"Confirmation round {round_no}: Ray's saved state of {where.name} lacks {len(todo)} of "
                       "its runs (the driver was killed while Ray copied it); they run now."))
