@@ -194,6 +194,13 @@ def test_each_module_imports_first_in_a_fresh_tune_as() -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
+def fresh_python(code: str) -> str:
+    """What `code` prints in a fresh interpreter (what a new Ray worker or CLI process imports); it must succeed."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
 # What a Ray worker must not import: it pays each import at the start of every Tuner's first trial (MLflow and
 # the driver's plan were ~2 s of it on a 2-core machine). The driver's side of a trial is engine.callbacks.
 NOT_IN_A_WORKER = ("mlflow", "optuna", "transformers", "tune_as.engine.plan", "tune_as.engine.run",
@@ -207,9 +214,8 @@ def test_a_worker_imports_what_training_needs_and_no_driver_library() -> None:
     code = ("import sys, tune_as.engine.worker; "
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {{'mlflow', 'optuna', 'transformers'}} "
             f"or m in {NOT_IN_A_WORKER!r}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "[]", f"a worker imports driver-side modules: {proc.stdout.strip()}"
+    out = fresh_python(code)
+    assert out.strip() == "[]", f"a worker imports driver-side modules: {out.strip()}"
     assert "torch" in sys.modules  # this process imported it through worker: the check above is not vacuous
 
 
@@ -222,11 +228,10 @@ def test_a_driver_imports_scipy_stats_only_when_the_race_looks() -> None:
             "plan = racing.Plan(('softmax', 'am_softmax'), 'softmax', tuple(range(100, 110)))\n"
             "seeds = racing.seeds_to_decide(plan, 2.0, 1.0)\n"
             "print(before, 'scipy.stats' in sys.modules, seeds)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    before, after, seeds = proc.stdout.split()
+    out = fresh_python(code)
+    before, after, seeds = out.split()
     assert before == "False", "importing the search's driver imports scipy.stats"
-    assert after == "True" and seeds.isdigit(), proc.stdout  # the race still finds it: the check is not vacuous
+    assert after == "True" and seeds.isdigit(), out  # the race still finds it: the check is not vacuous
 
 
 def test_a_trial_trains_without_importing_torch_dynamo() -> None:
@@ -246,9 +251,8 @@ def test_a_trial_trains_without_importing_torch_dynamo() -> None:
             "run_trial({'loss': 'softmax', 'epochs': 1.0, 'batch_size': 64, 'lr': 3e-3}, data, task, keep)\n"
             "assert keep.reports[-1]['optimizer_steps'] > 0, keep.reports\n"
             "print('torch._dynamo' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "False", "a trial's worker imports torch._dynamo"
+    out = fresh_python(code)
+    assert out.strip() == "False", "a trial's worker imports torch._dynamo"
 
 
 def test_no_private_module_of_a_library_is_imported() -> None:
