@@ -193,7 +193,9 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
     snapshot has 3 trials ended and the 4th blocked at its first report (tests/faults.py), MLflow at most the
     first trial's writes; the rest died with the driver's queue. The resume, given only the name, finishes exactly
     the 6 requested trials and delivers what the killed driver could not, from Ray's own record of each trial:
-    one run per trial, FINISHED, with its whole history (an evaluation at each of its 2 epochs), logged once."""
+    one run per trial, FINISHED, with its whole history (an evaluation at each of its 2 epochs), logged once.
+    Before the resume, the searcher's state is made one trial ahead of Ray's saved trials (what a kill inside Ray's
+    copy of its state files can leave): the trial its loss lacks runs in a part of the search's own."""
     fault_dir = tmp_path / "faults"
     fault_dir.mkdir()
     space = write_space(tmp_path, trials=3, epochs=2)
@@ -219,9 +221,25 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
         stop(proc)
     finished_before = sum(c.info.status == "FINISHED" for c in runs(uri, "rel-resume")[1])
     assert finished_before < 3, "MLflow should have missed the end of a trial Ray's snapshot has ended"
+    # Ray copies a snapshot's files side by side, so a kill inside the copy can leave the searcher's state a trial
+    # ahead of the trials Ray saved (docs/architecture.md). Made so here: the searcher asked Optuna for a fifth
+    # trial that Ray's saved trials lack, and counts it. The resume runs the trial its loss lacks in a part of the
+    # search's own and closes the orphan in Optuna (a resume of the old code ended "interrupted", as every later one).
+    (state_file,) = search_experiment(search_dir).glob("searcher-state-*")
+    saved = json.loads(state_file.read_text())
+    assert sum(saved["suggested"].values()) == 4, saved
+    lost = min(sorted(saved["suggested"]), key=lambda loss: saved["suggested"][loss])
+    optuna_url = f"sqlite:///{search_dir / 'optuna.db'}"
+    asked = optuna.load_study(study_name=f"digits-{lost}", storage=optuna_url).ask().number
+    saved["suggested"][lost] += 1
+    saved["live"]["lost-trial"] = [lost, asked]
+    ahead = state_file.with_name(f".{state_file.name}.ahead")
+    ahead.write_text(json.dumps(saved))
+    os.replace(ahead, state_file)
     # the name (and where to find it) is all a resume needs: the rest comes from the saved search
     code, out = finish(start_cli(tmp_path, uri, ["--name", "digits-kill", "--resume"]))
     assert code == 0, out[-3000:]
+    assert f"lacks 1 trial(s) of {lost}" in " ".join(out.split()), out[-3000:]
     parents, children = runs(uri, "rel-resume")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(children) == 6 and len({c.data.tags["tune_as.trial_id"] for c in children}) == 6, \
@@ -230,8 +248,10 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
     for child in children:
         assert assert_logged_once(uri, child.info.run_id) == [1.0, 2.0], child.data.tags
     for loss in ("softmax", "as_softmax"):
-        study = optuna.load_study(study_name=f"digits-{loss}", storage=f"sqlite:///{search_dir / 'optuna.db'}")
+        study = optuna.load_study(study_name=f"digits-{loss}", storage=optuna_url)
         assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3, loss
+        assert not [t for t in study.trials if t.state.name == "RUNNING"], loss
+    assert optuna.load_study(study_name=f"digits-{lost}", storage=optuna_url).trials[asked].state.name == "FAIL"
     assert_no_weights_left(search_dir)
 
 

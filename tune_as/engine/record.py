@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from tune_as.engine import members
 from tune_as.engine.plan import SearchPlan
 from tune_as.engine.request import RESULT_OPTIONS
 from tune_as.errors import UserError
@@ -35,6 +37,33 @@ class Compute:
         return (f"Compute: {total:g} trial-epochs{of} (search {self.search_epochs:g} in {self.search_trials} "
                 f"trials, confirmation {self.confirm_epochs:g} in {self.confirm_trials} runs), "
                 f"wall {minutes} min {seconds:02d} s")
+
+
+def failures_of(grids: Sequence[Any]) -> dict[str, str]:
+    """Per loss, why its trials gave no result, from the first that failed (its error's last line), over Tune's
+    result grids of the search (its parts too)."""
+    out: dict[str, str] = {}
+    for grid, (i, member) in ((g, m) for g in grids for m in members.of_grid(g)):
+        result = grid[i]
+        loss = str(member.config.get("loss", ""))
+        # a diverged trial reports its error as a result; a crashed one leaves Ray's exception
+        error = member.metrics.get("error") or (
+            (str(result.error).strip().splitlines() or [""])[-1] if result.error else None)
+        if loss and error and loss not in out:
+            out[loss] = f"failed or diverged: {str(error)[:200]} (trial folder {Path(result.path).name})"
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Confirmed:
+    """What confirmation produced: its runs, their epochs, the race's plan, notes, and the runs of each round
+    (the race's answer is replayed from them: tune_as.results.answer)."""
+
+    runs: list[TrialRun] = dataclasses.field(default_factory=list)
+    epochs: float = 0.0
+    plan: racing.Plan | None = None
+    notes: tuple[str, ...] = ()
+    rounds: tuple[tuple[str, ...], ...] = ()  # the confirmation runs' Ray trial ids, round by round
 
 
 def answer_record(plan: SearchPlan, trials: Sequence[TrialRun], race: racing.Plan | None, notes: Sequence[str],

@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -25,8 +26,10 @@ from tune_as.engine.plan import SearchPlan, git_commit, plan_confirmation, plan_
 from tune_as.engine.progress import reporter
 from tune_as.engine.record import (
     Compute,
+    Confirmed,
     answer_record,
     check_margin,
+    failures_of,
     margin_points,
     parent_params,
     reach,
@@ -222,22 +225,19 @@ def _search_and_confirm(session: Session) -> Outcome:
     plan = session.plan
     r, tic = plan.request, time.monotonic()
     if r.resume and storage.restorable(plan.experiment_dir):
-        tuner = storage.restored(plan.experiment_dir, _trainable_for(plan, session.resources))
+        grids = _lost_trials(session, _fit(session, storage.restored(plan.experiment_dir, _trainable_for(
+            plan, session.resources)), None))
     else:
-        searcher = PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
-                                   metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
-                                   warm=r.warm_start, quota={loss: plan.quota(loss) for loss in plan.losses})
-        limited = ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, session.resources))
-        tuner = _tuner(session, plan.experiment_dir, schema.ROLE_TRIAL, limited, _scheduler(plan), plan.n_trials)
-    grid = _fit(session, tuner, plan.n_trials)
-    trials = _results(grid, plan)
-    search_epochs = members.grid_epochs(grid)
+        grids = [_fit(session, _tuner(session, plan.experiment_dir, schema.ROLE_TRIAL, _searcher(session),
+                                      _scheduler(plan), plan.n_trials), plan.n_trials)]
+    trials = [run for grid in grids for run in _results(grid, plan)]
+    search_epochs = sum(members.grid_epochs(grid) for grid in grids)
     confirmed = _confirm(session, trials, search_epochs) if plan.confirming else Confirmed()
-    record = answer_record(plan, trials, confirmed.plan, confirmed.notes, confirmed.rounds, _failures(grid))
+    record = answer_record(plan, trials, confirmed.plan, confirmed.notes, confirmed.rounds, failures_of(grids))
     answered = answer_table(record, trials, confirmed.runs)
     rows = answered.rows
-    compute = Compute(search_epochs, confirmed.epochs, len(grid), len(confirmed.runs), time.monotonic() - tic,
-                      r.budget)
+    compute = Compute(search_epochs, confirmed.epochs, sum(map(len, grids)), len(confirmed.runs),
+                      time.monotonic() - tic, r.budget)
     text = answered.table.markdown()
     print("\n" + answered.table.render(r.output_format) + "\n" + compute.line() + "\n"
           + schema.ui_line(session.tracker.shown, str(session.tracker.experiment_id)))
@@ -259,30 +259,36 @@ def _search_and_confirm(session: Session) -> Outcome:
     return Outcome(rows, trials, confirmed.runs, text, compute)
 
 
-def _failures(grid: tune.ResultGrid) -> dict[str, str]:
-    """Per loss, why its trials gave no result, from the first that failed (its error's last line)."""
-    out: dict[str, str] = {}
-    for i, member in members.of_grid(grid):
-        result = grid[i]
-        loss = str(member.config.get("loss", ""))
-        # a diverged trial reports its error as a result; a crashed one leaves Ray's exception
-        error = member.metrics.get("error") or (
-            (str(result.error).strip().splitlines() or [""])[-1] if result.error else None)
-        if loss and error and loss not in out:
-            out[loss] = f"failed or diverged: {str(error)[:200]} (trial folder {Path(result.path).name})"
-    return out
+def _searcher(session: Session, ran: dict[str, int] | None = None) -> Searcher:
+    """The search's searcher: one Optuna study per loss (engine.searcher), `ran` trials of each loss already run."""
+    plan, r = session.plan, session.plan.request
+    searcher = PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
+                               metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
+                               warm=r.warm_start, quota={loss: plan.quota(loss) for loss in plan.losses})
+    if ran is not None:  # a part (`_lost_trials`): no Ray trial runs, so an Optuna trial still running is an orphan
+        searcher.close_running()
+        searcher.suggested = {loss: ran.get(loss, 0) for loss in plan.losses}
+    return ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, session.resources))
 
 
-@dataclasses.dataclass(frozen=True)
-class Confirmed:
-    """What confirmation produced: its runs, their epochs, the race's plan, notes, and the runs of each round
-    (the race's answer is replayed from them: tune_as.results.answer)."""
-
-    runs: list[TrialRun] = dataclasses.field(default_factory=list)
-    epochs: float = 0.0
-    plan: racing.Plan | None = None
-    notes: tuple[str, ...] = ()
-    rounds: tuple[tuple[str, ...], ...] = ()  # the confirmation runs' Ray trial ids, round by round
+def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGrid]:
+    """The resumed search's grid, and its parts: Ray's saved state can lack a trial its searcher handed out (a
+    kill while Ray copied its state files: docs/architecture.md), which the searcher never asks for again. Each
+    loss's missing trials run in a part of the search's own, `<search>.part2`, asked from its Optuna study."""
+    plan, grids = session.plan, [grid]
+    while True:
+        ran = Counter(str((g[i].config or {}).get("loss")) for g in grids for i in range(len(g)))
+        lost = {loss: plan.quota(loss) - ran[loss] for loss in plan.losses if ran[loss] < plan.quota(loss)}
+        if not lost:
+            return grids
+        where = plan.search_dir / f"{plan.experiment_dir.name}.part{len(grids) + 1}"  # in the search's folder
+        if storage.restorable(where):
+            grids.append(_fit(session, storage.restored(where, _trainable_for(plan, session.resources)), None))
+            continue
+        print(fit(f"Search: Ray's saved state of {plan.experiment_dir.name} lacks {sum(lost.values())} trial(s) of "
+                  f"{', '.join(sorted(lost))} (the driver was killed while Ray copied it); they run now."))
+        grids.append(_fit(session, _tuner(session, where, schema.ROLE_TRIAL, _searcher(session, dict(ran)),
+                                          _scheduler(plan), sum(lost.values())), sum(lost.values())))
 
 
 def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> Confirmed:

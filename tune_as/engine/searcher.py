@@ -23,6 +23,7 @@ import dataclasses
 import random
 import warnings
 import zlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -234,12 +235,16 @@ class PerLossSearcher(Searcher):
         self.suggested, self.live = saved["suggested"], saved["live"]
         self.exhausted, self.orphans = saved["exhausted"], saved["orphans"]
         # Optuna trials asked after the last searcher checkpoint belong to no Ray trial: close them.
-        known = {(loss, number) for loss, number in self.live.values()}
+        self.close_running(keep={(loss, number) for loss, number in self.live.values()})
+
+    def close_running(self, keep: Collection[tuple[str, int]] = ()) -> None:
+        """Close each Optuna trial still running, but those in `keep` ((loss, number)), as an orphan: failed, and
+        never counted as a tried setting (`_tried`), so its setting can be drawn again."""
         for loss in self.space.losses:
             for t in self.study(loss).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-                if (loss, t.number) not in known:
+                if (loss, t.number) not in keep:
                     self.study(loss).tell(t.number, state=optuna.trial.TrialState.FAIL)
-                    self.orphans.setdefault(loss, []).append(t.number)
+                    self.__dict__.setdefault("orphans", {}).setdefault(loss, []).append(t.number)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
