@@ -133,13 +133,14 @@ def _fit(session: Session, tuner: tune.Tuner, expected: int | None) -> tune.Resu
     return grid
 
 
-def _results(grid: tune.ResultGrid, plan: SearchPlan) -> list[TrialRun]:
-    runs = []
+def _results(grid: tune.ResultGrid, plan: SearchPlan, after: int = 0) -> list[TrialRun]:
+    runs = []  # numbered in the search from `after` on (the trials of a part follow those before it)
     for i, member in members.of_grid(grid):
         number = Path(grid[i].path).name.rsplit("_", 1)[-1]  # the folder is the trial's name: <loss>_<number>
         settings = TrialSettings.from_dict(member.config)
         run = ranking.trial_run(member.run_id, plan.data_settings, settings, member.metrics, plan.metric,
-                                callbacks.completed(member.metrics, settings.epochs), int(number) if number.isdigit() else 0)
+                                callbacks.completed(member.metrics, settings.epochs),
+                                after + (int(number) if number.isdigit() else 0))
         if run is not None:
             runs.append(run)
     return runs
@@ -230,7 +231,7 @@ def _search_and_confirm(session: Session) -> Outcome:
     else:
         grids = [_fit(session, _tuner(session, plan.experiment_dir, schema.ROLE_TRIAL, _searcher(session),
                                       _scheduler(plan), plan.n_trials), plan.n_trials)]
-    trials = [run for grid in grids for run in _results(grid, plan)]
+    trials = [run for k, grid in enumerate(grids) for run in _results(grid, plan, sum(map(len, grids[:k])))]
     search_epochs = sum(members.grid_epochs(grid) for grid in grids)
     confirmed = _confirm(session, trials, search_epochs) if plan.confirming else Confirmed()
     record = answer_record(plan, trials, confirmed.plan, confirmed.notes, confirmed.rounds, failures_of(grids))
@@ -272,9 +273,8 @@ def _searcher(session: Session, ran: dict[str, int] | None = None) -> Searcher:
 
 
 def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGrid]:
-    """The resumed search's grid, and its parts: Ray's saved state can lack a trial its searcher handed out (a
-    kill while Ray copied its state files: docs/architecture.md), which the searcher never asks for again. Each
-    loss's missing trials run in a part of the search's own, `<search>.part2`, asked from its Optuna study."""
+    """The resumed search's grid and its parts: a trial Ray's state lost (docs/architecture.md), never asked for
+    again by the searcher, runs in a part of the search's own, `<search>.part2`, asked from its loss's study."""
     plan, grids = session.plan, [grid]
     while True:
         ran = Counter(str((g[i].config or {}).get("loss")) for g in grids for i in range(len(g)))
