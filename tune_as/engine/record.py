@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.engine import members
+from tune_as.engine.callbacks import completed
 from tune_as.engine.plan import SearchPlan
 from tune_as.engine.request import RESULT_OPTIONS
 from tune_as.errors import UserError
-from tune_as.results import racing
+from tune_as.results import racing, ranking
 from tune_as.results.answer import AnswerRecord, Mode
 from tune_as.results.selection import TrialRun
+from tune_as.settings import TrialSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,15 +45,33 @@ def failures_of(grids: Sequence[Any]) -> dict[str, str]:
     """Per loss, why its trials gave no result, from the first that failed (its error's last line), over Tune's
     result grids of the search (its parts too)."""
     out: dict[str, str] = {}
-    for grid, (i, member) in ((g, m) for g in grids for m in members.of_grid(g)):
-        result = grid[i]
-        loss = str(member.config.get("loss", ""))
-        # a diverged trial reports its error as a result; a crashed one leaves Ray's exception
-        error = member.metrics.get("error") or (
-            (str(result.error).strip().splitlines() or [""])[-1] if result.error else None)
-        if loss and error and loss not in out:
-            out[loss] = f"failed or diverged: {str(error)[:200]} (trial folder {Path(result.path).name})"
+    for grid in grids:
+        for i, member in members.of_grid(grid):
+            result = grid[i]
+            loss = str(member.config.get("loss", ""))
+            # a diverged trial reports its error as a result; a crashed one leaves Ray's exception
+            error = member.metrics.get("error") or (
+                (str(result.error).strip().splitlines() or [""])[-1] if result.error else None)
+            if loss and error and loss not in out:
+                out[loss] = f"failed or diverged: {str(error)[:200]} (trial folder {Path(result.path).name})"
     return out
+
+
+def trial_runs(grids: Sequence[Any], plan: SearchPlan) -> list[TrialRun]:
+    """The runs with a result of Tune's result grids (a search and its parts, or a round's), each with its number
+    in the search; a part's trials are numbered after every trial before them (equal settings: the earlier wins)."""
+    runs: list[TrialRun] = []
+    for grid in grids:
+        after = max((run.start_time for run in runs), default=0)
+        for i, member in members.of_grid(grid):
+            number = Path(grid[i].path).name.rsplit("_", 1)[-1]  # the folder is the trial's name: <loss>_<number>
+            settings = TrialSettings.from_dict(member.config)
+            run = ranking.trial_run(member.run_id, plan.data_settings, settings, member.metrics, plan.metric,
+                                    completed(member.metrics, settings.epochs),
+                                    after + (int(number) if number.isdigit() else 0))
+            if run is not None:
+                runs.append(run)
+    return runs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,11 +34,12 @@ from tune_as.engine.record import (
     parent_params,
     reach,
     resolution_points,
+    trial_runs,
 )
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher
-from tune_as.engine.state import SCHEDULER_FILE, round_name
+from tune_as.engine.state import SCHEDULER_FILE, part_dir, round_name
 from tune_as.errors import UserError
 from tune_as.results import racing, ranking
 from tune_as.results.answer import answer_table, summary
@@ -133,19 +134,6 @@ def _fit(session: Session, tuner: tune.Tuner, expected: int | None) -> tune.Resu
     return grid
 
 
-def _results(grid: tune.ResultGrid, plan: SearchPlan, after: int = 0) -> list[TrialRun]:
-    runs = []  # numbered in the search from `after` on (the trials of a part follow those before it)
-    for i, member in members.of_grid(grid):
-        number = Path(grid[i].path).name.rsplit("_", 1)[-1]  # the folder is the trial's name: <loss>_<number>
-        settings = TrialSettings.from_dict(member.config)
-        run = ranking.trial_run(member.run_id, plan.data_settings, settings, member.metrics, plan.metric,
-                                callbacks.completed(member.metrics, settings.epochs),
-                                after + (int(number) if number.isdigit() else 0))
-        if run is not None:
-            runs.append(run)
-    return runs
-
-
 # -- the search -----------------------------------------------------------------------------------------------
 @contextmanager
 def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str], state: dict[str, Any] | None = None,
@@ -231,7 +219,7 @@ def _search_and_confirm(session: Session) -> Outcome:
     else:
         grids = [_fit(session, _tuner(session, plan.experiment_dir, schema.ROLE_TRIAL, _searcher(session),
                                       _scheduler(plan), plan.n_trials), plan.n_trials)]
-    trials = [run for k, grid in enumerate(grids) for run in _results(grid, plan, sum(map(len, grids[:k])))]
+    trials = trial_runs(grids, plan)
     search_epochs = sum(members.grid_epochs(grid) for grid in grids)
     confirmed = _confirm(session, trials, search_epochs) if plan.confirming else Confirmed()
     record = answer_record(plan, trials, confirmed.plan, confirmed.notes, confirmed.rounds, failures_of(grids))
@@ -281,7 +269,7 @@ def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGri
         lost = {loss: plan.quota(loss) - ran[loss] for loss in plan.losses if ran[loss] < plan.quota(loss)}
         if not lost:
             return grids
-        where = plan.search_dir / f"{plan.experiment_dir.name}.part{len(grids) + 1}"  # in the search's folder
+        where = part_dir(plan.search_dir, plan.experiment_dir, len(grids) + 1)
         if storage.restorable(where):
             grids.append(_fit(session, storage.restored(where, _trainable_for(plan, session.resources)), None))
             continue
@@ -366,7 +354,7 @@ def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1
     runs: list[TrialRun] = []
     epochs, part = 0.0, 1
     while todo:
-        where = path if part == 1 else path.with_name(f"{path.name}.part{part}")
+        where = part_dir(plan.search_dir, path, part)
         restored = storage.restorable(where)
         if restored:  # a restored round's trials all ended: whatever its state lost is `todo`
             grid = _fit(session, storage.restored(where, _trainable_for(plan, session.resources)), None)
@@ -376,7 +364,7 @@ def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1
                                                                              session.resources))
             grid = _fit(session, _tuner(session, where, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(),
                                         len(todo)), len(todo))
-        runs += _results(grid, plan)
+        runs += trial_runs([grid], plan)
         epochs += members.grid_epochs(grid)
         todo = members.missing(todo, [grid[i].config or {} for i in range(len(grid))])
         if todo and not restored:  # a new Tuner that ended runs every config (else _fit raised): never a loop

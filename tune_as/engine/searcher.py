@@ -244,7 +244,7 @@ class PerLossSearcher(Searcher):
             for t in self.study(loss).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
                 if (loss, t.number) not in keep:
                     self.study(loss).tell(t.number, state=optuna.trial.TrialState.FAIL)
-                    self.__dict__.setdefault("orphans", {}).setdefault(loss, []).append(t.number)
+                    self.orphans.setdefault(loss, []).append(t.number)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -48,6 +48,12 @@ def round_name(search_dir: Path, suffix: str, round_no: int) -> str:
     return older if (search_dir / older).is_dir() else f"{older}.{suffix}"
 
 
+def part_dir(search_dir: Path, experiment: Path, part: int) -> Path:
+    """Part `part` of a Tune experiment of the search (1: the experiment itself): `<name>.part2`, ..., in the search's
+    folder, for the trials its resumed Ray state lost (engine.run)."""
+    return experiment if part == 1 else search_dir / f"{experiment.name}.part{part}"
+
+
 def experiment_folders(search_dir: Path) -> list[Path]:
     """The search's folder, its own Tune experiment where it is a folder of its own (`search_experiment`), then its
     confirmation rounds' (`round_name`: engine.run._confirm), each with its parts (`<name>.part2`: engine.run)."""

@@ -12,8 +12,9 @@ one, writing every file under a hidden temporary name in its folder and renaming
 names, so a copy left by a killed writer is never read back, and `sweep` removes them.
 
 A kill still leaves one snapshot's files from two moments (the new experiment state beside the previous searcher
-state, say), as on Ray's cloud storage: each file is whole and Ray's own; `check_whole` refuses a folder whose Ray
-state an older tune_as left cut short, with one line, instead of letting Ray restart it.
+state, say), as on Ray's cloud storage: each file is whole and Ray's own (engine.run runs, in a part of its own, a
+trial such a mix lost; docs/architecture.md). `check_whole` refuses a folder whose Ray state an older tune_as left
+cut short, with one line, instead of letting Ray restart it.
 """
 
 from __future__ import annotations
