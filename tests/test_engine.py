@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -511,6 +512,74 @@ def test_searcher_state_round_trips_through_save_and_restore(tmp_path: Path) -> 
     restored = FixedConfigs([{"a": 1}, {"a": 2}], "best_val_accuracy")
     restored.restore(str(tmp_path / "fixed"))
     assert restored.suggest("t1") == {"a": 2}
+
+
+def test_the_searchers_keep_max_concurrent_themselves(tmp_path: Path) -> None:
+    """At most max_concurrent trials live at once, counted by the searcher itself (no ConcurrencyLimiter, whose
+    count sits in a file of Ray's that a kill can leave out of step: engine.searcher.catch_up)."""
+    from tune_as.engine.searcher import FixedConfigs
+
+    searcher = _searcher(tmp_path, SPACE, max_concurrent=2)
+    assert all(searcher.suggest(t) for t in ("t0", "t1")) and searcher.suggest("t2") is None
+    searcher.on_trial_complete("t0", {"best_val_accuracy": 0.5})
+    assert isinstance(searcher.suggest("t3"), dict) and searcher.suggest("t4") is None
+    fixed = FixedConfigs([{"a": 1}, {"a": 2}], "best_val_accuracy", max_concurrent=1)
+    assert fixed.suggest("t0") == {"a": 1} and fixed.suggest("t1") is None
+    fixed.on_trial_complete("t0", error=True)  # an errored trial frees its place too
+    assert fixed.suggest("t2") == {"a": 2} and fixed.suggest("t3") == "FINISHED"
+
+
+def test_a_searcher_state_behind_rays_trials_catches_up_before_the_restore(tmp_path: Path) -> None:
+    """The searcher's state saved before its last trial was handed out, beside Ray's trials that have it (a kill
+    inside Ray's copy of the two files): catch_up counts that trial and keeps its Optuna trial live, so the resumed
+    searcher hands out only each loss's quota (3), never a 4th, and tells the trial's result to its Optuna trial;
+    a round's FixedConfigs never hands out a saved config again. State ahead of Ray's trials keeps its counts
+    (engine.run runs the lost trial in a part) but not the lost trial as live."""
+    from tune_as.engine.searcher import FixedConfigs, catch_up
+    from tune_as.engine.state import SEARCHER_FILES
+    from tune_as.engine.storage import SavedTrial
+
+    folder = tmp_path / "experiment"
+    folder.mkdir()
+    state = folder / SEARCHER_FILES.replace("*", "2026-11-29_12-00-00")
+    first = _searcher(tmp_path, SPACE)
+    configs = {t: first.suggest(t) for t in ("t0", "t1")}
+    first.on_trial_complete("t0", {"best_val_accuracy": 0.5})
+    first.save(str(state))  # the state Ray's copy left: t2 not handed out yet
+    configs["t2"] = first.suggest("t2")
+    trials = [SavedTrial("t0", True, configs["t0"]), SavedTrial("t1", False, configs["t1"]),
+              SavedTrial("t2", False, configs["t2"])]
+    assert catch_up(folder, trials, _searcher(tmp_path, SPACE)) and not catch_up(folder, trials, _searcher(tmp_path, SPACE))
+    resumed = _searcher(tmp_path, SPACE)
+    resumed.restore(str(state))  # closes Optuna trials no live trial holds: t2's is held
+    assert (resumed.suggested, resumed.live) == (first.suggested, {t: first.live[t] for t in ("t1", "t2")})
+    more = [resumed.suggest(f"n{i}") for i in range(6)]
+    assert Counter(c["loss"] for c in [*configs.values(), *more] if isinstance(c, dict)) == {
+        "softmax": 3, "as_softmax": 3}, more
+    loss, number = first.live["t2"]
+    resumed.on_trial_complete("t2", {"best_val_accuracy": 0.7})
+    assert resumed.study(loss).trials[number].state.name == "COMPLETE"
+    # ahead: the state has a trial ("lost") that Ray's saved trials lack
+    handed = {**configs, **{f"n{i}": c for i, c in enumerate(more) if isinstance(c, dict)}}
+    trials = [SavedTrial(t, t in ("t0", "t2"), config) for t, config in handed.items()]
+    resumed.suggested["softmax"] += 1
+    resumed.live["lost"] = ("softmax", resumed.study("softmax").ask().number)
+    resumed.save(str(state))
+    assert catch_up(folder, trials, _searcher(tmp_path, SPACE))
+    again = _searcher(tmp_path, SPACE)
+    again.restore(str(state))
+    assert "lost" not in again.live and again.suggested == resumed.suggested
+    assert again.study("softmax").trials[resumed.live["lost"][1]].state.name == "FAIL"  # closed as an orphan
+    # a round: 4 configs, Ray saved 3 (the third unfinished), the state says 2 were handed out
+    fixed = FixedConfigs([{"seed": i} for i in range(4)], "best_val_accuracy")
+    fixed.suggest("r0"), fixed.suggest("r1")
+    fixed.save(str(state))
+    saved = [SavedTrial(f"r{i}", i < 2, {"seed": i}) for i in range(3)]
+    assert catch_up(folder, saved)
+    restored = FixedConfigs([{"seed": i} for i in range(4)], "best_val_accuracy")
+    restored.restore(str(state))
+    assert restored.live == {"r2"}
+    assert (restored.suggest("r3"), restored.suggest("r4")) == ({"seed": 3}, "FINISHED")
 
 
 def test_a_finite_space_gets_at_most_one_search_trial_per_setting(tmp_path: Path) -> None:

@@ -194,8 +194,10 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
     first trial's writes; the rest died with the driver's queue. The resume, given only the name, finishes exactly
     the 6 requested trials and delivers what the killed driver could not, from Ray's own record of each trial:
     one run per trial, FINISHED, with its whole history (an evaluation at each of its 2 epochs), logged once.
-    Before the resume, the searcher's state is made one trial ahead of Ray's saved trials (what a kill inside Ray's
-    copy of its state files can leave): the trial its loss lacks runs in a part of the search's own."""
+    Before the resume, the searcher's state is made one trial ahead of Ray's saved trials for one loss and one trial
+    behind them for the other (each is what a kill inside Ray's copy of its state files can leave; together they
+    test both in one resume): the trial the first loss lacks runs in a part of the search's own, and the second
+    loss's trial Ray has is counted, never handed out again: each loss runs exactly its 3 trials."""
     fault_dir = tmp_path / "faults"
     fault_dir.mkdir()
     space = write_space(tmp_path, trials=3, epochs=2)
@@ -212,8 +214,9 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
             wait_for(lambda: ready.exists() or proc.poll() is not None, 300, "the fourth trial's first report")
             assert ready.exists(), f"the search ended (exit {proc.poll()}) before its fourth trial reported"
             blocked = faults.trial_order(fault_dir, "search")[3]
-            wait_for(lambda: snapshot_shows(search_experiment(search_dir), blocked, ended=3), 120,
-                     "Ray's persisted snapshot to show three ended trials and the blocked one")
+            wait_for(lambda: snapshot_shows(search_experiment(search_dir), blocked, ended=3)
+                     and searcher_shows(search_experiment(search_dir), blocked), 120,
+                     "Ray's persisted snapshot and searcher state to show three ended trials and the blocked one")
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             lock.execute("ROLLBACK")
@@ -222,13 +225,17 @@ def test_driver_sigkill_then_resume_completes_exactly_the_requested_trials(tmp_p
     finished_before = sum(c.info.status == "FINISHED" for c in runs(uri, "rel-resume")[1])
     assert finished_before < 3, "MLflow should have missed the end of a trial Ray's snapshot has ended"
     # Ray copies a snapshot's files side by side, so a kill inside the copy can leave the searcher's state a trial
-    # ahead of the trials Ray saved (docs/architecture.md). Made so here: the searcher asked Optuna for a fifth
-    # trial that Ray's saved trials lack, and counts it. The resume runs the trial its loss lacks in a part of the
-    # search's own and closes the orphan in Optuna (a resume of the old code ended "interrupted", as every later one).
+    # ahead of the trials Ray saved, or behind them (docs/architecture.md). Made so here. Behind: the blocked 4th
+    # trial is not handed out yet in the searcher's state (its loss would get a 4th trial: the old code ran 7).
+    # Ahead: the searcher asked Optuna for a trial of the other loss that Ray's saved trials lack, and counts it;
+    # the resume runs it in a part of the search's own and closes the orphan in Optuna (a resume of the old code
+    # ended "interrupted", as every later one).
     (state_file,) = search_experiment(search_dir).glob("searcher-state-*")
     saved = json.loads(state_file.read_text())
-    assert sum(saved["suggested"].values()) == 4, saved
-    lost = min(sorted(saved["suggested"]), key=lambda loss: saved["suggested"][loss])
+    assert sum(saved["suggested"].values()) == 4 and blocked in saved["live"], saved
+    behind = saved["live"].pop(blocked)[0]
+    saved["suggested"][behind] -= 1
+    (lost,) = set(saved["suggested"]) - {behind}
     optuna_url = f"sqlite:///{search_dir / 'optuna.db'}"
     asked = optuna.load_study(study_name=f"digits-{lost}", storage=optuna_url).ask().number
     saved["suggested"][lost] += 1
@@ -387,6 +394,16 @@ def snapshot_shows(experiment_dir: Path, running: str, ended: int) -> bool:
             and sum(s == "TERMINATED" for s, _, _ in trials.values()) == ended)
 
 
+def searcher_shows(experiment_dir: Path, live: str) -> bool:
+    """The persisted searcher state (the newest file) has trial `live` among its live trials: Ray copies it beside
+    the experiment's snapshot, not with it, so a snapshot that shows a trial can come before the searcher's file."""
+    newest = max(experiment_dir.glob("searcher-state-*"), default=None, key=str)
+    try:
+        return newest is not None and live in json.loads(newest.read_text()).get("live", {})
+    except (OSError, ValueError):  # replaced while read
+        return False
+
+
 def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Path, request: pytest.FixtureRequest,
                                                                     ray_head: str) -> None:
     """--race --max-seeds 5 on two losses: round 1 (3 seeds each, experiment `confirm.<token>`) leaves both
@@ -400,7 +417,9 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
     MLflow is away (its SQLite store held locked) from round 1's first report to the kill: the resume delivers every
     run of both rounds from Ray's record, round 1's as its finished experiment ends without a step of Tune. Before
     the resume, round 2's searcher state is made one run ahead of Ray's saved trials (what a kill inside Ray's copy
-    of its state files can leave): the run it lacks runs once, in a part of the round's own.
+    of its state files can leave): the run it lacks runs once, in a part of the round's own. (A state behind Ray's
+    trials is caught up before the restore, as the driver SIGKILL test shows for the search's, and
+    tests/test_engine.py for a round's.)
 
     The test waits for the snapshot (a condition, not a sleep) because Ray persists it in a background thread: a
     driver killed in the moment between a trial's new checkpoint (Ray deletes the older one, num_to_keep=1) and the
@@ -435,8 +454,8 @@ def test_resume_in_the_middle_of_a_racing_round_runs_no_seed_twice(tmp_path: Pat
             pytest.fail(f"the search ended (exit {proc.returncode}) without reaching round 2:\n{finish(proc)[1][-3000:]}")
         second = round_dir(tmp_path / "results" / "race-kill", 2)
         blocked = faults.trial_order(fault_dir, "confirm-2")[2]  # the one TUNE_AS_BLOCK_IN holds
-        wait_for(lambda: snapshot_shows(second, blocked, ended=2), 120,
-                 "Ray's persisted snapshot of round 2 to show two ended runs and the blocked one")
+        wait_for(lambda: snapshot_shows(second, blocked, ended=2) and searcher_shows(second, blocked), 120,
+                 "Ray's persisted snapshot and searcher state of round 2 to show two ended runs and the blocked one")
         os.killpg(proc.pid, signal.SIGKILL)
         first, _ = proc.communicate()
         lock.execute("ROLLBACK")

@@ -17,7 +17,7 @@ from typing import Any
 
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
-from ray.tune.search import ConcurrencyLimiter, Searcher
+from ray.tune.search import Searcher
 
 from tune_as.engine import callbacks, cluster, disk, interrupt, members, storage, worker
 from tune_as.engine.folder import claim, resume_hint, write_state
@@ -38,7 +38,7 @@ from tune_as.engine.record import (
 )
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
-from tune_as.engine.searcher import FixedConfigs, PerLossSearcher
+from tune_as.engine.searcher import FixedConfigs, PerLossSearcher, catch_up
 from tune_as.engine.state import SCHEDULER_FILE, part_dir, round_name
 from tune_as.errors import UserError
 from tune_as.results import racing, ranking
@@ -103,6 +103,14 @@ def _tuner(session: Session, path: Path, role: str, search_alg: Searcher, schedu
     return tune.Tuner(_trainable_for(plan, session.resources), run_config=run_config, tune_config=tune.TuneConfig(
         scheduler=scheduler, search_alg=search_alg, num_samples=num_samples, reuse_actors=True,
         trial_name_creator=callbacks.trial_name, trial_dirname_creator=callbacks.trial_name))
+
+
+def _restored(session: Session, where: Path, searcher: PerLossSearcher | None = None,
+              before: dict[str, int] | None = None) -> tune.Tuner:
+    """A saved experiment of the search (`storage.restorable`), its searcher's state first brought up to the trials
+    Ray saved beside it (`searcher.catch_up`: the search's `searcher`, `before` its earlier parts; a round: None)."""
+    catch_up(where, storage.saved_trials(where), searcher, before)
+    return storage.restored(where, _trainable_for(session.plan, session.resources))
 
 
 def _scheduler(plan: SearchPlan) -> TrialScheduler:
@@ -214,8 +222,7 @@ def _search_and_confirm(session: Session) -> Outcome:
     plan = session.plan
     r, tic = plan.request, time.monotonic()
     if r.resume and storage.restorable(plan.experiment_dir):
-        grids = _lost_trials(session, _fit(session, storage.restored(plan.experiment_dir, _trainable_for(
-            plan, session.resources)), None))
+        grids = _lost_trials(session, _fit(session, _restored(session, plan.experiment_dir, _per_loss(session)), None))
     else:
         grids = [_fit(session, _tuner(session, plan.experiment_dir, schema.ROLE_TRIAL, _searcher(session),
                                       _scheduler(plan), plan.n_trials), plan.n_trials)]
@@ -248,16 +255,21 @@ def _search_and_confirm(session: Session) -> Outcome:
     return Outcome(rows, trials, confirmed.runs, text, compute)
 
 
-def _searcher(session: Session, ran: dict[str, int] | None = None) -> Searcher:
-    """The search's searcher: one Optuna study per loss (engine.searcher), `ran` trials of each loss already run."""
+def _per_loss(session: Session) -> PerLossSearcher:
+    """The search's searcher: one Optuna study per loss (engine.searcher), at most --max-concurrent trials at once."""
     plan, r = session.plan, session.plan.request
-    searcher = PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
-                               metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
-                               warm=r.warm_start, quota={loss: plan.quota(loss) for loss in plan.losses})
-    if ran is not None:  # a part (`_lost_trials`): no Ray trial runs, so an Optuna trial still running is an orphan
+    return PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
+                           metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
+                           warm=r.warm_start, quota={loss: plan.quota(loss) for loss in plan.losses},
+                           max_concurrent=cluster.concurrency(r.max_concurrent, session.resources))
+
+
+def _searcher(session: Session, ran: dict[str, int] | None = None) -> Searcher:
+    searcher = _per_loss(session)  # `ran` trials of each loss already run, in a part (`_lost_trials`): no Ray
+    if ran is not None:  # trial runs there, so an Optuna trial still running is an orphan
         searcher.close_running()
-        searcher.suggested = {loss: ran.get(loss, 0) for loss in plan.losses}
-    return ConcurrencyLimiter(searcher, max_concurrent=cluster.concurrency(r.max_concurrent, session.resources))
+        searcher.suggested = {loss: ran.get(loss, 0) for loss in session.plan.losses}
+    return searcher
 
 
 def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGrid]:
@@ -271,7 +283,7 @@ def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGri
             return grids
         where = part_dir(plan.search_dir, plan.experiment_dir, len(grids) + 1)
         if storage.restorable(where):
-            grids.append(_fit(session, storage.restored(where, _trainable_for(plan, session.resources)), None))
+            grids.append(_fit(session, _restored(session, where, _per_loss(session), dict(ran)), None))
             continue
         print(fit(f"Search: Ray's saved state of {plan.experiment_dir.name} lacks {sum(lost.values())} trial(s) of "
                   f"{', '.join(sorted(lost))} (the driver was killed while Ray copied it); they run now."))
@@ -357,11 +369,10 @@ def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1
         where = part_dir(plan.search_dir, path, part)
         restored = storage.restorable(where)
         if restored:  # a restored round's trials all ended: whatever its state lost is `todo`
-            grid = _fit(session, storage.restored(where, _trainable_for(plan, session.resources)), None)
+            grid = _fit(session, _restored(session, where), None)
         else:
-            searcher = ConcurrencyLimiter(FixedConfigs(todo, f"best_val_{plan.metric}"),
-                                          max_concurrent=cluster.concurrency(plan.request.max_concurrent,
-                                                                             session.resources))
+            searcher = FixedConfigs(todo, f"best_val_{plan.metric}",
+                                    cluster.concurrency(plan.request.max_concurrent, session.resources))
             grid = _fit(session, _tuner(session, where, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(),
                                         len(todo)), len(todo))
         runs += trial_runs([grid], plan)

@@ -23,7 +23,8 @@ import dataclasses
 import random
 import warnings
 import zlib
-from collections.abc import Collection
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,14 @@ from ray.tune.search import Searcher
 
 from tune_as.engine.callbacks import completed
 from tune_as.engine.state import (
+    SEARCHER_FILES,
     SEARCHER_WHAT,
     fixed_searcher_state,
     loss_searcher_state,
     read_json,
     write_json,
 )
+from tune_as.engine.storage import SavedTrial
 from tune_as.settings import TrialSettings
 from tune_as.space.search_space import TRIAL_KEYS, LossSpace, SearchSpace, config_key
 from tune_as.tracking import schema
@@ -82,8 +85,11 @@ class PerLossSearcher(Searcher):
 
     def __init__(self, space: SearchSpace, base: TrialSettings, storage_url: str, study_prefix: str,
                  metric: str, seed: int, sampler: str = "tpe", warm: bool = True,
-                 quota: dict[str, int] | None = None) -> None:
+                 quota: dict[str, int] | None = None, max_concurrent: int | None = None) -> None:
         super().__init__(metric=metric, mode="max")
+        # trials at a time: kept here, not by Ray's ConcurrencyLimiter, whose count of live trials sits in a file of
+        # Ray's own that a killed driver can leave behind or ahead of the trials Ray saved (`catch_up`)
+        self.max_concurrent = max_concurrent
         self.space, self.base, self.storage_url = space, base.to_dict(), storage_url
         self.study_prefix, self.seed, self.sampler, self.warm = study_prefix, seed, sampler, warm
         self.suggested = {loss: 0 for loss in space.losses}
@@ -126,6 +132,9 @@ class PerLossSearcher(Searcher):
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
         quota = getattr(self, "quota", None) or dict.fromkeys(self.space.losses, self.space.trials_per_loss)  # older pickles
         exhausted = self.__dict__.setdefault("exhausted", set())  # older pickles lack it
+        limit = self.__dict__.get("max_concurrent")  # older pickles: Ray's ConcurrencyLimiter around it limits
+        if limit is not None and len(self.live) >= limit:
+            return None
         while True:
             open_losses = [loss for loss in self.space.losses
                            if self.suggested[loss] < quota[loss] and loss not in exhausted]
@@ -255,21 +264,77 @@ class PerLossSearcher(Searcher):
 class FixedConfigs(Searcher):
     """Hands out given configs, once each, in order (confirmation runs of selected settings)."""
 
-    def __init__(self, configs: list[dict[str, Any]], metric: str) -> None:
+    def __init__(self, configs: list[dict[str, Any]], metric: str, max_concurrent: int | None = None) -> None:
         super().__init__(metric=metric, mode="max")
         self.configs, self.next = configs, 0
+        self.max_concurrent = max_concurrent  # as PerLossSearcher's
+        self.live: set[str] = set()
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
         if self.next >= len(self.configs):
             return Searcher.FINISHED
+        live = self.__dict__.setdefault("live", set())  # older pickles: Ray's ConcurrencyLimiter around it limits
+        limit = self.__dict__.get("max_concurrent")
+        if limit is not None and len(live) >= limit:
+            return None
         self.next += 1
+        live.add(trial_id)
         return dict(self.configs[self.next - 1])
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
-        return None
+        self.__dict__.setdefault("live", set()).discard(trial_id)
 
     def save(self, checkpoint_path: str) -> None:
-        write_json(Path(checkpoint_path), {"next": self.next})
+        write_json(Path(checkpoint_path), {"next": self.next, "live": sorted(self.__dict__.get("live", ()))})
 
     def restore(self, checkpoint_path: str) -> None:
-        self.next = fixed_searcher_state(read_json(Path(checkpoint_path), SEARCHER_WHAT), Path(checkpoint_path))
+        self.next, self.live = fixed_searcher_state(read_json(Path(checkpoint_path), SEARCHER_WHAT),
+                                                    Path(checkpoint_path))
+
+
+def catch_up(experiment_dir: Path, trials: Sequence[SavedTrial], searcher: PerLossSearcher | None = None,
+             before: Mapping[str, int] | None = None) -> bool:
+    """Bring the searcher state saved in an experiment's folder (the newest file, as Ray picks it) up to `trials`,
+    the trials Ray saved beside it (engine.storage.saved_trials), before Ray restores both; whether it changed.
+    `searcher`: the search's (its Optuna studies), None for FixedConfigs; `before`: per loss, the trials of the
+    search's earlier parts (engine.run).
+
+    Ray saves an experiment's trials and its searcher's state as two files, copied side by side: a driver killed
+    inside the copy can leave the searcher's state behind the trials (it would hand out again what Ray already
+    has: a confirmation seed run twice, a loss's trial beyond its quota) or ahead of them (engine.run runs what
+    Ray lost in a part). Made consistent here (hand-written: Ray restores each file as it finds it): the state
+    counts every saved trial, FixedConfigs' `next` and each loss's count, and its live trials are exactly Ray's
+    unfinished ones, each of a search matched to the Optuna trial of its loss still running with its setting
+    (the others are closed as orphans when the searcher restores)."""
+    path = max(experiment_dir.glob(SEARCHER_FILES), default=None, key=str)
+    if path is None:
+        return False
+    saved = read_json(path, SEARCHER_WHAT)
+    unfinished = [t for t in trials if not t.ended]
+    if searcher is None:
+        nxt, had = fixed_searcher_state(saved, path)
+        state: dict[str, Any] = {"next": max(nxt, len(trials)), "live": sorted(t.trial_id for t in unfinished)}
+        changed = state != {"next": nxt, "live": sorted(had)}
+        if changed:
+            write_json(path, state)
+        return changed
+    old = loss_searcher_state(saved, path)
+    counts = Counter(str(t.config.get("loss")) for t in trials)
+    suggested = {loss: max(n, (before or {}).get(loss, 0) + counts[loss]) for loss, n in old["suggested"].items()}
+    live = {t.trial_id: old["live"][t.trial_id] for t in unfinished if t.trial_id in old["live"]}
+    for t in unfinished:
+        loss = str(t.config.get("loss"))
+        if t.trial_id in live or loss not in searcher.space.losses:
+            continue
+        taken = set(live.values())
+        running = searcher.study(loss).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        match = next((o for o in running if (loss, o.number) not in taken
+                      and all(t.config.get(config_key(name)) == value for name, value in o.params.items())), None)
+        if match is not None:
+            live[t.trial_id] = (loss, match.number)
+    if (suggested, live) == (old["suggested"], old["live"]):
+        return False
+    searcher.suggested, searcher.live, searcher.exhausted, searcher.orphans = (
+        suggested, live, old["exhausted"], old["orphans"])
+    searcher.save(str(path))
+    return True

@@ -128,13 +128,16 @@ def loss_searcher_state(saved: dict[str, Any], path: Path) -> dict[str, Any]:
                         f"trials), got {type(exc).__name__}: {str(exc)[:120]}") from None
 
 
-def fixed_searcher_state(saved: dict[str, Any], path: Path) -> int:
-    """FixedConfigs' saved state: the index of the next config."""
-    nxt = saved.get("next")
+def fixed_searcher_state(saved: dict[str, Any], path: Path) -> tuple[int, set[str]]:
+    """FixedConfigs' saved state: the index of the next config, the live trials (absent from older states)."""
+    nxt, live = saved.get("next"), saved.get("live", [])
     if not isinstance(nxt, int) or isinstance(nxt, bool) or nxt < 0:
         raise UserError(f"{path}: expected {SEARCHER_WHAT} tune_as writes (JSON: the next config), got "
                         f"next={str(nxt)[:40]}")
-    return nxt
+    if not isinstance(live, list) or not all(isinstance(t, str) for t in live):
+        raise UserError(f"{path}: expected {SEARCHER_WHAT} tune_as writes (JSON: the live trials' ids), got "
+                        f"live={str(live)[:40]}")
+    return nxt, set(live)
 
 
 SCHEDULER_FILE = "scheduler.json"  # engine.schedulers.PerLossASHA's state, in the search's folder

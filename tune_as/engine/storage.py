@@ -12,13 +12,15 @@ one, writing every file under a hidden temporary name in its folder and renaming
 names, so a copy left by a killed writer is never read back, and `sweep` removes them.
 
 A kill still leaves one snapshot's files from two moments (the new experiment state beside the previous searcher
-state, say), as on Ray's cloud storage: each file is whole and Ray's own (engine.run runs, in a part of its own, a
-trial such a mix lost; docs/architecture.md). `check_whole` refuses a folder whose Ray state an older tune_as left
+state, say), as on Ray's cloud storage: each file is whole and Ray's own (engine.searcher.catch_up brings the
+searcher's state up to the trials `saved_trials` reads; engine.run runs, in a part of its own, a trial such a mix
+lost; docs/architecture.md). `check_whole` refuses a folder whose Ray state an older tune_as left
 cut short, with one line, instead of letting Ray restart it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -30,6 +32,7 @@ from typing import Any
 import pyarrow
 import pyarrow.fs
 from ray import tune
+from ray.tune.experiment import Trial
 
 from tune_as.errors import UserError
 
@@ -164,6 +167,23 @@ def restored(experiment_dir: Path, trainable: Any) -> tune.Tuner:
     """The experiment resumed: its unfinished and errored trials continue (after `restorable`)."""
     return tune.Tuner.restore(str(experiment_dir), trainable, resume_unfinished=True, resume_errored=True,
                               storage_filesystem=whole_files())
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedTrial:
+    """A trial of an experiment as Ray's saved state holds it: its id, whether it ended (TERMINATED: a restore
+    does not run it again; an errored one runs again, as `restored` asks), and its config."""
+
+    trial_id: str
+    ended: bool
+    config: dict[str, Any]
+
+
+def saved_trials(experiment_dir: Path) -> list[SavedTrial]:
+    """The trials of a restorable experiment, as `Tuner.restore` will restore them (Ray's public ExperimentAnalysis
+    reads the same newest experiment state), in the order they were created."""
+    analysis = tune.ExperimentAnalysis(str(experiment_dir), storage_filesystem=whole_files())
+    return [SavedTrial(str(t.trial_id), t.status == Trial.TERMINATED, dict(t.config)) for t in analysis.trials]
 
 
 def check_whole(experiment_dir: Path) -> None:
