@@ -515,18 +515,23 @@ def test_searcher_state_round_trips_through_save_and_restore(tmp_path: Path) -> 
 
 
 def test_the_searchers_keep_max_concurrent_themselves(tmp_path: Path) -> None:
-    """At most max_concurrent trials live at once, counted by the searcher itself (no ConcurrencyLimiter, whose
-    count sits in a file of Ray's that a kill can leave out of step: engine.searcher.catch_up)."""
+    """At most max_concurrent trials live at once, counted by the searcher itself: Ray's ConcurrencyLimiter around
+    it passes calls through and keeps no count (its count sits in a pickle of Ray's that a kill can leave out of
+    step with Ray's trials; the searcher's own state is caught up: engine.searcher.catch_up)."""
+    from ray.tune.search import ConcurrencyLimiter
+
     from tune_as.engine.searcher import FixedConfigs
 
-    searcher = _searcher(tmp_path, SPACE, max_concurrent=2)
+    searcher = ConcurrencyLimiter(_searcher(tmp_path, SPACE), max_concurrent=2)
     assert all(searcher.suggest(t) for t in ("t0", "t1")) and searcher.suggest("t2") is None
     searcher.on_trial_complete("t0", {"best_val_accuracy": 0.5})
     assert isinstance(searcher.suggest("t3"), dict) and searcher.suggest("t4") is None
-    fixed = FixedConfigs([{"a": 1}, {"a": 2}], "best_val_accuracy", max_concurrent=1)
+    assert not searcher.get_state()["live_trials"], "the limiter kept a count of its own"
+    fixed = ConcurrencyLimiter(FixedConfigs([{"a": 1}, {"a": 2}], "best_val_accuracy"), max_concurrent=1)
     assert fixed.suggest("t0") == {"a": 1} and fixed.suggest("t1") is None
     fixed.on_trial_complete("t0", error=True)  # an errored trial frees its place too
     assert fixed.suggest("t2") == {"a": 2} and fixed.suggest("t3") == "FINISHED"
+    assert not fixed.get_state()["live_trials"]
 
 
 def test_a_searcher_state_behind_rays_trials_catches_up_before_the_restore(tmp_path: Path) -> None:

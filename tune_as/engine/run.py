@@ -17,7 +17,7 @@ from typing import Any
 
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
-from ray.tune.search import Searcher
+from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from tune_as.engine import callbacks, cluster, disk, interrupt, members, storage, worker
 from tune_as.engine.folder import claim, resume_hint, write_state
@@ -255,13 +255,15 @@ def _search_and_confirm(session: Session) -> Outcome:
     return Outcome(rows, trials, confirmed.runs, text, compute)
 
 
-def _per_loss(session: Session) -> PerLossSearcher:
-    """The search's searcher: one Optuna study per loss (engine.searcher), at most --max-concurrent trials at once."""
+def _per_loss(session: Session) -> PerLossSearcher:  # the search's searcher: one Optuna study per loss
     plan, r = session.plan, session.plan.request
     return PerLossSearcher(plan.space, plan.base, schema.optuna_url(plan.search_dir), plan.task.name,
                            metric=f"best_val_{plan.metric}", seed=r.seed, sampler=r.sampler,
-                           warm=r.warm_start, quota={loss: plan.quota(loss) for loss in plan.losses},
-                           max_concurrent=cluster.concurrency(r.max_concurrent, session.resources))
+                           warm=r.warm_start, quota={loss: plan.quota(loss) for loss in plan.losses})
+
+
+def _limited(session: Session, searcher: Searcher) -> Searcher:  # counted by the searcher (set_max_concurrency)
+    return ConcurrencyLimiter(searcher, cluster.concurrency(session.plan.request.max_concurrent, session.resources))
 
 
 def _searcher(session: Session, ran: dict[str, int] | None = None) -> Searcher:
@@ -269,7 +271,7 @@ def _searcher(session: Session, ran: dict[str, int] | None = None) -> Searcher:
     if ran is not None:  # trial runs there, so an Optuna trial still running is an orphan
         searcher.close_running()
         searcher.suggested = {loss: ran.get(loss, 0) for loss in session.plan.losses}
-    return searcher
+    return _limited(session, searcher)
 
 
 def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGrid]:
@@ -371,8 +373,7 @@ def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1
         if restored:  # a restored round's trials all ended: whatever its state lost is `todo`
             grid = _fit(session, _restored(session, where), None)
         else:
-            searcher = FixedConfigs(todo, f"best_val_{plan.metric}",
-                                    cluster.concurrency(plan.request.max_concurrent, session.resources))
+            searcher = _limited(session, FixedConfigs(todo, f"best_val_{plan.metric}"))
             grid = _fit(session, _tuner(session, where, schema.ROLE_CONFIRMATION, searcher, FIFOScheduler(),
                                         len(todo)), len(todo))
         runs += trial_runs([grid], plan)

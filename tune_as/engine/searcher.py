@@ -85,11 +85,9 @@ class PerLossSearcher(Searcher):
 
     def __init__(self, space: SearchSpace, base: TrialSettings, storage_url: str, study_prefix: str,
                  metric: str, seed: int, sampler: str = "tpe", warm: bool = True,
-                 quota: dict[str, int] | None = None, max_concurrent: int | None = None) -> None:
+                 quota: dict[str, int] | None = None) -> None:
         super().__init__(metric=metric, mode="max")
-        # trials at a time: kept here, not by Ray's ConcurrencyLimiter, whose count of live trials sits in a file of
-        # Ray's own that a killed driver can leave behind or ahead of the trials Ray saved (`catch_up`)
-        self.max_concurrent = max_concurrent
+        self.max_concurrent: int | None = None  # trials at a time (`set_max_concurrency`)
         self.space, self.base, self.storage_url = space, base.to_dict(), storage_url
         self.study_prefix, self.seed, self.sampler, self.warm = study_prefix, seed, sampler, warm
         self.suggested = {loss: 0 for loss in space.losses}
@@ -129,10 +127,18 @@ class PerLossSearcher(Searcher):
             self._studies[loss] = study
         return self._studies[loss]
 
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """Ray's protocol for a searcher that limits itself: True, so the ConcurrencyLimiter around it passes calls
+        through and keeps no count of live trials in Ray's pickled state, which a killed driver can leave behind or
+        ahead of the trials Ray saved; this searcher's own count (`live`) is caught up before a restore
+        (`catch_up`). The wrapper stays: Ray sizes its queue of pending trials by it (else one at a time)."""
+        self.max_concurrent = max_concurrent
+        return True
+
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
         quota = getattr(self, "quota", None) or dict.fromkeys(self.space.losses, self.space.trials_per_loss)  # older pickles
         exhausted = self.__dict__.setdefault("exhausted", set())  # older pickles lack it
-        limit = self.__dict__.get("max_concurrent")  # older pickles: Ray's ConcurrencyLimiter around it limits
+        limit = self.__dict__.get("max_concurrent")  # older pickles lack it
         if limit is not None and len(self.live) >= limit:
             return None
         while True:
@@ -264,16 +270,20 @@ class PerLossSearcher(Searcher):
 class FixedConfigs(Searcher):
     """Hands out given configs, once each, in order (confirmation runs of selected settings)."""
 
-    def __init__(self, configs: list[dict[str, Any]], metric: str, max_concurrent: int | None = None) -> None:
+    def __init__(self, configs: list[dict[str, Any]], metric: str) -> None:
         super().__init__(metric=metric, mode="max")
         self.configs, self.next = configs, 0
-        self.max_concurrent = max_concurrent  # as PerLossSearcher's
+        self.max_concurrent: int | None = None  # as PerLossSearcher's
         self.live: set[str] = set()
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        self.max_concurrent = max_concurrent  # PerLossSearcher.set_max_concurrency: why
+        return True
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
         if self.next >= len(self.configs):
             return Searcher.FINISHED
-        live = self.__dict__.setdefault("live", set())  # older pickles: Ray's ConcurrencyLimiter around it limits
+        live = self.__dict__.setdefault("live", set())  # older pickles lack both
         limit = self.__dict__.get("max_concurrent")
         if limit is not None and len(live) >= limit:
             return None
