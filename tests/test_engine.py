@@ -514,6 +514,27 @@ def test_searcher_state_round_trips_through_save_and_restore(tmp_path: Path) -> 
     assert restored.suggest("t1") == {"a": 2}
 
 
+def test_a_searcher_unpickled_from_an_older_search_gets_the_attributes_added_since(tmp_path: Path) -> None:
+    """Tuner.restore unpickles the searcher a search started with: one pickled before an attribute existed gets its
+    default (`_ADDED`, and the quota of the space's trials per loss), each instance its own copy."""
+    import pickle
+
+    from tune_as.engine.searcher import FixedConfigs
+
+    searcher = _searcher(tmp_path, SPACE)
+    for name in (*PerLossSearcher._ADDED, "max_concurrent"):
+        searcher.__dict__.pop(name, None)
+    older, other = pickle.loads(pickle.dumps(searcher)), pickle.loads(pickle.dumps(searcher))
+    assert older.quota == {"softmax": 3, "as_softmax": 3} and older.max_concurrent is None
+    handed = [older.suggest(f"t{i}") for i in range(7)]  # not limited, each loss its quota of 3
+    assert all(isinstance(h, dict) for h in handed[:6]) and handed[6] == "FINISHED" and older.exhausted == set()
+    assert older.exhausted is not other.exhausted and older._ids is not other._ids
+    fixed = FixedConfigs([{"a": 1}], "best_val_accuracy")
+    del fixed.__dict__["live"]
+    again = pickle.loads(pickle.dumps(fixed))
+    assert again.suggest("t0") == {"a": 1} and again.live == {"t0"}
+
+
 def test_the_searchers_keep_max_concurrent_themselves(tmp_path: Path) -> None:
     """At most max_concurrent trials live at once, counted by the searcher itself: Ray's ConcurrencyLimiter around
     it passes calls through and keeps no count (its count sits in a pickle of Ray's that a kill can leave out of

@@ -19,6 +19,7 @@ TPE ranks a pruned trial by how far it got, then by its last value, as after Opt
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import random
 import warnings
@@ -80,14 +81,40 @@ def _point(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(params.items()))
 
 
-class PerLossSearcher(Searcher):
+class _Searcher(Searcher):
+    """What tune_as's searchers share: they count their live trials against --max-concurrent themselves
+    (`set_max_concurrency`), and a searcher unpickled from an older search's `tuner.pkl` gets, in one place, the
+    attributes added since (`_ADDED`: name -> default, copied)."""
+
+    _ADDED: dict[str, Any] = {}
+    max_concurrent: int | None = None  # trials at a time (`set_max_concurrency`); None: not limited here
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({name: copy.copy(value) for name, value in self._ADDED.items() if name not in state})
+        self.__dict__.update(state)
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """Ray's protocol for a searcher that limits itself: True, so the ConcurrencyLimiter around it passes calls
+        through and keeps no count of live trials in Ray's pickled state, which a killed driver can leave behind or
+        ahead of the trials Ray saved; the searcher's own count (`live`) is caught up before a restore
+        (`catch_up`). The wrapper stays: Ray sizes its queue of pending trials by it (else one at a time)."""
+        self.max_concurrent = max_concurrent
+        return True
+
+    def _full(self, live: Collection[Any]) -> bool:
+        return self.max_concurrent is not None and len(live) >= self.max_concurrent
+
+
+class PerLossSearcher(_Searcher):
     """Losses take turns (the one with the fewest suggestions goes next), so each gets its quota."""
+
+    _ADDED = {**_Searcher._ADDED, "_storage": None, "sampler": "tpe", "warm": True, "quota": None,
+              "exhausted": set(), "orphans": {}, "_ids": {}}
 
     def __init__(self, space: SearchSpace, base: TrialSettings, storage_url: str, study_prefix: str,
                  metric: str, seed: int, sampler: str = "tpe", warm: bool = True,
                  quota: dict[str, int] | None = None) -> None:
         super().__init__(metric=metric, mode="max")
-        self.max_concurrent: int | None = None  # trials at a time (`set_max_concurrency`)
         self.space, self.base, self.storage_url = space, base.to_dict(), storage_url
         self.study_prefix, self.seed, self.sampler, self.warm = study_prefix, seed, sampler, warm
         self.suggested = {loss: 0 for loss in space.losses}
@@ -99,10 +126,15 @@ class PerLossSearcher(Searcher):
         self._storage: optuna.storages.RDBStorage | None = None
         self._ids: dict[tuple[str, int], int] = {}  # (loss, Optuna trial number) -> the storage's trial id
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        if self.quota is None:  # pickled before quotas per loss: every loss had the space's
+            self.quota = dict.fromkeys(self.space.losses, self.space.trials_per_loss)
+
     def storage(self) -> optuna.storages.RDBStorage:
         """Every loss's study in one storage; its public API is how a value reaches a trial known by its number
         (a Ray trial outlives the driver's `optuna.trial.Trial` objects: a resumed search has only numbers)."""
-        storage = self.__dict__.get("_storage")  # absent from a searcher pickled before it existed
+        storage = self._storage
         if storage is None:
             storage = self._storage = optuna.storages.RDBStorage(self.storage_url)
         return storage
@@ -110,9 +142,8 @@ class PerLossSearcher(Searcher):
     def study(self, loss: str) -> optuna.Study:
         if loss not in self._studies:
             seed = self.seed + zlib.crc32(loss.encode()) % 10_000
-            # getattr: a searcher pickled by a search started before `sampler` and `warm` existed lacks them
             sampler: optuna.samplers.BaseSampler = (
-                optuna.samplers.RandomSampler(seed=seed) if getattr(self, "sampler", "tpe") == "random"
+                optuna.samplers.RandomSampler(seed=seed) if self.sampler == "random"
                 else optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True))
             study = optuna.create_study(study_name=schema.study_name(self.study_prefix, loss),
                                         storage=self.storage(), direction="maximize", sampler=sampler,
@@ -121,36 +152,25 @@ class PerLossSearcher(Searcher):
                 with warnings.catch_warnings():  # "experimental" since Optuna 3.2, stable in use; not the user's
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     study.set_metric_names([str(self.metric)])
-            point = warm_start(self.space.losses[loss]) if getattr(self, "warm", True) else {}
+            point = warm_start(self.space.losses[loss]) if self.warm else {}
             if point and not study.trials:
                 study.enqueue_trial(point)
             self._studies[loss] = study
         return self._studies[loss]
 
-    def set_max_concurrency(self, max_concurrent: int) -> bool:
-        """Ray's protocol for a searcher that limits itself: True, so the ConcurrencyLimiter around it passes calls
-        through and keeps no count of live trials in Ray's pickled state, which a killed driver can leave behind or
-        ahead of the trials Ray saved; this searcher's own count (`live`) is caught up before a restore
-        (`catch_up`). The wrapper stays: Ray sizes its queue of pending trials by it (else one at a time)."""
-        self.max_concurrent = max_concurrent
-        return True
-
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
-        quota = getattr(self, "quota", None) or dict.fromkeys(self.space.losses, self.space.trials_per_loss)  # older pickles
-        exhausted = self.__dict__.setdefault("exhausted", set())  # older pickles lack it
-        limit = self.__dict__.get("max_concurrent")  # older pickles lack it
-        if limit is not None and len(self.live) >= limit:
+        if self._full(self.live):
             return None
         while True:
             open_losses = [loss for loss in self.space.losses
-                           if self.suggested[loss] < quota[loss] and loss not in exhausted]
+                           if self.suggested[loss] < self.quota[loss] and loss not in self.exhausted]
             if not open_losses:
                 return Searcher.FINISHED
             loss = min(open_losses, key=lambda name: self.suggested[name])
             asked = self._ask_new(loss)
             if asked is not None:
                 break
-            exhausted.add(loss)  # every point of its space has been tried: its remaining trials are not run
+            self.exhausted.add(loss)  # every point of its space has been tried: its remaining trials are not run
         trial, params = asked
         space = self.space.losses[loss]
         if not space.params:  # nothing to tune: repeat over seeds, so every loss is "best of N" alike
@@ -201,7 +221,7 @@ class PerLossSearcher(Searcher):
         """Whether a study's trial stands for a run of its setting: not a repeat (told failed in its place), not
         an orphan a driver restart closed before it ran. A failed run counts: the same setting on the same seed
         fails again."""
-        return "repeat_of" not in t.user_attrs and t.number not in self.__dict__.get("orphans", {}).get(loss, ())
+        return "repeat_of" not in t.user_attrs and t.number not in self.orphans.get(loss, ())
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         if trial_id in self.live:
@@ -224,7 +244,7 @@ class PerLossSearcher(Searcher):
                 study.tell(number, state=optuna.trial.TrialState.PRUNED)  # valued by its last intermediate value
             else:
                 study.tell(number, value, state=optuna.trial.TrialState.COMPLETE)
-        self.__dict__.get("_ids", {}).pop((loss, number), None)
+        self._ids.pop((loss, number), None)
 
     def _report(self, loss: str, number: int, result: dict[str, Any]) -> None:
         """The trial's objective so far as its Optuna trial's intermediate value at STEP (a step reported again,
@@ -232,7 +252,7 @@ class PerLossSearcher(Searcher):
         value, step = result.get(self.metric), result.get(STEP)
         if value is None or step is None or result.get("error"):
             return
-        storage, ids = self.storage(), self.__dict__.setdefault("_ids", {})
+        storage, ids = self.storage(), self._ids
         if (loss, number) not in ids:
             study_id = storage.get_study_id_from_name(schema.study_name(self.study_prefix, loss))
             ids[(loss, number)] = storage.get_trial_id_from_study_id_trial_number(study_id, number)
@@ -242,8 +262,7 @@ class PerLossSearcher(Searcher):
     def save(self, checkpoint_path: str) -> None:
         # Ray calls save/restore with a path in the experiment's folder: the file is JSON, never a pickle
         write_json(Path(checkpoint_path), {"suggested": self.suggested, "live": self.live,
-                                           "exhausted": sorted(self.__dict__.get("exhausted", ())),
-                                           "orphans": self.__dict__.get("orphans", {})})
+                                           "exhausted": sorted(self.exhausted), "orphans": self.orphans})
 
     def restore(self, checkpoint_path: str) -> None:
         saved = loss_searcher_state(read_json(Path(checkpoint_path), SEARCHER_WHAT), Path(checkpoint_path))
@@ -267,35 +286,30 @@ class PerLossSearcher(Searcher):
         return state
 
 
-class FixedConfigs(Searcher):
+class FixedConfigs(_Searcher):
     """Hands out given configs, once each, in order (confirmation runs of selected settings)."""
+
+    _ADDED = {**_Searcher._ADDED, "live": set()}
 
     def __init__(self, configs: list[dict[str, Any]], metric: str) -> None:
         super().__init__(metric=metric, mode="max")
         self.configs, self.next = configs, 0
-        self.max_concurrent: int | None = None  # as PerLossSearcher's
         self.live: set[str] = set()
-
-    def set_max_concurrency(self, max_concurrent: int) -> bool:
-        self.max_concurrent = max_concurrent  # PerLossSearcher.set_max_concurrency: why
-        return True
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
         if self.next >= len(self.configs):
             return Searcher.FINISHED
-        live = self.__dict__.setdefault("live", set())  # older pickles lack both
-        limit = self.__dict__.get("max_concurrent")
-        if limit is not None and len(live) >= limit:
+        if self._full(self.live):
             return None
         self.next += 1
-        live.add(trial_id)
+        self.live.add(trial_id)
         return dict(self.configs[self.next - 1])
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
-        self.__dict__.setdefault("live", set()).discard(trial_id)
+        self.live.discard(trial_id)
 
     def save(self, checkpoint_path: str) -> None:
-        write_json(Path(checkpoint_path), {"next": self.next, "live": sorted(self.__dict__.get("live", ()))})
+        write_json(Path(checkpoint_path), {"next": self.next, "live": sorted(self.live)})
 
     def restore(self, checkpoint_path: str) -> None:
         self.next, self.live = fixed_searcher_state(read_json(Path(checkpoint_path), SEARCHER_WHAT),
