@@ -60,6 +60,7 @@ def test_the_trials_adamw_is_torchs_fused_adamw_bit_for_bit(scaled: bool) -> Non
     ours2, theirs2 = FusedAdamW(_groups(again), lr=0.01), torch.optim.AdamW(_groups(other), lr=0.01, fused=True)
     ours2.load_state_dict(theirs.state_dict())
     theirs2.load_state_dict(ours.state_dict())
+    assert all(g["fused"] is True for g in theirs2.param_groups), "ours loaded into torch's left it unfused"
     x = torch.randn(4, 6, generator=gen)
     for model, opt in ((again, ours2), (other, theirs2)):
         model(x).square().mean().backward()

@@ -66,6 +66,13 @@ def autocast_for(cfg: TrialSettings, device: torch.device) -> tuple[Any, bool]:
     return torch.autocast(device.type, dtype=dtype), precision == "fp16"
 
 
+# The flags of an AdamW(fused=True) group, saved in ours: torch's load_state_dict takes a saved group whole, and
+# AdamW's __setstate__ fills a missing flag with its default ("fused": None, the foreach kernel, whose rounding
+# differs from the fused one on some CPUs), so a checkpoint of ours loaded into torch's must say fused itself.
+TORCH_GROUP_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False, "differentiable": False,
+                     "fused": True, "decoupled_weight_decay": True}
+
+
 class FusedAdamW:
     """`torch.optim.AdamW(fused=True)`: the same update by the same kernel (torch's functional `adamw`, fused; equal
     bit for bit, tests/test_optimizer.py), the same `param_groups` (the schedules set their "lr"; GradScaler reads
@@ -119,7 +126,7 @@ class FusedAdamW:
     def state_dict(self) -> dict[str, Any]:
         index = {p: i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
         return {"state": {index[p]: dict(s) for p, s in self.state.items()},
-                "param_groups": [{**{k: v for k, v in g.items() if k != "params"},
+                "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, **TORCH_GROUP_FLAGS,
                                   "params": [index[p] for p in g["params"]]} for g in self.param_groups]}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
