@@ -66,9 +66,10 @@ def autocast_for(cfg: TrialSettings, device: torch.device) -> tuple[Any, bool]:
     return torch.autocast(device.type, dtype=dtype), precision == "fp16"
 
 
-# The flags of an AdamW(fused=True) group, saved in ours: torch's load_state_dict takes a saved group whole, and
-# AdamW's __setstate__ fills a missing flag with its default ("fused": None, the foreach kernel, whose rounding
-# differs from the fused one on some CPUs), so a checkpoint of ours loaded into torch's must say fused itself.
+# The flags of an AdamW(fused=True) group, in each of ours (step reads none of them): torch's load_state_dict takes a
+# saved group whole, and AdamW's __setstate__ fills a missing flag with its default ("fused": None, the foreach
+# kernel, whose rounding differs from the fused one on some CPUs), so a checkpoint of ours loaded into torch's must
+# say fused itself.
 TORCH_GROUP_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False, "differentiable": False,
                      "fused": True, "decoupled_weight_decay": True}
 
@@ -92,7 +93,7 @@ class FusedAdamW:
                  eps: float = 1e-8) -> None:
         self.param_groups: list[dict[str, Any]] = [
             {"params": list(g["params"]), "lr": lr, "betas": betas, "eps": eps,
-             "weight_decay": float(g["weight_decay"])} for g in groups]
+             "weight_decay": float(g["weight_decay"]), **TORCH_GROUP_FLAGS} for g in groups]
         self.state: dict[nn.Parameter, dict[str, Tensor]] = {}
 
     def _state(self, p: nn.Parameter) -> dict[str, Tensor]:
@@ -126,7 +127,7 @@ class FusedAdamW:
     def state_dict(self) -> dict[str, Any]:
         index = {p: i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
         return {"state": {index[p]: dict(s) for p, s in self.state.items()},
-                "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, **TORCH_GROUP_FLAGS,
+                "param_groups": [{**{k: v for k, v in g.items() if k != "params"},
                                   "params": [index[p] for p in g["params"]]} for g in self.param_groups]}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
