@@ -48,6 +48,24 @@ def _ray_in_single_machine_mode() -> None:
 _ray_in_single_machine_mode()
 
 
+def _torch_on_a_share_of_the_cores() -> None:
+    """Each pytest-xdist worker's own torch computations (the tests that train in-process) on its share of the
+    cores: by default each worker's torch starts one thread per core, so two workers run 4 threads on 2 cores, and
+    the threads of one parallel region wait for each other while the other worker holds their core. The tests of
+    losses, populations, tasks, chunks and trials (634 tests, `-n 2`, 2026-12-05) took 141 and 174 s that way, and
+    25 s at one thread per worker (docs/benchmarks.md). The processes the tests start are not touched (a Ray
+    trial's threads are its CPUs, set by Ray)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        torch.set_num_threads(max(1, cores // workers))
+
+
+_torch_on_a_share_of_the_cores()
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
