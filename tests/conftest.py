@@ -34,11 +34,14 @@ def _ray_in_single_machine_mode() -> None:
     it Ray swaps 127.0.0.1 for the machine's routable IP, where the head does not listen."""
     from unittest.mock import patch
 
-    from tune_as.engine.head import AUTH_MODE, SINGLE_MACHINE_SWITCH
+    from tune_as.engine.head import AUTH_MODE, SINGLE_MACHINE_SWITCH, ensure_token
 
     # token authentication for the whole session, as a CLI sets it for its own (engine.head.launch): Ray reads the
     # mode at import and again when it connects; the processes the tests start inherit it, as a CLI's head does
     os.environ.setdefault(AUTH_MODE, "token")
+    # the token now, once, as a fresh machine's first search writes it (engine.head.ensure_token; safe when two
+    # workers race): the heads the tests start find it, so none of them prints the first-search line
+    ensure_token(os.environ)
     if "ray" in sys.modules:
         return
     with patch.dict(os.environ, {SINGLE_MACHINE_SWITCH: "0"}):

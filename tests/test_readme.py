@@ -55,16 +55,22 @@ def test_every_readme_command_parses(module: str, parser) -> None:
 
 @pytest.mark.slow
 def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
-    """The first command's search and the report, verbatim, in an empty folder: local Ray, SQLite MLflow."""
+    """The first command's search and the report, verbatim, in an empty folder: local Ray, SQLite MLflow, and a
+    home folder as a fresh machine's (no ~/.ray: the search writes the token its Ray asks for)."""
     search_argv = next(a for a in _commands("tune_as.search") if a[:2] == ["--task", "digits"])
+    home = tmp_path / "home"
+    home.mkdir()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0",
-           "TUNE_AS_CACHE": str(tmp_path / "cache"), "COLUMNS": "100"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("RAY_ADDRESS", None)
+           "TUNE_AS_CACHE": str(tmp_path / "cache"), "COLUMNS": "100", "HOME": str(home)}
+    for name in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
     run = subprocess.run([sys.executable, "-m", "tune_as.search", *search_argv], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "snapshotting" not in run.stdout + run.stderr, "Ray's snapshot warning is back"
+    assert "Ray: wrote a new token to ~/.ray/auth_token" in run.stdout, run.stdout[:600]
+    token = home / ".ray" / "auth_token"
+    assert len(token.read_text()) == 64 and token.stat().st_mode & 0o077 == 0, "the token is the user's alone"
     # The progress view: one line per loss, within 100 columns (Ray's wide per-trial table only with --verbose)
     blocks = [b for b in run.stdout.split("\n\n") if re.match(r"\s*digits (search|confirmation): \d+/\d+ trials", b)]
     assert blocks and all(len(line) <= 100 for b in blocks for line in b.strip().splitlines()), blocks[:1]

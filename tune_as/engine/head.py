@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -42,6 +43,40 @@ DASHBOARD_PORT = 8265  # Ray's default, taken when free
 START_TIMEOUT_S = 180.0
 KILLED_WITHIN_S = 10.0  # `stop` waits this long at most for its SIGKILLed processes to be gone
 PR_SET_PDEATHSIG = 1
+TOKEN_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # where Ray looks for the token before ~/.ray/auth_token
+
+
+def token_file() -> Path:
+    """Where Ray reads its token when neither of TOKEN_ENV is set (Ray's own rule: the home folder's .ray)."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+def ensure_token(environ: dict[str, str]) -> Path | None:
+    """The token file, written now if a head in token mode (`environ`) would find no token; None if it would.
+
+    Hand-written, not `ray get-auth-token --generate`: `ray start` refuses to start in token mode without a token
+    (only an in-process `ray.init()` makes one), so a fresh machine's first local search failed; Ray's command
+    would add a second Python that imports Ray (seconds) before the head, and it writes the file in place (another
+    search starting at the same moment, or a test worker, could read half a token) and readable by everyone. The
+    token has Ray's form (32 random bytes, hex). Written whole to a private temporary file beside it, then linked
+    into place: the link fails if another process wrote one first, and that one is kept."""
+    if environ.get(AUTH_MODE, "token").lower() != "token" or any(environ.get(name) for name in TOKEN_ENV):
+        return None
+    path = token_file()
+    if path.exists():
+        return None
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".auth_token.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # another search wrote it between the check and here: theirs is the token
+            return None
+    finally:
+        os.unlink(tmp)
+    return path
 
 
 def _free_port(preferred: int = 0, host: str = "127.0.0.1") -> int:
@@ -110,6 +145,7 @@ class Head:
         # driver has ended its trials already
         env = {**os.environ, AUTH_MODE: os.environ.get(AUTH_MODE, "token"), SINGLE_MACHINE_SWITCH: "0",
                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+        self.token_written = ensure_token(env)  # the path of a token written for this head (a fresh machine)
         parent = os.getpid()
         with os.fdopen(fd, "wb") as out:
             self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -194,4 +230,9 @@ def launch(address: str | None, dashboard: bool, dashboard_host: str) -> Head | 
     # the head and this driver, which reads the mode when it imports Ray (after this), must agree, or Ray refuses
     # the driver: token authentication unless the user chose a mode
     os.environ.setdefault(AUTH_MODE, "token")
-    return Head(dashboard, dashboard_host)
+    head = Head(dashboard, dashboard_host)
+    if head.token_written is not None:
+        # under the home folder always (token_file); `~` keeps the line within 100 columns
+        print("Ray: wrote a new token to ~/.ray/auth_token (the dashboard asks for it; `ray get-auth-token`)",
+              flush=True)
+    return head
