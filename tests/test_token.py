@@ -4,6 +4,7 @@ token mode refuses to start without one, and only an in-process `ray.init()` mak
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def test_a_fresh_home_gets_a_private_token_once(home: Path) -> None:
     path = ray_head.ensure_token(token_env())
     assert path == home / ".ray" / "auth_token"
     token = path.read_text()
-    assert len(token) == 64 and int(token, 16) >= 0  # Ray's form: 32 random bytes in hex
+    assert re.fullmatch("[0-9a-f]{64}", token), token  # Ray's form: 32 random bytes in hex
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert sorted(p.name for p in path.parent.iterdir()) == ["auth_token"]  # no temporary file left
