@@ -315,6 +315,129 @@ def peeking(looks: tuple[int, ...], answers: int, rng: np.random.Generator) -> N
         print(f"  {test}: at every look {looks}: {cp(int(ever.sum()), answers)}")
 
 
+# -- the rule x scenario table (--rules) ------------------------------------------------------------------------
+# Each answer's runs are drawn once and decided by every rule: today's per-loss t (alpha spent by n), the pooled
+# variance (the simulation's reference: valid only under equal noise) and the moderated model (the default).
+RULES = {"per-loss": {"noise": "per-loss", "spending": "n"}, "pooled": {"noise": "pooled", "spending": "n2"},
+         "moderated": {"noise": "moderated", "spending": "n2"}}
+BASE_POINTS, SEED_SD, RUN_SD, ITEMS = 95.0, 0.3, 0.3, 359
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Per-seed value = BASE_POINTS + effect + seed effect (shared) + noise of sd `sd` (one per loss, the baseline
+    first); `tails`: t-distributed noise with that many degrees of freedom; `diverge`: that loss's run lands at
+    chance (10%) with probability 0.2 on each seed; `lattice`: whole items of ITEMS; `pools`: resample real runs."""
+
+    name: str
+    sd: tuple[float, ...]
+    effect: tuple[float, ...]
+    tails: float | None = None
+    diverge: int | None = None
+    lattice: bool = False
+    pools: str | None = None  # "null": every real pool centred on one mean; "real": as measured (truth = means)
+    max_seeds: tuple[int, ...] = (5, 10)
+
+
+def scenarios(k: int) -> list[Scenario]:
+    m = k - 1
+    eq = (RUN_SD,) * k
+    zero = (0.0,) * k
+    s_d = math.sqrt(2) * RUN_SD  # the spread of a paired difference under equal noise
+    one = lambda factor: (RUN_SD, RUN_SD * factor, *(RUN_SD,) * (m - 1))  # noqa: E731
+    return [
+        Scenario("all-null, equal noise", eq, zero),
+        Scenario("all-null, spreads spanning 10x (0.1-1.0)", (RUN_SD, *np.geomspace(0.1, 1.0, m)), zero),
+        Scenario("all-null, one loss 5x noisier", one(5), zero, max_seeds=(5,)),
+        Scenario("all-null, one loss 10x noisier", one(10), zero),
+        Scenario("all-null, baseline 3x noisier", (3 * RUN_SD, *(RUN_SD,) * m), zero, max_seeds=(5,)),
+        Scenario("all-null, baseline 5x noisier", (5 * RUN_SD, *(RUN_SD,) * m), zero, max_seeds=(5,)),
+        Scenario("all-null, baseline 10x noisier", (10 * RUN_SD, *(RUN_SD,) * m), zero),
+        Scenario("all-null, one loss diverges (chance on 1 in 5 seeds)", eq, zero, diverge=1, max_seeds=(5,)),
+        Scenario("all-null, heavy tails (t, 3 df)", eq, zero, tails=3.0, max_seeds=(5,)),
+        Scenario(f"all-null on the {ITEMS}-item lattice", eq, zero, lattice=True, max_seeds=(5,)),
+        Scenario(f"every loss at +-margin on the {ITEMS}-item lattice", eq,
+                 (0.0, *(0.5 if i % 2 else -0.5 for i in range(1, k))), lattice=True, max_seeds=(5,)),
+        Scenario("partial null: 3 losses at +1, +2, +3 s, the rest null", eq,
+                 (0.0, s_d, 2 * s_d, 3 * s_d, *(0.0,) * (m - 3))),
+        Scenario("real digits pools (20 seeds x 13 losses), centred: null", eq, zero, pools="null"),
+        Scenario("real digits pools as measured (truth: their means)", eq, zero, pools="real"),
+    ]
+
+
+def scenario_draw(sc: Scenario, plan: Plan, rng: np.random.Generator,
+                  pools: np.ndarray | None) -> tuple[Results, dict[str, float]]:
+    """One answer's runs on the plan's seeds, and each loss's true effect (fractions)."""
+    seeds = plan.seeds[: plan.max_seeds]
+    if pools is not None:  # (losses, seeds, 2) in points; a seed index drawn for all losses keeps their pairing
+        pick = rng.integers(0, pools.shape[1], len(seeds))
+        means = pools.mean(axis=1, keepdims=True)
+        data = pools - means + means.mean(axis=0) if sc.pools == "null" else pools
+        truth = data[:, :, 1].mean(axis=1)
+        runs = data[:, pick, :] / 100
+        return ({loss: {s: (float(v), float(t)) for s, (v, t) in zip(seeds, runs[i], strict=True)}
+                 for i, loss in enumerate(plan.losses)},
+                {loss: float(truth[i] - truth[0]) / 100 for i, loss in enumerate(plan.losses)})
+    shared = rng.normal(0.0, SEED_SD, len(seeds))
+    out = {}
+    for i, loss in enumerate(plan.losses):
+        pair = []
+        for _ in range(2):  # validation, test
+            e = (rng.standard_t(sc.tails, len(seeds)) / math.sqrt(sc.tails / (sc.tails - 2)) if sc.tails
+                 else rng.normal(0.0, 1.0, len(seeds))) * sc.sd[i]
+            v = BASE_POINTS + sc.effect[i] + shared + e
+            if sc.diverge == i:
+                v = np.where(rng.random(len(seeds)) < 0.2, 10.0, v)
+            if sc.lattice:
+                v = np.round(v / 100 * ITEMS) / ITEMS * 100
+            pair.append(v / 100)
+        out[loss] = {s: (float(a), float(b)) for s, a, b in zip(seeds, *pair, strict=True)}
+    return out, {loss: (sc.effect[i] - sc.effect[0]) / 100 for i, loss in enumerate(plan.losses)}
+
+
+def _rules_cell(job: tuple[int, int, int, int, str]) -> list[tuple[str, int, str, Tally]]:
+    """One scenario at one max_seeds, every rule on the same answers (a process-pool job)."""
+    index, max_seeds, answers, seed, pools_file = job
+    k = 13
+    sc = scenarios(k)[index]
+    losses = ("baseline", *(f"loss{i:02d}" for i in range(1, k)))
+    pools = None
+    if sc.pools:
+        doc = json.loads(Path(pools_file).read_text())
+        names = [doc["baseline"], *sorted(n for n in doc["runs"] if n != doc["baseline"])]
+        pools = np.array([[doc["runs"][n][s] for s in sorted(doc["runs"][n], key=int)] for n in names], dtype=float)
+    plans = {name: Plan(losses, "baseline", tuple(range(1000, 1000 + max_seeds)), max_seeds=max_seeds,
+                        resolution_points=100 / ITEMS if sc.lattice or sc.pools else 0.0, **how)  # type: ignore[arg-type]
+             for name, how in RULES.items()}
+    tallies = {name: Tally() for name in RULES}
+    rng = np.random.default_rng([seed, index, max_seeds])
+    for _ in range(answers):
+        results, effects = scenario_draw(sc, plans["moderated"], rng, pools)
+        for name, plan in plans.items():
+            score(tallies[name], decide(results, plan), effects, plan)
+    return [(sc.name, max_seeds, name, tallies[name]) for name in RULES]
+
+
+def rules_table(answers: int, seed: int, pools_file: Path, workers: int) -> None:
+    """The table of docs/verdicts.md, section 12: each scenario x rule, its verdicts' family-wise error (any
+    false win, loss or equivalence) with its Clopper-Pearson 95% interval, and the share of verdicts decided."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = [(i, n, answers, seed, str(pools_file)) for i, sc in enumerate(scenarios(13)) for n in sc.max_seeds]
+    print(f"{answers} answers per scenario, 13 losses (12 comparisons), alpha 0.05 (verdicts 0.025), margin 0.5 "
+          f"points, seed {seed}; synthetic noise sd {RUN_SD} points, seed effect sd {SEED_SD}; pools {pools_file}")
+    print("| scenario | seeds | " + " | ".join(f"{r}: verdicts wrong [95% CI] | decided" for r in RULES) + " |")
+    print("| --- | --- | " + " | ".join("--- | ---" for _ in RULES) + " |")
+    with ProcessPoolExecutor(workers) as pool:
+        for rows in pool.map(_rules_cell, jobs):
+            cells = []
+            for *_, tally in rows:
+                ci = stats.binomtest(tally.wrong_verdicts, tally.answers).proportion_ci(0.95, method="exact")
+                cells.append(f"{tally.wrong_verdicts / tally.answers:.4f} [{ci.low:.4f}, {ci.high:.4f}] | "
+                             f"{tally.decided / tally.rows:.3f}")
+            print(f"| {rows[0][0]} | {rows[0][1]} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--answers", type=int, default=2000, help="simulated answers per scenario (default 2000)")
@@ -336,16 +459,28 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--best-rule", choices=("hsu", "holm"), default="hsu",
                    help="the best set's rule (tune_as.results.verdicts.best_set; default hsu)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the simulation")
+    p.add_argument("--rules", action="store_true",
+                   help="the rule x scenario table of docs/verdicts.md section 12 (per-loss, pooled, moderated on the "
+                        "same answers; --from names the real pools, default benchmarks/digits_pools.json)")
+    p.add_argument("--workers", type=int, default=2, help="with --rules: processes (default 2)")
+    p.add_argument("--noise", choices=("moderated", "per-loss", "pooled"), default="moderated",
+                   help="the noise model of the other modes (default moderated; sections 7-10 measured per-loss)")
+    p.add_argument("--spending", choices=("n", "n2"), default="n2",
+                   help="alpha per look, by seeds or their square (default n2; sections 7-10 measured n)")
     p.add_argument("--peeking", action="store_true",
                    help="also show the error of unadjusted tests repeated at every look (20,000 nulls)")
     args = p.parse_args(argv)
     answers = 300 if args.quick else args.answers
+    if args.rules:
+        rules_table(answers, args.seed, args.from_file or Path(__file__).with_name("digits_pools.json"), args.workers)
+        return
     losses = ("baseline", *(f"loss{i:02d}" for i in range(1, args.losses)))
     plan = Plan(losses, "baseline", tuple(range(1000, 1000 + args.max_seeds)), first=args.first, step=args.step,
                 max_seeds=args.max_seeds, alpha=args.alpha, margin_points=args.margin, best_rule=args.best_rule,
-                resolution_points=100 / args.lattice if args.lattice else 0.0)
+                resolution_points=100 / args.lattice if args.lattice else 0.0, noise=args.noise,
+                spending=args.spending)
     fixed = Plan.fixed(losses, "baseline", plan.seeds, args.max_seeds, alpha=args.alpha,
-                       margin_points=args.margin, best_rule=args.best_rule)
+                       margin_points=args.margin, best_rule=args.best_rule, noise=args.noise)
     rng = np.random.default_rng(args.seed)
     print(f"{args.losses} losses, looks {plan.looks}, alpha {args.alpha} (verdicts {args.alpha / 2}, best set "
           f"{args.alpha / 2}, rule {args.best_rule}), margin {args.margin} points, {answers} answers per scenario, "

@@ -477,16 +477,23 @@ def test_a_search_whose_tracking_writes_were_kept_exits_4_with_one_line(monkeypa
 
 def test_a_mistyped_task_or_option_is_refused_before_torch_and_ray_are_imported() -> None:
     """The arguments alone are checked first, so the refusal takes a fraction of a second, not the seconds that
-    importing torch, Ray and transformers takes (measured: 0.2 s against 3.7 s)."""
+    importing torch, Ray and transformers takes (measured: 0.2 s against 3.7 s); a mistyped task or loss is
+    answered with the nearest name."""
     import subprocess
     import sys
 
     code = ("import sys; from tune_as.search import main; rc = main(['--task', 'nosuchtask']); "
             "rc2 = main(['--task', 'digits', '--max-seeds', '1']); "
-            "print(rc, rc2, sorted(m for m in ('torch', 'ray', 'transformers', 'mlflow') if m in sys.modules))")
+            "rc3 = main(['--task', 'digits', '--losses', 'softmax,as_sofmax']); "
+            "rc4 = main(['--task', 'digtis']); "
+            "print(rc, rc2, rc3, rc4, sorted(m for m in ('torch', 'ray', 'transformers', 'mlflow') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.stdout.split("\n")[0] == "2 2 []", run.stdout + run.stderr
-    assert run.stderr.splitlines()[0].startswith("error: unknown task 'nosuchtask': expected one of cifar10")
+    assert run.stdout.split("\n")[0] == "2 2 2 2 []", run.stdout + run.stderr
+    errors = run.stderr.splitlines()
+    assert errors[0].startswith("error: unknown task 'nosuchtask': expected one of cifar10")
+    assert errors[2].startswith("error: --losses: unknown loss 'as_sofmax' (did you mean as_softmax?); expected some "
+                                "of am_softmax"), errors
+    assert errors[3].startswith("error: unknown task 'digtis' (did you mean digits?)"), errors
 
 
 def test_a_margin_below_one_test_item_is_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:

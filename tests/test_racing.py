@@ -30,7 +30,10 @@ LOSSES = ("softmax", "good", "bad", "unsure")
 
 
 def plan(**kw: object) -> Plan:
-    args: dict[str, object] = {"losses": LOSSES, "baseline": "softmax", "seeds": SEEDS}
+    """The race's mechanics (rounds, resume, budget, stickiness) pinned with the per-loss rule, whose decisions on
+    these hand-made values are simple to state; the moderated rule has tests of its own (tests/test_noise.py)."""
+    args: dict[str, object] = {"losses": LOSSES, "baseline": "softmax", "seeds": SEEDS, "noise": "per-loss",
+                               "spending": "n"}
     args.update(kw)
     return Plan(**args)  # type: ignore[arg-type]
 
@@ -356,7 +359,7 @@ def test_null_simulation_from_per_seed_results_is_the_same_for_the_same_seed(tmp
 @pytest.mark.parametrize("n", [3, 5, 10])
 def test_decidable_is_the_smallest_difference_a_look_can_claim(n: int) -> None:
     """racing.decidable's multiplier k: a mean difference of 1.01·k·s over n seeds is a win, 0.99·k·s is not."""
-    plan = Plan.fixed(("softmax", "x"), "softmax", tuple(range(n)), n, margin_points=0.0)
+    plan = Plan.fixed(("softmax", "x"), "softmax", tuple(range(n)), n, margin_points=0.0, noise="per-loss")
     ((looks, k),) = decidable(plan)
     assert looks == n
     z = np.linspace(-1.0, 1.0, n)
@@ -372,12 +375,12 @@ def test_seeds_to_decide_is_the_fewest_seeds_a_fixed_design_needs() -> None:
     """At the estimate n, paired differences with exactly that mean and spread are decided; at n - 1 they are not.
     Zero spread (equal values) and an effect no number of seeds can show give None."""
     losses = ("softmax", "x", "y")
-    probe = Plan.fixed(losses, "softmax", tuple(range(100)), 100, margin_points=0.0)
+    probe = Plan.fixed(losses, "softmax", tuple(range(100)), 100, margin_points=0.0, noise="per-loss")
     n = seeds_to_decide(probe, 0.004, 0.005)
     assert n is not None and 4 < n < 100
 
     def verdict(k: int) -> str:
-        plan = Plan.fixed(losses, "softmax", tuple(range(k)), k, margin_points=0.0)
+        plan = Plan.fixed(losses, "softmax", tuple(range(k)), k, margin_points=0.0, noise="per-loss")
         z = np.linspace(-1.0, 1.0, k)
         d = 0.004 + 0.005 * (z - z.mean()) / z.std(ddof=1)  # mean 0.004, sd 0.005 exactly
         results = {"softmax": {i: (0.5, 0.5) for i in range(k)}, "x": {i: (0.5, 0.5 + d[i]) for i in range(k)},

@@ -15,7 +15,7 @@ from tune_as.search import build_parser, request_from_args, typed_options
 FIELDS = {f.name: f for f in dataclasses.fields(SearchRequest)}
 HINTS = typing.get_type_hints(SearchRequest)
 # What a resume compares, as it was when the hand-kept list became derived: a field added later must choose.
-RESULT_BEFORE = {"task", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "encode_precision",
+RESULT_BEFORE = {"task", "noise", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "encode_precision",
                  "max_length", "data_dir", "max_train_samples", "max_eval_samples", "task_args", "search_space", "seed",
                  "overrides", "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke",
                  "confirm", "confirm_top", "sampler", "warm_start", "race", "max_seeds", "margin", "baseline", "budget",

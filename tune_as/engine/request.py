@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
 import re
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.errors import UserError
+from tune_as.results.noise import CHOICES as NOISES
+from tune_as.results.noise import Noise
 from tune_as.results.render import FORMATS as OUTPUT_FORMATS  # light: no rich until a table is drawn
 from tune_as.settings import SEED_MAX
 
@@ -26,6 +29,12 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # --task is refused before torch, Ray and transformers are imported (in well under 2 s, not ~4 s).
 TASK_NAMES = ("cifar10", "cifar100", "clinc_oos", "cola", "conll2003", "digits", "eurlex", "goemotions", "jsonl",
               "mnist", "mnli", "mrpc", "qnli", "qqp", "rte", "sighan2015", "sst2", "sst5", "wos46985")
+# The registered losses (tune_as.losses.LOSSES, which a test keeps equal to this): a mistyped --losses or --baseline
+# is refused before torch is imported, with the nearest name.
+LOSS_NAMES = ("am_softmax", "as_softmax", "as_speed", "as_variant", "bce", "entmax15", "label_smoothing",
+              "multilabel_as_softmax", "multilabel_softmax", "multilabel_sparse_softmax", "multilabel_t_softmax",
+              "sm_softmax", "sm_taylor_softmax", "softmax", "sparse_softmax", "sparsemax", "t_softmax",
+              "taylor_softmax")
 # The tasks with no Hugging Face hub dataset nor data of their own (a test keeps this equal to the registry's):
 # refused without --data-dir before anything starts (before, the data preparation found out after Ray had started).
 NEEDS_DATA_DIR = ("jsonl",)
@@ -55,6 +64,12 @@ class Option:
 def option(default: Any = dataclasses.MISSING, **how: Any) -> Any:
     """A SearchRequest field: its default, and `Option(**how)` (an unknown key fails at import)."""
     return dataclasses.field(default=default, metadata={"option": Option(**how)})
+
+
+def _nearest(name: str, known: tuple[str, ...]) -> str:
+    """' (did you mean X?)' for the closest known name, or nothing when none is close."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def count(text: str) -> int:
@@ -128,6 +143,11 @@ class SearchRequest:
         help="equivalence margin in points of the metric (default %(default)s): 'equivalent' means the difference "
              "to the baseline is proven inside ±margin; at least one item of the test split (a smaller margin is "
              "refused)")
+    noise: Noise = option(
+        "moderated", result=True, choices=NOISES,
+        help="the verdicts' noise model (docs/verdicts.md): 'moderated' (default) estimates each loss's noise with "
+             "help from the others (the same seeds for every loss: a block design); 'per-loss' takes each "
+             "comparison's own spread alone (the rule before 2026-12-07)")
     baseline: str | None = option(None, result=True,
                                   help="the loss every verdict compares with (default: softmax, multilabel_softmax "
                                        "for multi-label tasks)")
@@ -204,7 +224,15 @@ class SearchRequest:
     def check(self) -> None:
         """Every check that needs nothing but the request; UserError names the option."""
         if self.task and self.task not in TASK_NAMES:
-            raise UserError(f"unknown task {self.task!r}: expected one of {', '.join(TASK_NAMES)}")
+            raise UserError(f"unknown task {self.task!r}{_nearest(self.task, TASK_NAMES)}: expected one of "
+                            f"{', '.join(TASK_NAMES)}")
+        for name in self.losses or ():
+            if name not in LOSS_NAMES:
+                raise UserError(f"--losses: unknown loss {name!r}{_nearest(name, LOSS_NAMES)}; expected some of "
+                                f"{', '.join(LOSS_NAMES)}")
+        if self.baseline is not None and self.baseline not in LOSS_NAMES:
+            raise UserError(f"--baseline: unknown loss {self.baseline!r}{_nearest(self.baseline, LOSS_NAMES)}; "
+                            f"expected one of {', '.join(LOSS_NAMES)}")
         if self.task in NEEDS_DATA_DIR and self.data_dir is None:
             raise UserError(f"--data-dir: expected a folder of train/validation/test.jsonl[.gz] files for --task "
                             f"{self.task} (it has no Hugging Face hub dataset), got none")
@@ -266,6 +294,8 @@ class SearchRequest:
             raise UserError("--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), got 1")
         if self.output_format not in OUTPUT_FORMATS:
             raise UserError(f"--format: expected one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}")
+        if self.noise not in NOISES:
+            raise UserError(f"--noise: expected one of {', '.join(NOISES)}, got {self.noise!r}")
         if self.sampler not in SAMPLERS:
             raise UserError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if not 0 <= self.seed <= SEED_MAX:

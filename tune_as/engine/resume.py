@@ -146,10 +146,15 @@ def _check_moved_store(uri: str, shown: str, state: dict[str, Any], name: str, e
                         "resume without it, or point it at the store its runs were moved to")
 
 
+# Options whose default changed when they were added: a search saved before them keeps what it ran with.
+BEFORE_OPTIONS = {"noise": "per-loss"}
+
+
 def restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
     """The saved request with this process's runtime options; refuse a changed option that changes results."""
     defaults = {f.name: f.default for f in dataclasses.fields(SearchRequest) if f.name in RESULT_OPTIONS}
-    saved = {**defaults, **state["request"]}  # an option added since the search was saved: its default
+    # an option added since the search was saved: what that search did before the option existed, else its default
+    saved = {**defaults, **BEFORE_OPTIONS, **state["request"]}
     saved = {k: list(v) if isinstance(v, tuple) else v for k, v in saved.items()}  # as JSON has them
     for key, value in r.given().items():
         old = saved.get(key)

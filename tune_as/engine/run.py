@@ -314,9 +314,9 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
     last = last_look(r.max_seeds, r.budget, search_epochs, len(losses), per_run)  # fixed before any seed
     step = resolution_points(plan)
     race = (racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=margin_points(plan),
-                              resolution_points=step) if r.confirm
+                              resolution_points=step, noise=r.noise) if r.confirm
             else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=last, margin_points=margin_points(plan),
-                             resolution_points=step))
+                             resolution_points=step, noise=r.noise))
     runs: list[TrialRun] = []
     rounds: list[tuple[str, ...]] = []
     epochs, notes = 0.0, []

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tune_as.results import racing, ranking, verdicts
+from tune_as.results import noise, racing, ranking, verdicts
 from tune_as.results.render import Table
 from tune_as.results.selection import TrialRun
 
@@ -77,7 +77,8 @@ class AnswerRecord:
             raise ValueError(f"answer record: expected mode none, race or fixed, received {raw['mode']!r}")
         race = None
         if raw["race"] is not None:
-            plan = dict(raw["race"])
+            # a record from before the noise model and the spending were recorded was decided per-loss, alpha by n
+            plan = {"noise": "per-loss", "spending": "n", **raw["race"]}
             race = racing.Plan(**{**plan, "losses": tuple(plan.get("losses", ())), "seeds": tuple(plan.get("seeds", ()))})
         return cls(raw["task"], raw["metric"], raw["title"], tuple(map(str, raw["losses"])), raw["baseline"],
                    float(raw["margin_points"]), raw["mode"], race, {str(k): bool(v) for k, v in raw["trials"].items()},
@@ -161,11 +162,13 @@ def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: S
                  f"(Holm's step-down; looks at {', '.join(map(str, plan.looks))} seeds, {len(decision.looks)} "
                  f"taken); with the best set's {plan.alpha / 2:.1%}, any claim of this answer is wrong with "
                  f"probability <= {plan.alpha:.0%}. " + (f"Claims made at {when}." if when else "No claim was made."))
+    notes.append(_noise_note(plan, decision))
     last = decision.looks[-1] if decision.looks else None
     if last is not None:
         m = len(decision.rows)
         level = 1 - 2 * last.alpha_verdicts / (3 * m)
-        notes.append(f"Intervals: t intervals on each loss's seeds at level {level:.3%} each, simultaneous over the "
+        source = "each loss's seeds" if plan.noise == "per-loss" else "the noise model"
+        notes.append(f"Intervals: t intervals from {source} at level {level:.3%} each, simultaneous over the "
                      f"{m} comparisons at >= {1 - 2 * last.alpha_verdicts / 3:.2%} (Bonferroni, at the last look); "
                      + (f"never narrower than one item of the split (±{plan.resolution_points:.3g} points). "
                         if plan.resolution_points else "")
@@ -187,6 +190,36 @@ def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: S
         notes.append(f"{verdicts.STEP_DOWN_MARK}: the interval shown reaches past the claim ({'; '.join(reasons)}); "
                      "the claim is controlled as stated above (docs/verdicts.md).")
     return notes
+
+
+def _noise_note(plan: racing.Plan, decision: racing.Answer) -> str:
+    """The verdicts' noise model: its name, what it assumed, its degrees of freedom, and every look where a check
+    took a loss (or the baseline, and with it every comparison) out of it."""
+    if plan.noise == "per-loss":
+        return ("Noise: per-loss (each comparison's own paired spread, n - 1 degrees of freedom; --noise moderated "
+                "borrows strength across losses).")
+    rule = noise.RULES[plan.noise]
+    dfs = [r.df for r in decision.rows if r.df is not None and r.decided_at is None]
+    dfs = dfs or [r.df for r in decision.rows if r.df is not None]
+    said = [f"Noise: {plan.noise} (docs/verdicts.md, section 12): every loss ran on the same seeds, so each loss's "
+            f"seed-to-seed noise is read from its own runs and, with a prior weight of at most {rule.prior_df:g} "
+            "degrees of freedom, from the other losses'"
+            + (f"; each claim also passed its own paired t-test at {rule.gate:g} x its look's alpha" if rule.gate
+               else "") + "."]
+    if dfs:
+        said.append(f"Degrees of freedom of the comparisons shown: {min(dfs):.3g}-{max(dfs):.3g}" if min(dfs) != max(dfs)
+                    else f"Degrees of freedom of the comparisons shown: {dfs[0]:.3g}")
+    falls = []
+    for look in decision.looks:
+        if look.pool_df == 0:
+            falls.append(f"look {look.index}: too few losses to pool, every comparison on its own spread")
+        elif plan.baseline in look.out_of_line:
+            falls.append(f"look {look.index}: the baseline {plan.baseline} out of line, every comparison on its own "
+                         "spread")
+        elif look.out_of_line:
+            falls.append(f"look {look.index}: {', '.join(look.out_of_line)} out of line, on their own spread")
+    said.append("Checks: " + "; ".join(falls) if falls else "No loss was out of line")
+    return "; ".join(said[:1]) + " " + ". ".join(said[1:]) + "."
 
 
 def summary(answered: Answered, margin_points: float) -> tuple[dict[str, float], dict[str, str]]:

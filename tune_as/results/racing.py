@@ -20,6 +20,8 @@ from typing import Literal
 
 import numpy as np
 
+from tune_as.results import noise
+from tune_as.results.noise import NOISES, Noise
 from tune_as.results.verdicts import (
     Best,
     BestRule,
@@ -27,6 +29,7 @@ from tune_as.results.verdicts import (
     SeedValues,
     best_set,
     compare_with_baseline,
+    model_of,
     points,
 )
 
@@ -51,15 +54,21 @@ def look_schedule(first: int, step: int, max_seeds: int) -> tuple[int, ...]:
     return tuple(looks)
 
 
-def alpha_schedule(looks: Sequence[int], alpha: float) -> tuple[float, ...]:
-    """The alpha each look spends, proportional to its seeds per loss (weights growing with n: a look at
-    3 seeds has 2 degrees of freedom and little power, the last look has the most). Sums to <= alpha: the
-    union bound over looks then bounds the family-wise error of the whole race by alpha."""
-    if not looks or not 0 < alpha < 1:
-        raise ValueError(f"expected looks and 0 < alpha < 1, received {list(looks)}, {alpha}")
-    total = sum(looks)
+Spending = Literal["n", "n2"]
+SPENDINGS: tuple[Spending, ...] = ("n", "n2")
+
+
+def alpha_schedule(looks: Sequence[int], alpha: float, spending: Spending = "n") -> tuple[float, ...]:
+    """The alpha each look spends, proportional to its seeds per loss ("n") or their square ("n2"): weights growing
+    with n, since an early look has few degrees of freedom and little power and the last look the most. Sums to
+    <= alpha: the union bound over looks then bounds the family-wise error of the whole race by alpha."""
+    if not looks or not 0 < alpha < 1 or spending not in SPENDINGS:
+        raise ValueError(f"expected looks, 0 < alpha < 1 and a spending in {SPENDINGS}, received {list(looks)}, "
+                         f"{alpha}, {spending!r}")
+    weights = [n * n if spending == "n2" else n for n in looks]
+    total = sum(weights)
     # the factor keeps the float sum <= alpha despite rounding (the exact shares sum to alpha)
-    return tuple(alpha * n / total * (1 - 1e-12) for n in looks)
+    return tuple(alpha * w / total * (1 - 1e-12) for w in weights)
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,9 @@ class Plan:
     one, else validation); the best set always uses validation. best_rule: "hsu" (the default, Hsu's
     Bonferroni form) or "holm" (every exclusion controlled, ties included; see verdicts.best_set).
     resolution_points: one item of the split the verdicts are computed on, in points (100 / items; 0: a
-    continuous metric), the least half-width of a printed interval (verdicts._intervals)."""
+    continuous metric), the least half-width of a printed interval (verdicts._intervals). noise: the verdicts'
+    noise model (tune_as.results.noise: "moderated", "per-loss", or the simulation's "pooled"). spending: alpha
+    per look by seeds ("n") or their square ("n2"); None: "n" for the per-loss rule, "n2" otherwise."""
 
     losses: tuple[str, ...]
     baseline: str
@@ -86,6 +97,8 @@ class Plan:
     verdict_on: Literal["auto", "test", "val"] = "auto"
     best_rule: BestRule = "hsu"
     resolution_points: float = 0.0
+    noise: Noise = "moderated"
+    spending: Spending | None = None  # None: "n" with the per-loss rule (its rule before the model), else "n2"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "losses", tuple(self.losses))
@@ -107,17 +120,23 @@ class Plan:
             raise ValueError(f"expected verdict_on auto, test or val, received {self.verdict_on!r}")
         if self.best_rule not in ("hsu", "holm"):
             raise ValueError(f"expected best_rule hsu or holm, received {self.best_rule!r}")
+        if self.spending is None:
+            object.__setattr__(self, "spending", "n" if self.noise == "per-loss" else "n2")
+        if self.spending not in SPENDINGS:
+            raise ValueError(f"expected spending {' or '.join(SPENDINGS)}, received {self.spending!r}")
+        if self.noise not in NOISES:
+            raise ValueError(f"expected noise {' or '.join(NOISES)}, received {self.noise!r}")
         if not (math.isfinite(self.resolution_points) and 0 <= self.resolution_points <= 100):
             raise ValueError(f"expected a resolution in [0, 100] points, received {self.resolution_points}")
 
     @classmethod
     def fixed(cls, losses: Sequence[str], baseline: str, seeds: Sequence[int], n: int, *, alpha: float = 0.05,
               margin_points: float = 0.5, verdict_on: Literal["auto", "test", "val"] = "auto",
-              best_rule: BestRule = "hsu", resolution_points: float = 0.0) -> Plan:
+              best_rule: BestRule = "hsu", resolution_points: float = 0.0, noise: Noise = "moderated") -> Plan:
         """`--confirm N`: exactly n seeds for every loss, one look spending the full alpha."""
         return cls(tuple(losses), baseline, tuple(seeds), first=n, step=1, max_seeds=n, alpha=alpha,
                    margin_points=margin_points, verdict_on=verdict_on, best_rule=best_rule,
-                   resolution_points=resolution_points)
+                   resolution_points=resolution_points, noise=noise)
 
     @property
     def margin(self) -> float:
@@ -131,30 +150,37 @@ class Plan:
     @property
     def alphas_verdicts(self) -> tuple[float, ...]:
         """Per look: the verdicts' half of alpha, spread by `alpha_schedule`."""
-        return alpha_schedule(self.looks, self.alpha / 2)
+        return alpha_schedule(self.looks, self.alpha / 2, self.spending or "n2")
 
     @property
     def alphas_best(self) -> tuple[float, ...]:
         """Per look: the best set's half of alpha, spread the same way."""
-        return alpha_schedule(self.looks, self.alpha / 2)
+        return alpha_schedule(self.looks, self.alpha / 2, self.spending or "n2")
 
 
 def decidable(plan: Plan) -> tuple[tuple[int, float], ...]:
     """Per look: (seeds per loss, the smallest |mean difference| a claim can rest on there, in units of s, the
-    seed-to-seed spread of a loss's paired differences to the baseline). That is Holm's first step, the loosest
-    a look gets for its first claim: a one-sided t-test at the look's verdict alpha / (3m), m the comparisons,
-    needs |mean| >= t(1 - alpha_k / (3m), n - 1) * s / sqrt(n). Said before the race runs, so a budget whose
-    looks cannot decide the differences a user cares about is seen before it is spent."""
+    seed-to-seed spread of a loss's paired differences to the baseline), at Holm's first step, the loosest a look
+    gets for its first claim (`_first_step`). Said before the race runs, so a budget whose looks cannot decide the
+    differences a user cares about is seen before it is spent."""
     return tuple((n, float(_first_step(plan, a, n))) for n, a in zip(plan.looks, plan.alphas_verdicts, strict=True)
                  if n >= 2)
 
 
 def _first_step(plan: Plan, alpha: float, n: int | np.ndarray) -> np.ndarray:
-    """Holm's first step over the plan's 3m verdict hypotheses at `alpha`, with n seeds: the smallest |mean| / s a
-    one-sided t-test rejects at, t(1 - alpha / (3m), n - 1) / sqrt(n)."""
+    """Holm's first step over the plan's 3m verdict hypotheses at `alpha`, with n seeds: the smallest |mean| / s that
+    a one-sided t-test rejects at. Per-loss: t(1 - alpha / (3m), n - 1) / sqrt(n). Moderated, with every loss's
+    noise equal (the model's own case): the model's test, t(1 - alpha / (3m), n - 1 + d0) / sqrt(n) with d0 the
+    prior's full weight (Rule.prior_df), or the gate, t(1 - gate * alpha, n - 1) / sqrt(n), whichever is larger."""
     m = len(plan.losses) - 1
+    n = np.asarray(n)
     from scipy import stats  # lazily: 1.4 CPU s a driver spends before its first trial
-    return stats.t.ppf(1 - alpha / (3 * m), np.asarray(n) - 1) / np.sqrt(n)
+    own = stats.t.ppf(1 - alpha / (3 * m), n - 1) / np.sqrt(n)
+    if plan.noise == "per-loss":
+        return own
+    rule = noise.RULES[plan.noise]
+    model = stats.t.ppf(1 - alpha / (3 * m), n - 1 + min(rule.prior_df, 1e6)) / np.sqrt(n)
+    return model if rule.gate is None else np.maximum(model, stats.t.ppf(1 - rule.gate * alpha, n - 1) / np.sqrt(n))
 
 
 def seeds_to_decide(plan: Plan, mean: float, sd: float, limit: int = 100) -> int | None:
@@ -173,13 +199,17 @@ def seeds_to_decide(plan: Plan, mean: float, sd: float, limit: int = 100) -> int
 
 @dataclass(frozen=True)
 class Look:
-    """One look taken: its index (1-based), the seeds per loss, the alpha of each family, the losses tested."""
+    """One look taken: its index (1-based), the seeds per loss, the alpha of each family, the losses tested, and
+    what the verdicts' noise model did there."""
 
     index: int
     n: int
     alpha_verdicts: float
     alpha_best: float
     tested: tuple[str, ...]
+    out_of_line: tuple[str, ...] = ()  # the noise model's: losses (the baseline too) that took their own spread
+    pool_df: int = 0  # the noise model's pooled degrees of freedom (0: no model, every comparison its own spread)
+    prior_df: float = 0.0  # the noise model's prior weight d0
 
 
 @dataclass(frozen=True)
@@ -321,11 +351,17 @@ def decide(results: Results, plan: Plan, seeds_left: int | None = None) -> Answe
         for loss in at_look:
             n_used[loss] = n_k
         tested = at_look - {base}
+        rule = noise.RULES.get(plan.noise)  # None: per-loss
+        model = model_of(used(on), base, rule) if rule else None
         rows = {r.loss: r for r in compare_with_baseline(used(on), base, plan.margin, a_verdicts, earlier=rows,
                                                         testable=tested, look=k,
-                                                        resolution=points(plan.resolution_points))}
-        best = best_set(used(val), a_best, excluded=best.excluded_by, testable=at_look, rule=plan.best_rule)
-        looks.append(Look(k, n_k, a_verdicts, a_best, tuple(loss for loss in plan.losses if loss in at_look)))
+                                                        resolution=points(plan.resolution_points), model=model)}
+        best = best_set(used(val), a_best, excluded=best.excluded_by, testable=at_look, rule=plan.best_rule,
+                        model=model_of(used(val), None, rule) if rule else None,
+                        resolution=points(plan.resolution_points))
+        looks.append(Look(k, n_k, a_verdicts, a_best, tuple(loss for loss in plan.losses if loss in at_look),
+                          model.out_of_line if model else (), model.pool_df if model else 0,
+                          model.prior_df if model else 0.0))
         prev = n_k
         crowded = len(best.members) > 1
         keep = {loss for loss in tested if n_k < plan.max_seeds

@@ -24,6 +24,8 @@ from typing import Literal
 
 import numpy as np
 
+from tune_as.results import noise as noise_model
+
 Verdict = Literal["win", "loss", "equivalent", "undecided"]
 Hypothesis = Literal["win", "loss", "equivalent"]
 HYPOTHESES: tuple[Hypothesis, ...] = ("win", "loss", "equivalent")
@@ -39,31 +41,34 @@ def points(margin_points: float) -> float:
     return margin_points / 100.0
 
 
-def _pvalues(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, shift: float | np.ndarray,
+def _pvalues(se: np.ndarray, df: np.ndarray, mean: np.ndarray, shift: float | np.ndarray,
              greater: bool) -> np.ndarray:
-    """One-sided one-sample t p-values, element-wise. greater=True tests H0: mean <= shift against
-    mean > shift; greater=False tests H0: mean >= shift against mean < shift. n < 2: p = 1 (no test).
-    Zero spread (the same difference on every seed, 0 included) is no evidence, p = 1: a metric on a finite
-    split moves in steps (digits' test accuracy in steps of 0.28 points), so equal counts on a few seeds happen
-    by chance. Calling a constant non-zero difference exact made 71 of 105 false claims in the null simulation
-    from real digits runs; calling all-zero differences exact ('identical runs are equivalent') gave a false
-    'equivalent' in 3.1% of answers at a true difference of one margin, and 11% with a margin below one test
-    item (docs/verdicts.md, sec. 9 and 10). Equal counts are not identical runs."""
-    n, mean, sd, shift_a = np.broadcast_arrays(np.asarray(n), np.asarray(mean, dtype=float),
-                                               np.asarray(sd, dtype=float), np.asarray(shift, dtype=float))
-    p = np.ones(n.shape, dtype=float)
-    ok = n >= 2
+    """One-sided t p-values, element-wise, for a mean with standard error se on df degrees of freedom.
+    greater=True tests H0: mean <= shift against mean > shift; greater=False tests H0: mean >= shift against
+    mean < shift. NaN se or df < 1 (fewer than 2 seeds): p = 1 (no test). Zero spread (the same difference on
+    every seed, 0 included) is no evidence, p = 1: a metric on a finite split moves in steps (digits' test
+    accuracy in steps of 0.28 points), so equal counts on a few seeds happen by chance (docs/verdicts.md, sec. 9
+    and 10). Equal counts are not identical runs."""
+    se, df, mean, shift_a = np.broadcast_arrays(np.asarray(se, dtype=float), np.asarray(df, dtype=float),
+                                                np.asarray(mean, dtype=float), np.asarray(shift, dtype=float))
+    p = np.ones(se.shape, dtype=float)
+    ok = np.isfinite(se) & np.isfinite(df) & (df >= 1) & np.isfinite(mean)
     if not ok.any():
         return p
     signed = np.where(ok, (mean - shift_a) if greater else (shift_a - mean), 0.0)
-    spread = np.where(ok, sd, 0.0)
-    exact = ok & (spread <= EXACT_TOL * np.maximum(1.0, np.abs(np.where(ok, mean, 0.0))))
-    tested = ok & ~exact
+    spread = np.where(ok, se, 0.0)
+    tested = ok & ~(spread <= EXACT_TOL * np.maximum(1.0, np.abs(np.where(ok, mean, 0.0))))
     if tested.any():
-        se = spread[tested] / np.sqrt(n[tested])
         from scipy import stats  # lazily: 1.4 CPU s a driver spends before its first trial
-        p[tested] = stats.t.sf(signed[tested] / se, n[tested] - 1)
+        p[tested] = stats.t.sf(signed[tested] / spread[tested], df[tested])
     return p
+
+
+def _own(n: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Standard error and degrees of freedom of a mean of n differences from their own spread (NaN below 2)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = n >= 2
+        return np.where(ok, sd / np.sqrt(np.maximum(n, 1)), np.nan), np.where(ok, n - 1.0, np.nan)
 
 
 def _summary(d: np.ndarray) -> tuple[int, float, float]:
@@ -94,11 +99,11 @@ def _matrix(values: Mapping[str, SeedValues], names: Sequence[str]) -> np.ndarra
     return x
 
 
-def _three(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, margin: float) -> tuple[np.ndarray, ...]:
+def _three(se: np.ndarray, df: np.ndarray, mean: np.ndarray, margin: float) -> tuple[np.ndarray, ...]:
     """p of H_win, H_loss and H_eq (TOST: the larger of the two one-sided p's), element-wise."""
-    above = _pvalues(np.stack([n, n]), np.stack([mean, mean]), np.stack([sd, sd]),
+    above = _pvalues(np.stack([se, se]), np.stack([df, df]), np.stack([mean, mean]),
                      np.array([0.0, -margin])[:, None], greater=True)  # H0 mean <= 0, mean <= -margin
-    below = _pvalues(np.stack([n, n]), np.stack([mean, mean]), np.stack([sd, sd]),
+    below = _pvalues(np.stack([se, se]), np.stack([df, df]), np.stack([mean, mean]),
                      np.array([0.0, margin])[:, None], greater=False)  # H0 mean >= 0, mean >= +margin
     return above[0], below[0], np.maximum(above[1], below[1])
 
@@ -127,21 +132,49 @@ def simultaneous_interval(d: Sequence[float] | np.ndarray, alpha_side: float,
     """Two-sided t interval for the mean of d with alpha_side on each side; None with fewer than 2 values.
     Its half-width is at least `resolution` (one item of the split, a fraction): see `_intervals`."""
     n, mean, sd = _summary(np.asarray(d, dtype=float))
-    return _intervals(np.array([n]), np.array([mean]), np.array([sd]), alpha_side, resolution)[0]
+    se, df = _own(np.array([n]), np.array([sd]))
+    return _intervals(se, df, np.array([mean]), alpha_side, resolution)[0]
 
 
-def _intervals(n: np.ndarray, mean: np.ndarray, sd: np.ndarray, alpha_side: float,
+def _intervals(se: np.ndarray, df: np.ndarray, mean: np.ndarray, alpha_side: float,
                resolution: float = 0.0) -> list[tuple[float, float] | None]:
     """t intervals whose half-width is at least `resolution`: on a finite split equal counts on every seed give
     zero spread, and a zero-width interval (+c [+c, +c]) would claim a precision that the lattice cannot have
     (its simultaneous coverage fell to 0.52 in that regime). With resolution 0 (a continuous metric) a zero
     spread still gives a zero width; the verdicts never rest on such an interval (`_pvalues`: p = 1)."""
-    half = np.full(n.shape, np.nan)
-    ok = n >= 2
+    half = np.full(se.shape, np.nan)
+    ok = np.isfinite(se) & np.isfinite(df) & (df >= 1)
     if ok.any():
         from scipy import stats  # lazily: 1.4 CPU s a driver spends before its first trial
-        half[ok] = np.maximum(stats.t.ppf(1.0 - alpha_side, n[ok] - 1) * sd[ok] / np.sqrt(n[ok]), resolution)
+        half[ok] = np.maximum(stats.t.ppf(1.0 - alpha_side, df[ok]) * se[ok], resolution)
     return [(float(m - h), float(m + h)) if good else None for m, h, good in zip(mean, half, ok, strict=True)]
+
+
+def model_of(values: Mapping[str, SeedValues], anchor: str | None = None,
+             rule: noise_model.Rule = noise_model.RULES["moderated"]) -> noise_model.Model:
+    """The noise model (tune_as.results.noise) of loss -> seed -> metric; anchor: the baseline."""
+    names = list(values)
+    return noise_model.fit(_matrix(values, names), names, anchor, rule)
+
+
+def spread(values: Mapping[str, SeedValues], pairs: Sequence[tuple[str, str]],
+           model: noise_model.Model | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """n, mean, standard error and degrees of freedom of the mean paired difference a - b of each pair, on the
+    seeds both have: from the noise model where it speaks for the pair, else (model None: the "per-loss" rule;
+    an out-of-line loss; too few losses to pool) from the pair's own spread, n - 1 degrees of freedom."""
+    names = list(values)
+    x = _matrix(values, names)
+    row = {name: i for i, name in enumerate(names)}
+    diffs = np.stack([x[row[a]] - x[row[b]] for a, b in pairs]) if pairs else np.zeros((0, x.shape[1]))
+    n, mean, sd = _summaries(diffs)
+    se, df = _own(n, sd)
+    if model is None:
+        return n, mean, se, df
+    for k, (a, b) in enumerate(pairs):
+        if n[k] >= 2 and model.usable(a, b):
+            v, dfk = model.difference(a, b)
+            se[k], df[k] = np.sqrt(v / n[k]), dfk
+    return n, mean, se, df
 
 
 def paired_differences(a: SeedValues, b: SeedValues) -> np.ndarray:
@@ -158,7 +191,7 @@ class Comparison:
     Holm's later steps can decide a claim while this interval still touches 0. `p_adjusted` is the
     Holm-adjusted p of the claim made (when it was made), or the smallest adjusted p of the loss when
     undecided. `decided_at`: the look that made the claim (verdicts are sticky). `rejected`: its nulls
-    rejected so far."""
+    rejected so far. `df`: the degrees of freedom of its test at the look shown (None below 2 seeds)."""
 
     loss: str
     n: int
@@ -168,6 +201,7 @@ class Comparison:
     verdict: Verdict
     decided_at: int | None = None
     rejected: frozenset[Hypothesis] = frozenset()
+    df: float | None = None
 
 
 # Marks a claim Holm's step-down made while the printed single-step interval still reaches past it.
@@ -237,7 +271,7 @@ def _check_values(values: Mapping[str, SeedValues]) -> None:
 def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margin: float, alpha: float, *,
                           earlier: Mapping[str, Comparison] | None = None,
                           testable: Collection[str] | None = None, look: int = 1,
-                          resolution: float = 0.0) -> tuple[Comparison, ...]:
+                          resolution: float = 0.0, model: noise_model.Model | None = None) -> tuple[Comparison, ...]:
     """Verdict rows of every loss of `values` but the baseline, in the order of `values`, at one look.
 
     values: loss -> seed -> metric (the baseline included). margin: the equivalence margin as a fraction.
@@ -245,7 +279,10 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
     rejected nulls leave the family). testable: the losses whose new data is tested at this look (default:
     all); the other open nulls keep their place in Holm's family with p = 1 (docs/verdicts.md: dropping
     them would void the proof). A loss with fewer than 2 paired seeds stays undecided. resolution: one item of
-    the split the metric is computed on (a fraction; 0: continuous), the least half-width of an interval."""
+    the split the metric is computed on (a fraction; 0: continuous), the least half-width of an interval.
+    model: the noise model of these values (`model_of`; None: each comparison's own spread, the per-loss rule);
+    a claim from the model must also pass its own paired t-test at `Rule.gate` x alpha, on a spread of at least
+    `resolution` (a spread below one item of the split is not measured: equal counts are not identical runs)."""
     _check_margin(margin)
     _check_alpha(alpha)
     _check_values(values)
@@ -254,9 +291,16 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
     earlier = earlier or {}
     names = [loss for loss in values if loss != baseline]
     live_names = set(names) if testable is None else set(testable)
-    x = _matrix(values, [*names, baseline])
-    n, mean, sd = _summaries(x[:-1] - x[-1])  # loss minus baseline; NaN where either lacks the seed
-    raw = dict(zip(HYPOTHESES, _three(n, mean, sd, margin), strict=True))
+    pairs = [(loss, baseline) for loss in names]  # loss minus baseline
+    n, mean, se, df = spread(values, pairs, model)
+    raw = dict(zip(HYPOTHESES, _three(se, df, mean, margin), strict=True))
+    if model is not None and model.rule.gate is not None:  # a claim from the model passes its own paired test too
+        _, _, own_se, own_df = spread(values, pairs)
+        with np.errstate(invalid="ignore", divide="ignore"):  # no spread below one item of the split
+            own_se = np.maximum(own_se, resolution / np.sqrt(n))
+        modelled = np.array([model.usable(a, b) for a, b in pairs], dtype=bool)
+        for h, own in zip(HYPOTHESES, _three(own_se, own_df, mean, margin), strict=True):
+            raw[h] = np.where(~modelled | (own <= model.rule.gate * alpha), raw[h], 1.0)
 
     family: list[tuple[int, Hypothesis]] = []
     family_p: list[float] = []
@@ -273,25 +317,26 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
     for (i, h), r, a in zip(family, reject, adjusted, strict=True):
         now.setdefault(i, {})[h] = (bool(r), float(a))
 
-    intervals = _intervals(n, mean, sd, alpha / (3 * len(names)), resolution) if names else []
+    intervals = _intervals(se, df, mean, alpha / (3 * len(names)), resolution) if names else []
     rows = []
     for i, loss in enumerate(names):
         count, interval = int(n[i]), intervals[i]
+        dof = float(df[i]) if np.isfinite(df[i]) else None
         mean_diff = float(mean[i]) if count else None
         before = earlier.get(loss)
         if before is not None and before.verdict != "undecided":
-            rows.append(dataclasses.replace(before, n=count, mean_diff=mean_diff, interval=interval))
+            rows.append(dataclasses.replace(before, n=count, mean_diff=mean_diff, interval=interval, df=dof))
             continue
         tests = now.get(i, {})
         rejected = frozenset(before.rejected if before else ()) | {h for h, (r, _) in tests.items() if r}
         verdict = _verdict(rejected)
         if verdict == "undecided":
             p_adj = min((a for _, a in tests.values()), default=1.0)
-            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, None, rejected))
+            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, None, rejected, dof))
         else:
             claim: Hypothesis = verdict
             p_adj = tests[claim][1] if claim in tests else (before.p_adjusted if before else 0.0)
-            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, look, rejected))
+            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, look, rejected, dof))
     return tuple(rows)
 
 
@@ -311,7 +356,8 @@ BestRule = Literal["hsu", "holm"]
 
 
 def best_set(values: Mapping[str, SeedValues], alpha: float, *, excluded: Mapping[str, str] | None = None,
-             testable: Collection[str] | None = None, rule: BestRule = "hsu") -> Best:
+             testable: Collection[str] | None = None, rule: BestRule = "hsu",
+             model: noise_model.Model | None = None, resolution: float = 0.0) -> Best:
     """Hsu's multiple comparisons with the best (Bonferroni form) on `values` (loss -> seed -> validation
     metric; choosing by test would be using test to choose). With k losses that have results, loss i is
     excluded iff some j is better by a one-sided paired t-test on their shared seeds at alpha / (k - 1):
@@ -323,7 +369,8 @@ def best_set(values: Mapping[str, SeedValues], alpha: float, *, excluded: Mappin
     open losses on q_i = (k - 1) * min_j p(j better than i), i.e. the closed test of "these losses all tie
     for best" with a Bonferroni local test. excluded: exclusions of earlier looks (kept, out of the family);
     testable: the losses whose pairs are tested at this look (default: all; an untested open loss keeps
-    its place in Holm's family with q = 1)."""
+    its place in Holm's family with q = 1). model: the noise model of `values` (None: each pair's own spread).
+    resolution: one item of the split (a fraction), the least spread the model's gate reads."""
     _check_alpha(alpha)
     _check_values(values)
     names = [loss for loss, by_seed in values.items() if by_seed]
@@ -332,8 +379,16 @@ def best_set(values: Mapping[str, SeedValues], alpha: float, *, excluded: Mappin
     out = dict(excluded or {})
     k = len(names)
     if k > 1:
-        n, mean, sd = _summaries(x[:, None, :] - x[None, :, :])  # [j, i]: j minus i on their shared seeds
-        p = _pvalues(n, mean, sd, 0.0, greater=True)  # H0: mean(j - i) <= 0, i.e. j is not better than i
+        pairs = [(a, b) for a in names for b in names]  # [j, i]: j minus i on their shared seeds
+        _, mean, se, df = spread({loss: values[loss] for loss in names}, pairs, model)
+        p = _pvalues(se, df, mean, 0.0, greater=True).reshape(k, k)  # H0: mean(j - i) <= 0: j not better
+        if model is not None and model.rule.gate is not None:
+            n, _, own_se, own_df = spread({loss: values[loss] for loss in names}, pairs)
+            with np.errstate(invalid="ignore", divide="ignore"):  # no spread below one item of the split
+                own_se = np.maximum(own_se, resolution / np.sqrt(n))
+            own = _pvalues(own_se, own_df, mean, 0.0, greater=True).reshape(k, k)
+            modelled = np.array([model.usable(a, b) for a, b in pairs], dtype=bool).reshape(k, k)
+            p = np.where(~modelled | (own <= model.rule.gate * alpha), p, 1.0)
         live = np.array([testable is None or loss in testable for loss in names])
         p[~(live[:, None] & live[None, :])] = 1.0
         np.fill_diagonal(p, 1.0)
