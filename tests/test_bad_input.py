@@ -50,6 +50,12 @@ CASES = {
     "confirm-top with race": (lambda d: ["--task", "digits", "--race", "--confirm-top", "1"],
                               "--confirm-top: expected it with --confirm N, got it with --race"),
     "unknown loss": (lambda d: ["--task", "digits", "--losses", "nosuch"], "--losses: unknown loss 'nosuch'"),
+    "mistyped baseline": (lambda d: ["--task", "digits", "--baseline", "softmx"],
+                          "--baseline: unknown loss 'softmx' (did you mean softmax?)"),
+    "no tokens": (lambda d: ["--task", "digits", "--max-length", "0"], "--max-length: expected an integer >= 4"),
+    "negative tokens": (lambda d: ["--task", "sst5", "--max-length", "-1"], "--max-length: expected an integer >= 4"),
+    "confirm past the seed cap": (lambda d: ["--task", "digits", "--confirm", "100000"],
+                                  "--confirm: expected at most 100 new seeds per loss (as --max-seeds), got 100000"),
     "budget below one round": (lambda d: ["--task", "digits", "--race", "--budget", "5"],
                                "--budget: expected at least"),
     "loss not for kind": (lambda d: ["--task", "eurlex", "--losses", "sparsemax"],
@@ -129,7 +135,7 @@ CASES = {
     "--max-length beyond the backbone": (lambda d: ["--task", "sst5", "--backbone", "tiny", "--max-length", "2048"],
                                          "max_length: expected at most 512 for backbone 'tiny'"),
     "--max-length 2": (lambda d: ["--task", "sst5", "--max-length", "2"],
-                       "settings: max_length: expected an integer >= 4, got 2"),
+                       "--max-length: expected an integer >= 4 (tokens), got 2"),
     "--max-epochs inf": (lambda d: ["--task", "digits", "--max-epochs", "inf"], "--max-epochs: expected a number > 0, got inf"),
     "--budget 1e300": (lambda d: ["--task", "digits", "--race", "--budget", "1e300"],
                        "--budget: expected at most 1e+06 trial-epochs (what a machine can train), got 1e+300"),
@@ -486,14 +492,16 @@ def test_a_mistyped_task_or_option_is_refused_before_torch_and_ray_are_imported(
             "rc2 = main(['--task', 'digits', '--max-seeds', '1']); "
             "rc3 = main(['--task', 'digits', '--losses', 'softmax,as_sofmax']); "
             "rc4 = main(['--task', 'digtis']); "
-            "print(rc, rc2, rc3, rc4, sorted(m for m in ('torch', 'ray', 'transformers', 'mlflow') if m in sys.modules))")
+            "rc5 = main(['--task', 'digits', '--set', 'lr=abc']); "
+            "print(rc, rc2, rc3, rc4, rc5, sorted(m for m in ('torch', 'ray', 'transformers', 'mlflow') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.stdout.split("\n")[0] == "2 2 2 2 []", run.stdout + run.stderr
+    assert run.stdout.split("\n")[0] == "2 2 2 2 2 []", run.stdout + run.stderr
     errors = run.stderr.splitlines()
     assert errors[0].startswith("error: unknown task 'nosuchtask': expected one of cifar10")
     assert errors[2].startswith("error: --losses: unknown loss 'as_sofmax' (did you mean as_softmax?); expected some "
                                 "of am_softmax"), errors
     assert errors[3].startswith("error: unknown task 'digtis' (did you mean digits?)"), errors
+    assert errors[4] == "error: --set lr: expected a float, got 'abc'", errors
 
 
 def test_a_margin_below_one_test_item_is_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:

@@ -60,7 +60,7 @@ def test_registry_has_every_task_and_unknown_names_fail_listing_them() -> None:
     from tune_as.engine.request import LOSS_NAMES
     from tune_as.losses import LOSSES
 
-    assert LOSS_NAMES == tuple(sorted(LOSSES)), "the CLI's early check knows every registered loss"
+    assert tuple(sorted(LOSSES)) == LOSS_NAMES, "the CLI's early check knows every registered loss"
     no_data = {name for name in TASKS if (task := build_task(name)).hub is None
                and type(task).load_raw is Task.load_raw}  # digits loads scikit-learn's own copy
     assert no_data == set(NEEDS_DATA_DIR)

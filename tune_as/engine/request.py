@@ -22,7 +22,7 @@ from tune_as.errors import UserError
 from tune_as.results.noise import CHOICES as NOISES
 from tune_as.results.noise import Noise
 from tune_as.results.render import FORMATS as OUTPUT_FORMATS  # light: no rich until a table is drawn
-from tune_as.settings import SEED_MAX
+from tune_as.settings import MIN_LENGTH, SEED_MAX
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # The registered tasks (tune_as.tasks.TASKS, which a test keeps equal to this), named here so that a mistyped
@@ -40,6 +40,7 @@ LOSS_NAMES = ("am_softmax", "as_softmax", "as_speed", "as_variant", "bce", "entm
 NEEDS_DATA_DIR = ("jsonl",)
 SAMPLERS = ("tpe", "random")
 MOST_PER_TRIAL = 64  # --seeds-per-trial: members of one population
+MOST_SEEDS = 100  # --max-seeds and --confirm: seeds per loss
 MOST_EPOCHS = 1e6  # --budget and --max-epochs above this are a typo (1e300 printed a 300-digit trial count)
 
 
@@ -265,8 +266,14 @@ class SearchRequest:
         if self.race and self.confirm:
             raise UserError(f"--race: expected either --race (rounds up to --max-seeds) or --confirm N (exactly N "
                             f"seeds), got both (--confirm {self.confirm})")
-        if isinstance(self.max_seeds, bool) or not isinstance(self.max_seeds, int) or not 3 <= self.max_seeds <= 100:
-            raise UserError(f"--max-seeds: expected an integer in [3, 100], got {self.max_seeds!r}")
+        if isinstance(self.max_seeds, bool) or not isinstance(self.max_seeds, int) or not 3 <= self.max_seeds <= MOST_SEEDS:
+            raise UserError(f"--max-seeds: expected an integer in [3, {MOST_SEEDS}], got {self.max_seeds!r}")
+        if self.confirm > MOST_SEEDS:
+            raise UserError(f"--confirm: expected at most {MOST_SEEDS} new seeds per loss (as --max-seeds), got "
+                            f"{self.confirm}")
+        if self.max_length is not None and (isinstance(self.max_length, bool) or not isinstance(self.max_length, int)
+                                            or self.max_length < MIN_LENGTH):  # DataSettings' rule, before any task
+            raise UserError(f"--max-length: expected an integer >= {MIN_LENGTH} (tokens), got {self.max_length!r}")
         if (isinstance(self.seeds_per_trial, bool) or not isinstance(self.seeds_per_trial, int)
                 or not 1 <= self.seeds_per_trial <= MOST_PER_TRIAL):
             raise UserError(f"--seeds-per-trial: expected an integer in [1, {MOST_PER_TRIAL}], got "

@@ -1,5 +1,5 @@
 """``--set KEY=VALUE``: a shared setting that wins over the search space file everywhere (a loss that searches it
-has it pinned). Split and key-checked when the command line is read, typed once when the search is planned."""
+has it pinned). Split, key- and type-checked when the command line is read, typed when the search is planned."""
 
 from __future__ import annotations
 
@@ -35,19 +35,25 @@ def check_overrides(overrides: dict[str, str], fixed: dict[str, Any]) -> dict[st
     typed = {}
     for key, value in overrides.items():
         _check_override_key(key)
-        try:
-            typed[key] = coerce_field(key, value)
-        except ValueError as exc:
-            raise UserError(f"--set {key}: expected {exc}, got {_show(value)}") from None
+        typed[key] = _typed(key, value)
     problem = _trial_problem({**fixed, **typed})
     if problem:
         raise UserError(f"--set: {_clip(problem, 300)}")
     return typed
 
 
+def _typed(key: str, value: str) -> Any:
+    """A ``--set`` value typed by its field's annotation; a value of the wrong type is one UserError line."""
+    try:
+        return coerce_field(key, value)
+    except ValueError as exc:
+        raise UserError(f"--set {key}: expected {exc}, got {_show(value)}") from None
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
-    """``--set KEY=VALUE`` items as {key: text} (``["lr=2e-5"]`` -> ``{"lr": "2e-5"}``): split and the keys
-    checked here; the values are typed once, by `check_overrides`, when the search is planned."""
+    """``--set KEY=VALUE`` items as {key: text} (``["lr=2e-5"]`` -> ``{"lr": "2e-5"}``): split, the keys and the
+    values' types checked here (before torch loads); the values are typed for use by `check_overrides`, when the
+    search is planned, with the same rule."""
     raw: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -58,4 +64,5 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
         if key in raw:
             raise UserError(f"--set: expected each key once, got {key} twice ({_show(raw[key])} and {_show(value.strip())})")
         raw[key] = value.strip()
+        _typed(key, raw[key])
     return raw
