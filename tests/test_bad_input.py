@@ -40,6 +40,13 @@ def _space(root: Path, text: str) -> Path:
 
 
 ROW = '{"text": "a b", "label": "%s"}\n'
+def _loop(d: Path) -> Path:
+    """Two symbolic links that point at each other."""
+    (d / "loop_a").symlink_to(d / "loop_b")
+    (d / "loop_b").symlink_to(d / "loop_a")
+    return d / "loop_a"
+
+
 CASES = {
     "unknown task": (lambda d: ["--task", "nosuch"], "unknown task 'nosuch': expected one of"),
     # issue 32's cases: a device is not a missing file; too few epochs to take one step; --confirm-top with --race
@@ -54,6 +61,8 @@ CASES = {
                           "--baseline: unknown loss 'softmx' (did you mean softmax?)"),
     "no tokens": (lambda d: ["--task", "digits", "--max-length", "0"], "--max-length: expected an integer >= 4"),
     "negative tokens": (lambda d: ["--task", "sst5", "--max-length", "-1"], "--max-length: expected an integer >= 4"),
+    "storage a loop of links": (lambda d: ["--task", "digits", "--storage-path", str(_loop(d))],
+                                "--storage-path: expected a path that resolves to a place, got "),
     "confirm past the seed cap": (lambda d: ["--task", "digits", "--confirm", "100000"],
                                   "--confirm: expected at most 100 new seeds per loss (as --max-seeds), got 100000"),
     "budget below one round": (lambda d: ["--task", "digits", "--race", "--budget", "5"],

@@ -22,6 +22,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (--help lists the options)\n")
 
 
+def resolved(path: Path, option: str) -> Path:
+    """`path` made absolute with its links followed; a loop of links (Python raises RuntimeError for it) or an
+    unreadable link is one UserError line naming the option."""
+    try:
+        return path.expanduser().resolve()
+    except RuntimeError as exc:  # Python's word for a loop of links
+        raise UserError(f"{option}: expected a path that resolves to a place, got {path} (a loop of symbolic links: "
+                        f"{first_line(exc)})") from None
+    except OSError as exc:
+        raise UserError(f"{option}: expected a path that resolves to a place, got {path} "
+                        f"({exc.strerror or first_line(exc)})") from None
+
+
 def check_writable_folder(path: Path, option: str) -> None:
     """`path` must be (or be creatable as) a writable folder. os.access says yes to root everywhere (also in /proc
     or on a read-only mount), so a probe folder is made for real and removed at once: nothing is left behind."""
@@ -100,7 +113,7 @@ def absolute_sqlite(uri: str | None) -> str | None:
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri.startswith(prefix + "/") and ":memory:" not in uri:
-        return prefix + str(Path(uri[len(prefix):]).expanduser().resolve())
+        return prefix + str(resolved(Path(uri[len(prefix):]), "--mlflow-uri"))
     return uri
 
 

@@ -29,7 +29,13 @@ from tune_as.engine.state import (
     search_experiment,
 )
 from tune_as.errors import UserError, first_line
-from tune_as.paths import absolute_sqlite, check_temp_dir, check_tracking_store, check_writable_folder
+from tune_as.paths import (
+    absolute_sqlite,
+    check_temp_dir,
+    check_tracking_store,
+    check_writable_folder,
+    resolved,
+)
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
 from tune_as.space.overrides import check_overrides
 from tune_as.space.search_space import (
@@ -282,7 +288,7 @@ def prepare(spec: DataSettings, task: Task) -> PreparedData:
 def plan_search(r: SearchRequest) -> SearchPlan:
     """Validate the request, load the space and prepare (cached) data. Writes nothing but the data cache."""
     r.check()
-    storage = r.storage_path.expanduser().resolve()
+    storage = resolved(r.storage_path, "--storage-path")
     check_storage(storage)
     check_temp_dir()
     check_cache(r)
@@ -362,7 +368,7 @@ def plan_confirmation(r: SearchRequest, data_settings: DataSettings, configs: li
     the data is prepared from them, no search space is read and nothing is re-planned. `r` gives where to track
     and run (storage, MLflow, Ray) and the task's options (`--task-arg`)."""
     r.check()
-    storage = r.storage_path.expanduser().resolve()
+    storage = resolved(r.storage_path, "--storage-path")
     check_storage(storage)
     task = build(data_settings.task, r.task_args)
     losses = sorted({c.loss for c in configs})
