@@ -111,6 +111,25 @@ def test_a_head_that_cannot_start_says_why_in_rays_words(monkeypatch: pytest.Mon
     assert "\n" not in message and str(port) in message, message
 
 
+def test_a_port_taken_between_its_check_and_rays_start_is_taken_again_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two searches starting together: another program takes the GCS port after it was found free and before
+    `ray start` binds it (issue 70: exit 2 "address already in use"). The head starts again on new ports."""
+    real = ray_head._free_port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        handed = iter([port])
+        monkeypatch.setattr(ray_head, "_free_port", lambda *a: next(handed, None) or real(*a))
+        head = ray_head.Head(dashboard=False, dashboard_host="127.0.0.1")
+        try:
+            address = head.wait_ready()
+            assert address == f"127.0.0.1:{head.port}" and head.port != port
+            assert head.starts_left == ray_head.PORT_TRIES - 2, "started twice"
+        finally:
+            head.stop()
+
+
 def test_a_search_whose_head_cannot_start_says_why_once() -> None:
     """Through the path a search takes (cluster.init_ray): the head's own line, not wrapped in Ray's again."""
     code = ("import socket; from tune_as.engine import head, cluster; from tune_as.errors import UserError\n"

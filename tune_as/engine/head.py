@@ -40,6 +40,8 @@ READY = "Ray runtime started."  # what `ray start` prints once its GCS and rayle
 SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # cluster.SINGLE_MACHINE_SWITCH (not imported: light)
 AUTH_MODE = "RAY_AUTH_MODE"
 DASHBOARD_PORT = 8265  # Ray's default, taken when free
+PORT_TRIES = 3  # `ray start`s on new ports when another program took one first
+PORT_TAKEN = "already in use"  # in what `ray start` prints when a port it was given is taken
 START_TIMEOUT_S = 180.0
 KILLED_WITHIN_S = 10.0  # `stop` waits this long at most for its SIGKILLed processes to be gone
 PR_SET_PDEATHSIG = 1
@@ -120,12 +122,22 @@ class Head:
 
     def __init__(self, dashboard: bool, dashboard_host: str) -> None:
         self.stopping = False
+        self.dashboard, self.dashboard_host = dashboard, dashboard_host
+        self.starts_left = PORT_TRIES
+        self._kept: BinaryIO | None = None  # the log, once it is removed (`wait_ready`)
+        self.token_written: Path | None = None
+        self._start()
+
+    def _start(self) -> None:
+        """`ray start` on ports free now: a port is checked free, released, then handed to Ray, and another
+        program can take it in between (two searches starting together): `wait_ready` then starts again."""
+        self.starts_left -= 1
+        dashboard, dashboard_host = self.dashboard, self.dashboard_host
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.dashboard_port = _free_port(DASHBOARD_PORT, dashboard_host) if dashboard else DASHBOARD_PORT
         fd, name = tempfile.mkstemp(prefix="tune_as_ray_head_", suffix=".log")
         self.log = Path(name)
-        self._kept: BinaryIO | None = None  # the log, once it is removed (`wait_ready`)
         # --temp-dir: `ray start` records its address for a bare `ray.init()` in <temp-dir>/ray_current_cluster;
         # Ray's own folder would point other programs on this machine (and `ray status`) at this search's Ray
         temp_dir = Path(tempfile.gettempdir()) / "ray" / "tune_as"
@@ -145,7 +157,8 @@ class Head:
         # driver has ended its trials already
         env = {**os.environ, AUTH_MODE: os.environ.get(AUTH_MODE, "token"), SINGLE_MACHINE_SWITCH: "0",
                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
-        self.token_written = ensure_token(env)  # the path of a token written for this head (a fresh machine)
+        # the path of a token written for this head (a fresh machine)
+        self.token_written = ensure_token(env) or self.token_written
         parent = os.getpid()
         with os.fdopen(fd, "wb") as out:
             self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -181,6 +194,10 @@ class Head:
             except OSError:
                 pass
             if self.proc.poll() is not None:
+                if self.starts_left > 0 and PORT_TAKEN in self.output(40).lower():
+                    self.log.unlink(missing_ok=True)
+                    self._start()  # a port taken between the check and `ray start`: new ports
+                    continue
                 raise UserError(f"Ray: expected a local Ray to start on this machine, but `ray start` exited "
                                 f"{self.proc.returncode}: {self.output()[-600:]}")
             if time.monotonic() > deadline:
