@@ -130,6 +130,23 @@ def test_a_port_taken_between_its_check_and_rays_start_is_taken_again_elsewhere(
             head.stop()
 
 
+def test_a_head_keeps_its_session_under_ray_tmpdir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """$RAY_TMPDIR, where a cluster's admin points Ray's session files (issue 70: they went to /tmp regardless).
+    A short folder: Ray's socket paths under it must fit AF_UNIX's 107 bytes (pytest's tmp_path does not)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+    monkeypatch.setenv("RAY_TMPDIR", str(folder))
+    head = ray_head.Head(dashboard=False, dashboard_host="127.0.0.1")
+    try:
+        head.wait_ready()
+        assert list((folder / "ray" / "tune_as").glob("session_*")), sorted(folder.rglob("*"))[:5]
+    finally:
+        head.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_a_search_whose_head_cannot_start_says_why_once() -> None:
     """Through the path a search takes (cluster.init_ray): the head's own line, not wrapped in Ray's again."""
     code = ("import socket; from tune_as.engine import head, cluster; from tune_as.errors import UserError\n"

@@ -140,7 +140,8 @@ class Head:
         self.log = Path(name)
         # --temp-dir: `ray start` records its address for a bare `ray.init()` in <temp-dir>/ray_current_cluster;
         # Ray's own folder would point other programs on this machine (and `ray status`) at this search's Ray
-        temp_dir = Path(tempfile.gettempdir()) / "ray" / "tune_as"
+        # ($RAY_TMPDIR first, as Ray itself reads it; then the system's temporary folder, $TMPDIR included)
+        temp_dir = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "tune_as"
         command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
                    f"--port={self.port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
                    f"--ray-client-server-port={_free_port()}",  # not 10001: two searches on one machine
