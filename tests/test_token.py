@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tune_as.engine import head as ray_head
+from tune_as.errors import UserError
 
 
 @pytest.fixture()
@@ -70,3 +71,15 @@ def test_a_token_another_search_wrote_first_is_kept(home: Path, monkeypatch: pyt
     folder = home / ".ray"
     assert (folder / "auth_token").read_text() == "theirs"
     assert sorted(p.name for p in folder.iterdir()) == ["auth_token"]
+
+
+def test_a_home_that_cannot_hold_the_token_is_named_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unwritable HOME (a batch job's): the line names HOME and the ways around it (issue 70)."""
+    monkeypatch.setenv("HOME", "/proc/nohome")
+    for name in ray_head.TOKEN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(UserError) as refused:
+        ray_head.ensure_token({})
+    assert str(refused.value).startswith("Ray's token: expected a writable home folder for "
+                                         "/proc/nohome/.ray/auth_token (HOME=/proc/nohome)"), refused.value
+    assert "RAY_AUTH_TOKEN" in str(refused.value) and "\n" not in str(refused.value)

@@ -152,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     print(starting_line(request), flush=True)  # before the heavy imports (seconds of them)
     try:  # a local Ray starts in its own process while this one imports (engine/head.py)
         head = ray_head.launch(request.address, request.dashboard, request.dashboard_host)
-    except OSError as exc:  # no temporary folder to write its log in, no token file to write, or no process
+    except UserError as exc:  # no home folder for the token
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # no temporary folder to write its log in, or no process
         print(f"error: Ray: expected a local Ray to start on this machine, got {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return 2

@@ -67,8 +67,13 @@ def ensure_token(environ: dict[str, str]) -> Path | None:
     path = token_file()
     if path.exists():
         return None
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".auth_token.")  # mode 0600
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".auth_token.")  # mode 0600
+    except OSError as exc:
+        raise UserError(f"Ray's token: expected a writable home folder for {path} (HOME={os.environ.get('HOME')}), "
+                        f"got {exc.strerror or exc}; set HOME to a writable folder, or give the token in "
+                        "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH") from None
     try:
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_hex(32))
