@@ -308,3 +308,22 @@ def test_the_forest_plot_draws_the_answers_own_differences_intervals_and_verdict
     assert labels[1].startswith("win") and labels[0].startswith("undecided (4 seeds)")
     unconfirmed = answer_table(record(race=None, mode="none"), [run("s", "softmax", 0, 0.9, 0.9)], [])
     assert forest(unconfirmed, 0.5, "softmax", "accuracy", tmp_path / "none.png") is None
+
+
+def test_a_record_that_contradicts_its_search_is_refused_naming_the_field() -> None:
+    """answer.json is data to check (issue 70): a record whose alpha is not the search's 0.05, or whose margin,
+    baseline, losses, noise model or seeds differ from the parent run's params, is not replayed."""
+    r = record()
+    params = {"baseline": "softmax", "losses": "softmax,a,b,c", "margin_points": "0.5", "noise": "moderated",
+              "max_seeds": "5", "race": "True", "confirm": "0"}
+    assert r.disagreement(params) is None
+    assert r.disagreement({}) is None, "a search that logged none of them (older tune_as) has nothing to contradict"
+    for key, value, field in [("margin_points", "1.0", "margin_points"), ("baseline", "a", "baseline"),
+                              ("losses", "softmax,a", "losses"), ("noise", "per-loss", "race.noise"),
+                              ("max_seeds", "3", "race.max_seeds")]:
+        problem = r.disagreement({**params, key: value})
+        assert problem is not None and problem.startswith(f"{field}: expected the search's") or \
+            problem is not None and problem.startswith(f"{field}: expected at most"), (key, problem)
+    with pytest.raises(ValueError, match=r"race.alpha: expected 0.05 \(the search's family-wise level\), "
+                                         r"received 0.99"):
+        AnswerRecord.from_json(r.to_json().replace('"alpha": 0.05', '"alpha": 0.99'))

@@ -84,6 +84,10 @@ def replay(client: MlflowClient, parent: Run) -> Replayed | str:
         record = AnswerRecord.from_json(text)
     except ValueError as exc:
         return f"search {name}: {schema.ANSWER_JSON} unreadable ({exc}): its answer is not replayed"
+    problem = record.disagreement(dict(parent.data.params))
+    if problem is not None:
+        return (f"search {name}: {schema.ANSWER_JSON} does not match its parent run ({problem}): its answer is not "
+                "replayed")
     children = client.search_runs([parent.info.experiment_id], max_results=5000, filter_string=(
         f"tags.`{schema.SEARCH}` = '{name}' and tags.`{schema.ROLE}` != '{schema.ROLE_SEARCH}'"))
     runs: dict[str, list[TrialRun]] = {schema.ROLE_TRIAL: [], schema.ROLE_CONFIRMATION: []}

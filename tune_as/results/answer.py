@@ -23,6 +23,7 @@ from tune_as.results.render import Table
 from tune_as.results.selection import TrialRun
 
 VERSION = 1
+ALPHA = 0.05  # every search's family-wise level (verdicts and best set together): no option changes it
 Mode = Literal["none", "race", "fixed"]
 
 
@@ -50,7 +51,30 @@ class AnswerRecord:
 
     @property
     def alpha(self) -> float:
-        return self.race.alpha if self.race is not None else 0.05
+        return self.race.alpha if self.race is not None else ALPHA
+
+    def disagreement(self, params: Mapping[str, str]) -> str | None:
+        """What in this record contradicts the search's own parent-run params (tune_as.engine.record.parent_params),
+        one line naming the field, or None: a record is data to check before it is replayed, never trusted."""
+        checks: list[tuple[str, str, object, object]] = [("baseline", "baseline", self.baseline, params.get("baseline")),
+                                                         ("losses", "losses", ",".join(self.losses), params.get("losses"))]
+        if "margin_points" in params:
+            checks.append(("margin_points", "margin_points", self.margin_points, float(params["margin_points"])))
+        race = self.race
+        if race is not None:
+            checks += [("race.baseline", "baseline", race.baseline, params.get("baseline")),
+                       ("race.margin_points", "margin_points", race.margin_points, self.margin_points)]
+            if "noise" in params:
+                checks.append(("race.noise", "noise", race.noise, params["noise"]))
+            if self.mode == "race" and "max_seeds" in params and race.max_seeds > int(params["max_seeds"]):
+                return (f"race.max_seeds: expected at most the search's --max-seeds {params['max_seeds']}, received "
+                        f"{race.max_seeds}")
+            if self.mode == "fixed" and params.get("confirm", "0") != "0":  # 0: confirmed after the fact (--resume)
+                checks.append(("race.max_seeds", "confirm", race.max_seeds, int(params["confirm"])))
+        for field_name, param, mine, theirs in checks:
+            if theirs is not None and mine != theirs:
+                return f"{field_name}: expected the search's {param} {theirs!r}, received {mine!r}"
+        return None
 
     def to_json(self) -> str:
         body: dict[str, Any] = {"version": VERSION, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
@@ -80,6 +104,9 @@ class AnswerRecord:
             # a record from before the noise model and the spending were recorded was decided per-loss, alpha by n
             plan = {"noise": "per-loss", "spending": "n", **raw["race"]}
             race = racing.Plan(**{**plan, "losses": tuple(plan.get("losses", ())), "seeds": tuple(plan.get("seeds", ()))})
+            if race.alpha != ALPHA:  # the search has no option for it: any other value is not the search's
+                raise ValueError(f"answer record: race.alpha: expected {ALPHA} (the search's family-wise level), "
+                                 f"received {race.alpha!r}")
         return cls(raw["task"], raw["metric"], raw["title"], tuple(map(str, raw["losses"])), raw["baseline"],
                    float(raw["margin_points"]), raw["mode"], race, {str(k): bool(v) for k, v in raw["trials"].items()},
                    tuple(tuple(map(str, r)) for r in raw["rounds"]),
