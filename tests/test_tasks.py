@@ -455,6 +455,8 @@ BAD_LINES = {  # line 9 of train.jsonl.gz: (its text, the expected error after "
     "5000-digit label": ('{"text": "x", "label": ' + "7" * 5000 + "}", r"expected numbers of at most 4300 digits, "
                                                                      r"got a longer one"),
     "200000 nested [": ("[" * 200_000, r"expected one JSON object per line, got values nested too deeply to read"),
+    "a 17 MiB line": ('{"text": "' + "x" * (17 * 2**20) + '", "label": "a"}',
+                      r"expected lines of at most 16 MiB \(one example each\), got a longer one"),
 }
 
 

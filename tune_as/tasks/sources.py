@@ -142,6 +142,9 @@ def _json_line(path: Path, line_no: int, line: bytes) -> Any:
     return value
 
 
+MAX_LINE_BYTES = 16 * 2**20  # one example: EURLEX57K's longest law is 22 kB
+
+
 def _read_lines(path: Path) -> list[tuple[int, Any]]:
     """(line number, parsed JSON value) of every non-blank line. A local file's problems become ValueErrors
     naming it: an OSError would reach the CLI as "expected a reachable Hugging Face hub"."""
@@ -157,7 +160,12 @@ def _read_lines(path: Path) -> list[tuple[int, Any]]:
             raise ValueError(f"{path}: expected gzip data (the name ends in .gz), got a file that is not "
                              f"gzip-compressed: name it without .gz")
         with gzip.open(path, "rb") if gzipped else open(path, "rb") as fh:
-            for line_no, line in enumerate(fh, 1):
+            # read in bounded pieces: a file's line is never held whole past MAX_LINE_BYTES (one 300 MB line took
+            # the driver to 20 GB parsing it)
+            for line_no, line in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
+                if len(line) > MAX_LINE_BYTES:
+                    raise ValueError(f"{path}:{line_no}: expected lines of at most {MAX_LINE_BYTES // 2**20} MiB "
+                                     "(one example each), got a longer one")
                 if line_no == 1:
                     line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark (some editors write one)
                 if line.strip():
