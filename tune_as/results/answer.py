@@ -153,7 +153,9 @@ def _what_it_takes(plan: racing.Plan, decision: racing.Answer, results: racing.R
         d = verdicts.paired_differences(
             {s: float(v) for s, v in mine.items() if v is not None},
             {s: float(v) for s, v in base.items() if v is not None})
-        sd = float(np.std(d, ddof=1)) if len(d) > 1 else 0.0
+        own = float(np.std(d, ddof=1)) if len(d) > 1 else 0.0
+        # the larger of its own spread (the gate's) and the one its test used (the noise model's)
+        sd = max(own, row.sd or 0.0) if own > 0 else 0.0
         n = racing.seeds_to_decide(plan, row.mean_diff, sd)
         needs += [n] if n is not None else []
         parts.append(f"{row.loss} ≈ {n} seeds" if n is not None else f"{row.loss}: not within 100 seeds" + (
@@ -244,7 +246,8 @@ def _noise_note(plan: racing.Plan, decision: racing.Answer) -> str:
             falls.append(f"look {look.index}: the baseline {plan.baseline} out of line, every comparison on its own "
                          "spread")
         elif look.out_of_line:
-            falls.append(f"look {look.index}: {', '.join(look.out_of_line)} out of line, on their own spread")
+            falls.append(f"look {look.index}: {', '.join(look.out_of_line)} out of line, on "
+                         f"{'their' if len(look.out_of_line) > 1 else 'its'} own spread")
     said.append("Checks: " + "; ".join(falls) if falls else "No loss was out of line")
     return "; ".join(said[:1]) + " " + ". ".join(said[1:]) + "."
 

@@ -191,7 +191,8 @@ class Comparison:
     Holm's later steps can decide a claim while this interval still touches 0. `p_adjusted` is the
     Holm-adjusted p of the claim made (when it was made), or the smallest adjusted p of the loss when
     undecided. `decided_at`: the look that made the claim (verdicts are sticky). `rejected`: its nulls
-    rejected so far. `df`: the degrees of freedom of its test at the look shown (None below 2 seeds)."""
+    rejected so far. `df`, `sd`: the degrees of freedom of its test at the look shown and the per-seed spread of
+    the difference it used (the noise model's or its own; None below 2 seeds)."""
 
     loss: str
     n: int
@@ -202,6 +203,7 @@ class Comparison:
     decided_at: int | None = None
     rejected: frozenset[Hypothesis] = frozenset()
     df: float | None = None
+    sd: float | None = None
 
 
 # Marks a claim Holm's step-down made while the printed single-step interval still reaches past it.
@@ -322,21 +324,23 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
     for i, loss in enumerate(names):
         count, interval = int(n[i]), intervals[i]
         dof = float(df[i]) if np.isfinite(df[i]) else None
+        spread_i = float(se[i] * np.sqrt(n[i])) if dof is not None and np.isfinite(se[i]) else None
         mean_diff = float(mean[i]) if count else None
         before = earlier.get(loss)
         if before is not None and before.verdict != "undecided":
-            rows.append(dataclasses.replace(before, n=count, mean_diff=mean_diff, interval=interval, df=dof))
+            rows.append(dataclasses.replace(before, n=count, mean_diff=mean_diff, interval=interval, df=dof,
+                                            sd=spread_i))
             continue
         tests = now.get(i, {})
         rejected = frozenset(before.rejected if before else ()) | {h for h, (r, _) in tests.items() if r}
         verdict = _verdict(rejected)
         if verdict == "undecided":
             p_adj = min((a for _, a in tests.values()), default=1.0)
-            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, None, rejected, dof))
+            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, None, rejected, dof, spread_i))
         else:
             claim: Hypothesis = verdict
             p_adj = tests[claim][1] if claim in tests else (before.p_adjusted if before else 0.0)
-            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, look, rejected, dof))
+            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, look, rejected, dof, spread_i))
     return tuple(rows)
 
 
