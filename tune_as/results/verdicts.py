@@ -2,16 +2,14 @@
 
 Two families of claims, each family-wise controlled at the alpha it is given (docs/verdicts.md says why):
 
-- `compare_with_baseline`: each loss against the baseline on the seeds both have (paired differences, loss
-  minus baseline). Three one-sided nulls per loss: H_win (mean d <= 0), H_loss (mean d >= 0) and H_eq
-  (|mean d| >= margin, rejected by TOST). One-sided paired t-tests, Holm's step-down over every open
-  hypothesis of the family. A rejection is a claim: `win`, `loss` or `equivalent`; nothing rejected is
-  `undecided`. Holm bounds the probability that any printed claim is wrong by alpha, under any dependence.
-- `best_set`: Hsu's multiple comparisons with the best, Bonferroni form, on the validation metric: a loss is
-  excluded iff another is significantly better on their shared seeds at alpha / (k - 1); the best loss is
-  in the set with probability >= 1 - alpha.
+- `compare_with_baseline`: each loss against the baseline on the seeds both have (paired differences). Three
+  one-sided nulls per loss: H_win (mean d <= 0), H_loss (mean d >= 0), H_eq (|mean d| >= margin, TOST); t-tests
+  on the noise model's spread (tune_as.results.noise) or each difference's own, Holm's step-down over every open
+  hypothesis. A rejection is a claim (`win`, `loss`, `equivalent`); nothing rejected is `undecided`.
+- `best_set`: Hsu's multiple comparisons with the best, Bonferroni form, on validation: a loss is excluded iff
+  another is significantly better at alpha / (k - 1); the best loss is in the set with probability >= 1 - alpha.
 
-Metrics are fractions (accuracy 0.913); margins are fractions too here (0.5 points = 0.005).
+Metrics and margins are fractions (accuracy 0.913; 0.5 points = 0.005).
 """
 
 from __future__ import annotations
@@ -45,10 +43,8 @@ def _pvalues(se: np.ndarray, df: np.ndarray, mean: np.ndarray, shift: float | np
              greater: bool) -> np.ndarray:
     """One-sided t p-values, element-wise, for a mean with standard error se on df degrees of freedom.
     greater=True tests H0: mean <= shift against mean > shift; greater=False tests H0: mean >= shift against
-    mean < shift. NaN se or df < 1 (fewer than 2 seeds): p = 1 (no test). Zero spread (the same difference on
-    every seed, 0 included) is no evidence, p = 1: a metric on a finite split moves in steps (digits' test
-    accuracy in steps of 0.28 points), so equal counts on a few seeds happen by chance (docs/verdicts.md, sec. 9
-    and 10). Equal counts are not identical runs."""
+    mean < shift. NaN se or df < 1 (fewer than 2 seeds): p = 1. Zero spread is no evidence, p = 1: equal counts
+    on a finite split are not identical runs (docs/verdicts.md, sections 9 and 10)."""
     se, df, mean, shift_a = np.broadcast_arrays(np.asarray(se, dtype=float), np.asarray(df, dtype=float),
                                                 np.asarray(mean, dtype=float), np.asarray(shift, dtype=float))
     p = np.ones(se.shape, dtype=float)
@@ -65,7 +61,7 @@ def _pvalues(se: np.ndarray, df: np.ndarray, mean: np.ndarray, shift: float | np
 
 
 def _own(n: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Standard error and degrees of freedom of a mean of n differences from their own spread (NaN below 2)."""
+    """Standard error and degrees of freedom of a mean of n values from their own spread (NaN below 2)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         ok = n >= 2
         return np.where(ok, sd / np.sqrt(np.maximum(n, 1)), np.nan), np.where(ok, n - 1.0, np.nan)
@@ -109,13 +105,8 @@ def _three(se: np.ndarray, df: np.ndarray, mean: np.ndarray, margin: float) -> t
 
 
 def holm(pvalues: Sequence[float] | np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Holm's step-down: (reject, adjusted p) in the input's order; reject iff adjusted p <= alpha.
-
-    Hand-written, and checked equal to statsmodels.stats.multitest.multipletests(p, alpha, method="holm")
-    in tests/test_verdicts.py, because that function calls gc.collect() on every Holm call: 85 ms measured
-    in a process with only scipy and statsmodels loaded, growing with the objects alive (torch, Ray), i.e.
-    minutes for the ~10^4 looks of the null simulation. The rule is short: sort, multiply the j-th smallest
-    by (m - j + 1), running maximum, cap at 1; reject while the adjusted p is <= alpha."""
+    """Holm's step-down: (reject, adjusted p) in the input's order; reject iff adjusted p <= alpha. Hand-written
+    (statsmodels' multipletests, which tests/test_verdicts.py checks it against, calls gc.collect() each time)."""
     p = np.asarray(pvalues, dtype=float)
     if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):
         raise ValueError(f"holm: expected a 1-d array of p-values in [0, 1], received {pvalues!r}")
@@ -138,10 +129,8 @@ def simultaneous_interval(d: Sequence[float] | np.ndarray, alpha_side: float,
 
 def _intervals(se: np.ndarray, df: np.ndarray, mean: np.ndarray, alpha_side: float,
                resolution: float = 0.0) -> list[tuple[float, float] | None]:
-    """t intervals whose half-width is at least `resolution`: on a finite split equal counts on every seed give
-    zero spread, and a zero-width interval (+c [+c, +c]) would claim a precision that the lattice cannot have
-    (its simultaneous coverage fell to 0.52 in that regime). With resolution 0 (a continuous metric) a zero
-    spread still gives a zero width; the verdicts never rest on such an interval (`_pvalues`: p = 1)."""
+    """t intervals whose half-width is at least `resolution`: a zero-width interval (equal counts on every seed)
+    would claim a precision that a finite split cannot have (docs/verdicts.md, section 10)."""
     half = np.full(se.shape, np.nan)
     ok = np.isfinite(se) & np.isfinite(df) & (df >= 1)
     if ok.any():
@@ -159,9 +148,8 @@ def model_of(values: Mapping[str, SeedValues], anchor: str | None = None,
 
 def spread(values: Mapping[str, SeedValues], pairs: Sequence[tuple[str, str]],
            model: noise_model.Model | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """n, mean, standard error and degrees of freedom of the mean paired difference a - b of each pair, on the
-    seeds both have: from the noise model where it speaks for the pair, else (model None: the "per-loss" rule;
-    an out-of-line loss; too few losses to pool) from the pair's own spread, n - 1 degrees of freedom."""
+    """n, mean, standard error and degrees of freedom of the mean paired difference a - b of each pair (seeds both
+    have): the noise model's where it speaks for the pair, else the pair's own spread on n - 1."""
     names = list(values)
     x = _matrix(values, names)
     row = {name: i for i, name in enumerate(names)}
