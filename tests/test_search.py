@@ -246,3 +246,23 @@ def test_a_race_within_a_budget_runs_whole_rounds_and_says_what_it_spent(tmp_pat
     assert "--budget 8: the race's last look is at 3 seeds per loss" in outcome.markdown
     assert "of a budget of 8" in c.line()
 
+
+
+@pytest.mark.slow
+def test_format_json_puts_the_answer_alone_on_stdout(tmp_path: Path, mlflow_server, ray_local,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`--format json | jq`: the answer is the whole of stdout, valid JSON; the banner, progress, notes, the compute
+    line and MLflow's address go to stderr (issue 69: ~41 lines shared stdout with it)."""
+    import json
+
+    from tune_as.search import main
+
+    code = main(["--task", "digits", "--losses", "softmax,sparsemax", "--trials-per-loss", "1", "--max-epochs", "1",
+                 "--confirm", "2", "--max-train-samples", "300", "--format", "json", "--mlflow-uri", mlflow_server.uri,
+                 "--storage-path", str(tmp_path / "results"), "--experiment", "e2e-json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    answer = json.loads(out)
+    assert answer["title"].startswith("digits: which loss wins")
+    assert {row["loss"] for row in answer["rows"]} == {"softmax", "sparsemax"}
+    assert "Compute: " in err and "MLflow: " in err and "digits: a search of losses softmax, sparsemax" in err

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
@@ -14,13 +15,14 @@ import traceback
 import typing
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
 from tune_as.engine import head as ray_head
 from tune_as.engine import interrupt
 from tune_as.engine.request import OPTIONS, SearchRequest, flag
 from tune_as.errors import BUG, UserError, end_process
 from tune_as.paths import OneLineParser
+from tune_as.results.render import MACHINE_FORMATS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,6 +151,15 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if request.output_format in MACHINE_FORMATS:  # the answer alone on stdout (`| jq`): the rest to stderr
+        answer_to = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            return _run(args, request, answer_to)
+    return _run(args, request, sys.stdout)
+
+
+def _run(args: argparse.Namespace, request: SearchRequest, answer_to: TextIO) -> int:
+    """The search the request asks for, its answer printed on `answer_to`; the exit code."""
     print(starting_line(request), flush=True)  # before the heavy imports (seconds of them)
     try:  # a local Ray starts in its own process while this one imports (engine/head.py)
         head = ray_head.launch(request.address, request.dashboard, request.dashboard_host)
@@ -160,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        return _search(args, request, head)
+        return _search(args, request, head, answer_to)
     finally:
         if head is not None:
             _leave(head)
@@ -175,7 +186,7 @@ def _leave(head: ray_head.Head) -> None:
     head.stop()
 
 
-def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Head | None) -> int:
+def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Head | None, answer_to: TextIO) -> int:
     from tune_as.engine.cluster import loopback_ray
 
     loopback_ray(args.address)
@@ -193,7 +204,7 @@ def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Hea
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     code = 0
     try:
-        run_search(request, head)
+        run_search(request, head, answer_to)
     except UserError as exc:
         if args.debug:
             traceback.print_exc()

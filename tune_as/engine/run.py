@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -13,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
@@ -45,7 +46,7 @@ from tune_as.results import racing, ranking
 from tune_as.results.answer import answer_table, summary
 from tune_as.results.budget import last_look
 from tune_as.results.forest import forest
-from tune_as.results.render import fit
+from tune_as.results.render import MACHINE_FORMATS, fit
 from tune_as.results.selection import Cell, TrialRun
 from tune_as.settings import DataSettings, TrialSettings
 from tune_as.tracking import schema
@@ -73,8 +74,7 @@ class Outcome:
 
 @dataclasses.dataclass(frozen=True)
 class Session:
-    """A planned search with the outside world open: its tracker (parent run), the resources of one trial and
-    the command that resumes it. Yielded by `_tracked`; everything that runs trials takes one."""
+    """A planned search with the outside world open (`_tracked`): its tracker, a trial's resources, its resume line."""
 
     plan: SearchPlan
     tracker: tracking.MlflowTracker
@@ -97,8 +97,7 @@ def _tuner(session: Session, path: Path, role: str, search_alg: Searcher, schedu
         callbacks=[callback, *callbacks.common()], verbose=min(r.verbose, 1),
         progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
         stop=disk.StopOnFullDisk(),  # a worker's full disk ends the search (engine.disk), not only its trial
-        # One: Ray then snapshots the experiment as soon as a trial has saved a checkpoint, so a driver killed right
-        # after a trial finished never forgets that trial (with 2, a killed search re-ran finished trials).
+        # one: Ray snapshots the experiment once a trial saved a checkpoint (a killed driver forgets no finished trial)
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
     return tune.Tuner(_trainable_for(plan, session.resources), run_config=run_config, tune_config=tune.TuneConfig(
         scheduler=scheduler, search_alg=search_alg, num_samples=num_samples, reuse_actors=True,
@@ -107,8 +106,7 @@ def _tuner(session: Session, path: Path, role: str, search_alg: Searcher, schedu
 
 def _restored(session: Session, where: Path, searcher: PerLossSearcher | None = None,
               before: dict[str, int] | None = None) -> tune.Tuner:
-    """A saved experiment of the search (`storage.restorable`), its searcher's state first brought up to the trials
-    Ray saved beside it (`searcher.catch_up`: the search's `searcher`, `before` its earlier parts; a round: None)."""
+    """A saved experiment, its searcher's state first caught up with the trials Ray saved (`searcher.catch_up`)."""
     catch_up(where, storage.saved_trials(where), searcher, before)
     return storage.restored(where, _trainable_for(session.plan, session.resources))
 
@@ -130,8 +128,7 @@ def _scheduler(plan: SearchPlan) -> TrialScheduler:
 
 
 def _fit(session: Session, tuner: tune.Tuner, expected: int | None) -> tune.ResultGrid:
-    """Ray Tune swallows Ctrl-C (it checkpoints and returns), so an interruption is recognised by trials left
-    open or not finished: fewer than `expected` ended (None: any trial of the grid that has not)."""
+    """The grid; Ray Tune swallows Ctrl-C, so fewer than `expected` trials ended (None: any not ended) is one."""
     try:
         grid = tuner.fit()
     except KeyboardInterrupt:
@@ -146,8 +143,7 @@ def _fit(session: Session, tuner: tune.Tuner, expected: int | None) -> tune.Resu
 @contextmanager
 def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str], state: dict[str, Any] | None = None,
              hint: str | None = None, head: Head | None = None) -> Iterator[Session]:
-    """The outside world, checked in order of cost before anything is written, then the search's folder (held
-    for the block), its saved `state` and its parent MLflow run, closed FINISHED, KILLED or FAILED at the end."""
+    """The world checked, then the search's folder (held), state and parent run (FINISHED/KILLED/FAILED at end)."""
     r = plan.request
     cluster.tune_environment(resume=r.resume)
     if r.address:  # before the tracking store: a first use of an SQLite file creates it
@@ -199,9 +195,9 @@ def _shown(path: Path) -> Path:
         return path
 
 
-def run_search(r: SearchRequest, head: Head | None = None) -> Outcome:
-    """Plan and validate (nothing written on bad input), search, confirm, rank. Returns the answer. `head`: the
-    local Ray the CLI started as it began (engine.head), joined instead of starting one here."""
+def run_search(r: SearchRequest, head: Head | None = None, answer_to: TextIO | None = None) -> Outcome:
+    """Plan and validate (nothing written on bad input), search, confirm, rank; the answer. `head`: the CLI's local
+    Ray (engine.head), joined. `answer_to`: where the answer is printed (default stdout)."""
     plan = plan_search(r)
     check_margin(plan)
     state, params = state_of(plan), parent_params(plan, git_commit())
@@ -213,12 +209,12 @@ def run_search(r: SearchRequest, head: Head | None = None) -> Outcome:
               f"Optuna studies: optuna-dashboard {studies}")
         for note in plan.data.notes:  # what was done to the data (carved splits, cut texts), every run, built or cached
             print(fit(f"Data: {note}"))
-        outcome = _search_and_confirm(session)
+        outcome = _search_and_confirm(session, answer_to or sys.stdout)
     write_state(plan.search_dir, {**state, "finished": True})
     return outcome
 
 
-def _search_and_confirm(session: Session) -> Outcome:
+def _search_and_confirm(session: Session, answer_to: TextIO) -> Outcome:
     plan = session.plan
     r, tic = plan.request, time.monotonic()
     if r.resume and storage.restorable(plan.experiment_dir):
@@ -235,8 +231,12 @@ def _search_and_confirm(session: Session) -> Outcome:
     compute = Compute(search_epochs, confirmed.epochs, sum(map(len, grids)), len(confirmed.runs),
                       time.monotonic() - tic, r.budget)
     text = answered.table.markdown()
-    print("\n" + answered.table.render(r.output_format) + "\n" + compute.line() + "\n"
-          + schema.ui_line(session.tracker.shown, str(session.tracker.experiment_id)))
+    shown, tail = answered.table.render(r.output_format), compute.line() + "\n" + schema.ui_line(
+        session.tracker.shown, str(session.tracker.experiment_id))
+    machine = r.output_format in MACHINE_FORMATS  # the answer alone on answer_to; what it cost, where to look apart
+    print(shown if machine else "\n" + shown + "\n" + tail, end="" if machine else "\n", file=answer_to, flush=True)
+    if machine:
+        print(tail)
     with tempfile.TemporaryDirectory() as tmp:
         md, csv, record_file = (Path(tmp) / name for name in (schema.RANKING_MD, schema.RANKING_CSV,
                                                               schema.ANSWER_JSON))

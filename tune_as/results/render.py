@@ -9,6 +9,7 @@ import shutil
 from dataclasses import dataclass, field
 
 FORMATS = ("table", "markdown", "csv", "json")
+MACHINE_FORMATS = ("csv", "json")  # for scripts: the answer alone on stdout
 NARROWEST = 60  # a terminal narrower than this still gets a table this wide (its lines then wrap)
 
 
