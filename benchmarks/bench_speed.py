@@ -5,7 +5,7 @@ and test metric over seeds, plus the cost split that bounds any speed-up (time p
         [--seeds 0 1 2] [--losses softmax as_softmax as_speed] [--epochs E] [--json]
 
 Each (seed, loss) trial runs the real trainable (`tune_as.training.trial.run_trial`, no Ray: Ray's own overhead is
-benchmarks/bench_overhead.py) with the task's fixed settings from search_spaces/<task>.yaml and the loss's paper
+measured apart, docs/benchmarks.md) with the task's fixed settings from search_spaces/<task>.yaml and the loss's paper
 (Table 6) setting, so all losses see the same samples in the same order. Runs are interleaved seed by seed, so
 load from other processes on a shared machine hits every loss alike. Target (issue 4): AS-Speed >= 1.25x faster
 than softmax (train_seconds, mean over seeds) at <= 0.5 point lower test metric.

@@ -17,7 +17,7 @@ needs the masked ratio of the cycle; row skipping's probe reads which examples t
 Row skipping (`skip_masked_rows`, AS-Softmax family only). A fully masked example has loss exactly 0 and gradient
 exactly 0, but without skipping the whole backbone still runs its backward pass for it. With skipping, each
 micro-batch first runs a gradient-free forward (the *probe*, in training mode, so with its own dropout draws;
-docs/bench_finetune.md measures what that changes), asks the loss which examples are fully masked
+docs/benchmarks.md has what that changes), asks the loss which examples are fully masked
 (`Loss.masked_examples`), and runs forward + backward on the others only. The kept examples' mean loss is scaled
 by kept rows / all rows, so the loss and every gradient are those of the mean over all counted rows; a
 micro-batch whose examples are all masked has no backward at all (its rows still count). There is no probe while

@@ -2,7 +2,7 @@
 # The GPU figures of docs/benchmarks.md in one command, for a lent GPU machine (torch, transformers and sklearn
 # there; Ray, Optuna and MLflow are not needed): populations against one-seed trials, the fine-tuning loop against
 # a plain PyTorch loop, and the loss kernels. Each benchmark's output is also written to $OUT (default /tmp/gpu).
-#   bash benchmarks/run_gpu_checks.sh            # about 5 minutes on one H100/H200
+#   bash tools/run_gpu_checks.sh                 # about 5 minutes on one H100/H200
 set -u
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/gpu}
 mkdir -p "$OUT"

@@ -1,6 +1,6 @@
 """The MLflow UI on a search's answer, as a person opens it: screenshots in headless Chromium, and a check.
 
-    python benchmarks/screenshot_mlflow.py --store sqlite:///mlflow.db --experiment digits --out docs/mlflow
+    python tools/screenshot_mlflow.py --store sqlite:///mlflow.db --experiment digits --out docs/mlflow
 
 Starts `mlflow ui` on the store (127.0.0.1, a free port), opens the address the search prints at its end (the
 experiment's runs table: `tune_as.tracking.schema.ui_line`) and the parent run of the experiment's latest search,
