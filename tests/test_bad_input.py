@@ -453,7 +453,7 @@ def test_a_failure_inside_tune_as_is_a_bug_with_its_traceback_not_bad_input(monk
     unexpected exception) is a traceback, a line saying it is a bug to report, and exit 1."""
     import tune_as.engine.run as engine
 
-    def broken(request: object, head: object = None) -> None:
+    def broken(request: object, head: object = None, answer_to: object = None) -> None:
         raise ZeroDivisionError("an internal failure")
 
     monkeypatch.setattr(engine, "run_search", broken)
@@ -480,7 +480,7 @@ def test_a_search_whose_tracking_writes_were_kept_exits_4_with_one_line(monkeypa
     tracker = MlflowTracker("http://127.0.0.1:5000", "e", "s", journal_dir=tmp_path)
     tracker.pending.append(("end of search", {"op": "search_end", "status": "FINISHED"}))
 
-    def kept(request: object, head: object = None) -> None:
+    def kept(request: object, head: object = None, answer_to: object = None) -> None:
         raise WritesKept(tracker)
 
     monkeypatch.setattr(engine, "run_search", kept)

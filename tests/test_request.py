@@ -81,3 +81,17 @@ def test_a_setting_with_its_own_flag_has_one_way_in() -> None:
     assert expected == OWN_OPTIONS
     flags = {s for a in build_parser()._actions for s in a.option_strings}  # noqa: SLF001
     assert set(OWN_OPTIONS.values()) <= flags
+
+
+def test_a_search_saved_before_the_noise_option_resumes_with_the_rule_it_ran_with() -> None:
+    """A saved state without `noise` (tune_as before 2026-12-07) decided per-loss: its resume keeps that rule,
+    while a state that names it keeps its own (engine.resume.BEFORE_OPTIONS)."""
+    from tune_as.engine.resume import restore_request
+
+    saved = {f.name: getattr(SearchRequest(task="digits"), f.name) for f in dataclasses.fields(SearchRequest)
+             if f.name in RESULT_OPTIONS}
+    saved = {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v) for k, v in saved.items()}
+    old = {k: v for k, v in saved.items() if k != "noise"}
+    resumed = SearchRequest(task="", resume=True, name="s")
+    assert restore_request(resumed, {"task": "digits", "request": old}, "s").noise == "per-loss"
+    assert restore_request(resumed, {"task": "digits", "request": saved}, "s").noise == "moderated"

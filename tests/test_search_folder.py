@@ -18,7 +18,7 @@ from conftest import round_dir
 from mlflow.tracking import MlflowClient
 from test_reliability import finish, runs, start_cli, wait_for, write_space
 
-from tune_as.engine.disk import EXIT_CODE
+from tune_as.errors import DISK_FULL as EXIT_CODE
 from tune_as.search import main as search
 
 pytestmark = pytest.mark.slow

@@ -11,16 +11,33 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from typing import NoReturn
+from typing import ClassVar, NoReturn
+
+# Every exit code of the CLIs, named once; each outcome's type (an `Ending`) carries its own.
+SUCCESS, BUG_CODE, BAD_INPUT, NO_RESULT, WRITES_KEPT, DISK_FULL = 0, 1, 2, 3, 4, 5
+INTERRUPTED, TERMINATED = 130, 143  # Ctrl-C (SIGINT), SIGTERM: 128 + the signal, as shells report them
 
 # Printed under the traceback of anything that is not bad input (exit code 1): the user's input was fine.
 BUG = ("error: tune_as failed in a way it does not expect (a bug, not your input): please report it with the "
        "traceback above and the command you ran")
 
 
-class UserError(ValueError):
+class Ending:
+    """An outcome a CLI's work can end with besides success: its exit code and what it prints (`message`, on
+    stderr unless `to_stdout`). `cli_run` is the one handler of every CLI; subclasses name their code here."""
+
+    exit_code: ClassVar[int] = BUG_CODE
+    to_stdout: ClassVar[bool] = False
+
+    def message(self) -> str:
+        return f"error: {self}"
+
+
+class UserError(ValueError, Ending):
     """Bad input: the message names what was expected and what was received. Always one line: messages
     quoted from libraries (YAML, MLflow, Ray) are folded so the CLI's `error: ...` stays a single line."""
+
+    exit_code = BAD_INPUT
 
     def __init__(self, message: str) -> None:
         super().__init__(re.sub(r"\s*\n\s*", " ", str(message)).strip())
@@ -52,18 +69,23 @@ def tcp_unreachable(host: str, port: int, timeout: float = 5.0) -> str | None:
     return None
 
 
-def cli_run(work: Callable[[], int]) -> int:
-    """The CLIs' rule for what goes wrong in `work`: bad input (UserError) is one `error:` line and exit 2; anything
-    else is a bug, shown as one: its traceback, BUG, exit 1."""
+def cli_run(work: Callable[[], int], debug: bool = False) -> int:
+    """The CLIs' one rule for how `work` ends: an `Ending` (bad input, no result, writes kept, a full disk, an
+    interruption, ...) prints its message and returns its code (with `debug`, a bad input's traceback first);
+    anything else is a bug, shown as one: its traceback, BUG, exit 1. A plain KeyboardInterrupt goes on up."""
     try:
         return work()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception:  # noqa: BLE001 - not bad input: a bug, shown as one
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - a bug is shown as one
+        if isinstance(exc, Ending):
+            if debug and isinstance(exc, UserError):
+                traceback.print_exc()
+            print(exc.message(), file=sys.stdout if exc.to_stdout else sys.stderr)
+            return exc.exit_code
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         traceback.print_exc()
         print(BUG, file=sys.stderr)
-        return 1
+        return BUG_CODE
 
 
 def end_process(code: int) -> NoReturn:

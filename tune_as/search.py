@@ -11,19 +11,20 @@ import logging
 import os
 import signal
 import sys
-import traceback
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from tune_as.engine import head as ray_head
 from tune_as.engine import interrupt
 from tune_as.engine.request import OPTIONS, SearchRequest, flag
-from tune_as.errors import BUG, UserError, end_process
+from tune_as.errors import INTERRUPTED, SUCCESS, TERMINATED, UserError, cli_run, end_process
 from tune_as.paths import OneLineParser
 from tune_as.results.render import MACHINE_FORMATS
 
+T = TypeVar("T")
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
@@ -113,7 +114,7 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     trials, the runs are closed as KILLED and the resume hint is printed."""
     global _TERMINATED  # noqa: PLW0603 - a signal handler can only talk to main() through module state
     if not _TERMINATED:  # Ray may have got the signal too: give up on it if it cannot stop the search
-        interrupt.watch(143)
+        interrupt.watch(TERMINATED)
     _TERMINATED = True
     signal.raise_signal(signal.SIGINT)
 
@@ -143,14 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad option (2, its line already printed)
         return int(exc.code or 0)
-    try:  # what the arguments alone can refuse, before Ray, torch and transformers are imported
-        request = request_from_args(args, typed_options(args, argv))
-        request.check()
-    except UserError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    # what the arguments alone can refuse, before Ray, torch and transformers are imported
+    code, request = _attempt(lambda: _checked(request_from_args(args, typed_options(args, argv))), args.debug)
+    if request is None:
+        return code
     if request.output_format in MACHINE_FORMATS:  # the answer alone on stdout (`| jq`): the rest to stderr
         answer_to = sys.stdout
         with contextlib.redirect_stdout(sys.stderr):
@@ -158,18 +155,38 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args, request, sys.stdout)
 
 
+def _attempt(work: Callable[[], T], debug: bool = False) -> tuple[int, T | None]:
+    """`work()`'s value with SUCCESS, or the exit code `cli_run` gives its failure (having printed it) and None."""
+    done: list[T] = []
+
+    def run() -> int:
+        done.append(work())
+        return SUCCESS
+    code = cli_run(run, debug=debug)
+    return code, done[0] if done else None
+
+
+def _checked(request: SearchRequest) -> SearchRequest:
+    request.check()
+    return request
+
+
+def _launch(request: SearchRequest) -> ray_head.Head | None:
+    try:
+        return ray_head.launch(request.address, request.dashboard, request.dashboard_host)
+    except OSError as exc:  # no temporary folder to write its log in, or no process (no home: a UserError)
+        raise UserError(f"Ray: expected a local Ray to start on this machine, got {type(exc).__name__}: "
+                        f"{exc}") from None
+
+
 def _run(args: argparse.Namespace, request: SearchRequest, answer_to: TextIO) -> int:
     """The search the request asks for, its answer printed on `answer_to`; the exit code."""
     print(starting_line(request), flush=True)  # before the heavy imports (seconds of them)
-    try:  # a local Ray starts in its own process while this one imports (engine/head.py)
-        head = ray_head.launch(request.address, request.dashboard, request.dashboard_host)
-    except UserError as exc:  # no home folder for the token
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # no temporary folder to write its log in, or no process
-        print(f"error: Ray: expected a local Ray to start on this machine, got {type(exc).__name__}: {exc}",
-              file=sys.stderr)
-        return 2
+    # a local Ray starts in its own process while this one imports (engine/head.py)
+    code, launched = _attempt(lambda: (_launch(request),))
+    if launched is None:
+        return code
+    (head,) = launched
     try:
         return _search(args, request, head, answer_to)
     finally:
@@ -190,50 +207,21 @@ def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Hea
     from tune_as.engine.cluster import loopback_ray
 
     loopback_ray(args.address)
-    from tune_as.engine.disk import EXIT_CODE as DISK_FULL
-    from tune_as.engine.disk import DiskFull
-    from tune_as.engine.resume import SearchFinished
-    from tune_as.engine.run import NoResult, SearchInterrupted, run_search
-    from tune_as.sync import KEPT
-    from tune_as.tracking.tracker import WritesKept
+    from tune_as.engine.run import run_search
 
     # MLflow logs its schema creation on the first use of an SQLite file at INFO ("Creating initial MLflow
     # database tables..."): the CLI prints its own lines, and an error stays one line. Warnings still show.
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     _fit_log_lines()
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    code = 0
-    try:
-        run_search(request, head, answer_to)
-    except UserError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"error: {exc}", file=sys.stderr)
-        code = 2
-    except SearchFinished as exc:
-        print(str(exc))
-    except NoResult as exc:  # the search ran, and no loss has a result: the parent run is FAILED
-        print(f"error: {exc}", file=sys.stderr)
-        code = 3
-    except WritesKept as exc:  # the answer is printed and saved; MLflow lacks some of it, kept in the journal
-        print(f"error: {exc}", file=sys.stderr)
-        code = KEPT
-    except SearchInterrupted as exc:
-        print(interrupt.interrupted_line(str(exc)), file=sys.stderr)
-        code = 130
-    except DiskFull as exc:  # the storage path's disk filled up: stopped like an interruption, resumable
-        print(f"error: {exc}\n{interrupt.interrupted_line(exc.hint)}", file=sys.stderr)
-        code = DISK_FULL
-    except KeyboardInterrupt:
+    try:  # how it ends: errors.cli_run, the outcomes' own codes (tune_as.errors)
+        code, _ = _attempt(lambda: run_search(request, head, answer_to), args.debug)
+    except KeyboardInterrupt:  # Ctrl-C outside Ray Tune's own handling
         print(interrupt.interrupted_line(None), file=sys.stderr)
-        code = 130
-    except Exception:  # noqa: BLE001 - not bad input: a bug, shown as one
-        traceback.print_exc()
-        print(BUG, file=sys.stderr)
-        code = 1
+        code = INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return 143 if code == 130 and _TERMINATED else code
+    return TERMINATED if code == INTERRUPTED and _TERMINATED else code
 
 
 def cli() -> None:

@@ -14,10 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from tune_as.errors import UserError, cli_run
+from tune_as.errors import WRITES_KEPT, UserError, cli_run
 from tune_as.paths import OneLineParser
-
-KEPT = 4  # the exit code of a search or a sync that left writes in the journal
 
 
 def build_parser() -> OneLineParser:
@@ -65,7 +63,7 @@ def _report(folder: Path, delivered: int, kept: int) -> int:
     if kept:
         print(f"error: {kept} writes are still kept in {folder} (MLflow did not take them): run this again once it "
               "answers", file=sys.stderr)
-        return KEPT
+        return WRITES_KEPT
     print(f"{delivered} kept writes delivered" if delivered else f"{folder}: no kept writes to deliver")
     return 0
 

@@ -1,5 +1,5 @@
 """A full disk under the storage path ends the search cleanly: one line naming the folder, the runs closed KILLED,
-the resume line (tune_as.search, exit `EXIT_CODE`).
+the resume line (tune_as.search, exit `errors.DISK_FULL`).
 
 Where the disk fills decides who sees it first: a worker persisting a trial's checkpoint (pyarrow's OSError), the
 driver writing the searcher's study (SQLite's "disk is full"), the early-stopping rungs or Ray's experiment state.
@@ -21,19 +21,26 @@ from typing import Any
 
 from ray import tune
 
-EXIT_CODE = 5
+from tune_as.engine import interrupt
+from tune_as.errors import DISK_FULL, Ending
+
 FULL = "storage_full"  # the key of a worker's last result when its storage filled up
 ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
-class DiskFull(Exception):
+class DiskFull(Exception, Ending):
     """The storage path's file system took no more writes: the search stopped where it was (resumable)."""
+
+    exit_code = DISK_FULL
 
     def __init__(self, reason: str, folder: Path | None = None, hint: str | None = None) -> None:
         self.reason, self.folder, self.hint = reason, folder, hint
         where = f" writing under {folder}" if folder else ""
         super().__init__(f"--storage-path: expected a file system with room for the search, got {reason!r}{where}; "
                          "the search stopped where it was: free space there, then resume it")
+
+    def message(self) -> str:
+        return f"error: {self}\n{interrupt.interrupted_line(self.hint)}"
 
 
 def no_space(exc: BaseException | None) -> str | None:

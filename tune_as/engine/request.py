@@ -20,7 +20,6 @@ from typing import Any
 
 from tune_as.errors import UserError
 from tune_as.results.noise import CHOICES as NOISES
-from tune_as.results.noise import Noise
 from tune_as.results.render import FORMATS as OUTPUT_FORMATS  # light: no rich until a table is drawn
 from tune_as.settings import MIN_LENGTH, SEED_MAX
 
@@ -144,7 +143,7 @@ class SearchRequest:
         help="equivalence margin in points of the metric (default %(default)s): 'equivalent' means the difference "
              "to the baseline is proven inside ±margin; at least one item of the test split (a smaller margin is "
              "refused)")
-    noise: Noise = option(
+    noise: str = option(
         "moderated", result=True, choices=NOISES,
         help="the verdicts' noise model (docs/verdicts.md): 'moderated' (default) estimates each loss's noise with "
              "help from the others (the same seeds for every loss: a block design); 'per-loss' takes each "

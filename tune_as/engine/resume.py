@@ -12,7 +12,7 @@ from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
 from tune_as.engine.state import TOKEN
-from tune_as.errors import UserError, first_line
+from tune_as.errors import SUCCESS, Ending, UserError, first_line
 from tune_as.paths import absolute_sqlite
 from tune_as.tracking import schema
 
@@ -90,8 +90,13 @@ def check_deliverable(state: Any, path: Path) -> None:
                             "(the saved state is damaged: restore it)")
 
 
-class SearchFinished(Exception):
+class SearchFinished(Exception, Ending):
     """`--resume` of a search that has finished, with nothing new asked: the CLI says so and exits 0."""
+
+    exit_code, to_stdout = SUCCESS, True
+
+    def message(self) -> str:
+        return str(self)
 
 
 def _why_fixed(key: str, saved: dict[str, Any]) -> str:

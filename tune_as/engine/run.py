@@ -41,7 +41,7 @@ from tune_as.engine.request import SearchRequest
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import FixedConfigs, PerLossSearcher, catch_up
 from tune_as.engine.state import SCHEDULER_FILE, part_dir, round_name
-from tune_as.errors import UserError
+from tune_as.errors import INTERRUPTED, NO_RESULT, Ending, UserError
 from tune_as.results import racing, ranking
 from tune_as.results.answer import answer_table, summary
 from tune_as.results.budget import last_look
@@ -53,12 +53,17 @@ from tune_as.tracking import schema
 from tune_as.tracking import tracker as tracking
 
 
-class NoResult(Exception):
-    """The search ended with no result for any loss (the CLI exits 3; the parent run is FAILED)."""
+class NoResult(Exception, Ending):
+    """The search ended with no result for any loss (the parent run is FAILED)."""
+    exit_code = NO_RESULT
 
 
-class SearchInterrupted(KeyboardInterrupt):
+class SearchInterrupted(KeyboardInterrupt, Ending):
     """Ctrl-C or SIGTERM: Ray Tune stopped the trials and saved its state; the message is the resume command."""
+    exit_code = INTERRUPTED
+
+    def message(self) -> str:
+        return interrupt.interrupted_line(str(self))
 
 
 @dataclasses.dataclass
@@ -149,11 +154,9 @@ def _tracked(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str], sta
     if r.address:  # before the tracking store: a first use of an SQLite file creates it
         cluster.check_address(r.address)
     tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id, journal_dir=plan.search_dir)
-    # the tracking store opens (a new SQLite store builds its schema: seconds) while Ray starts; both are checked
-    # before the search writes anything of its own, and an unusable store still stops it with its own message
+    # the tracking store opens (seconds for a new SQLite schema) while Ray starts, both before anything is written
     with ThreadPoolExecutor(1, thread_name_prefix="tune_as-mlflow-open") as pool:
         opened = pool.submit(tracker.check_reachable, not r.resume)
-        # a resume finds a search that another process runs before it starts Ray (its folder exists already)
         lock = claim(plan.search_dir, resume=True) if r.resume else None
         cluster.init_ray(r.address, r.dashboard_host, quiet=r.verbose < 2, dashboard=r.dashboard, head=head)
         opened.result()
@@ -294,10 +297,8 @@ def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGri
 
 
 def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> Confirmed:
-    """Confirm each loss's selected setting with new seeds, in rounds the race decides (one round for
-    `--confirm N`), until every verdict is decided, `--max-seeds` is reached or `--budget` is spent. Each round
-    is a Tune experiment of its own (engine.state.round_name): a resume restores the round it stopped in and
-    recomputes the same next rounds from the results (the race is pure), so no seed runs twice."""
+    """Confirm each loss's selected setting with new seeds, in the rounds the race decides (one for `--confirm N`),
+    each a Tune experiment of its own: a resume restores its round and replays the pure race (no seed runs twice)."""
     plan, r = session.plan, session.plan.request
     cells = ranking.selected(trials)
     # best on the search's validation first: a round the budget cannot pay in full goes to them (and the baseline)
@@ -313,10 +314,11 @@ def _confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> 
     per_run = max(plan.max_epochs(loss) for loss in losses)
     last = last_look(r.max_seeds, r.budget, search_epochs, len(losses), per_run)  # fixed before any seed
     step = resolution_points(plan)
+    noise: racing.Noise = "per-loss" if r.noise == "per-loss" else "moderated"  # the request checked its choices
     race = (racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=margin_points(plan),
-                              resolution_points=step, noise=r.noise) if r.confirm
+                              resolution_points=step, noise=noise) if r.confirm
             else racing.Plan(tuple(losses), plan.baseline, tuple(seeds), max_seeds=last, margin_points=margin_points(plan),
-                             resolution_points=step, noise=r.noise))
+                             resolution_points=step, noise=noise))
     runs: list[TrialRun] = []
     rounds: list[tuple[str, ...]] = []
     epochs, notes = 0.0, []
@@ -356,10 +358,8 @@ def _settings(cell: Cell) -> TrialSettings:
 
 
 def run_trials(session: Session, configs: list[TrialSettings], round_no: int = 1) -> tuple[list[TrialRun], float]:
-    """Run complete trial settings to the end (no early stopping) as child runs with role=confirmation, in a Tune
-    experiment of their own (engine.state.round_name) inside the search folder (resumable like the search). With
-    --seeds-per-trial N, the seeds of one setting train in populations of up to N (tune_as.engine.members).
-    A resumed round whose Ray state lost a run (`members.missing`) runs it in a part of its own, `<round>.part2`."""
+    """Run complete trial settings to the end as confirmation child runs, in a resumable Tune experiment of their
+    own (`--seeds-per-trial N`: populations, engine.members); a lost run runs again in `<round>.part2`."""
     plan = session.plan
     path = plan.search_dir / round_name(plan.search_dir, plan.token or plan.search_id, round_no)
     todo, notes = members.group(configs, plan.request.seeds_per_trial, partial(members.population_problem, plan.data))

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tune_as.errors import UserError, first_line
+from tune_as.errors import WRITES_KEPT, Ending, UserError, first_line
 
 log = logging.getLogger("tune_as.tracking.tracker")  # the tracker's voice: one logger for its lines
 JOURNAL = "tracking_journal.jsonl"  # in the search's folder: writes not delivered, one JSON operation a line
@@ -22,9 +22,10 @@ JOURNAL_FILES = "tracking_journal_files"  # the files those writes log
 OPERATIONS = ("start", "result", "end", "artifacts", "orphans", "search_end")
 
 
-class WritesKept(Exception):
-    """A search that finished with tracking writes MLflow did not take: they are in its journal. The CLI's exit
-    code 4."""
+class WritesKept(Exception, Ending):
+    """A search that finished with tracking writes MLflow did not take: they are in its journal."""
+
+    exit_code = WRITES_KEPT
 
     def __init__(self, tracker: Any) -> None:
         folder, lost = tracker.journal_dir, f"MLflow: {len(tracker.pending)} writes could not be delivered to {tracker.shown}"
