@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -731,3 +732,24 @@ def test_an_intact_searcher_state_passes_the_check(tmp_path: Path) -> None:
     rungs.record("t1", 1.0, 0.5)
     write_json(tmp_path / "scheduler.json", {"losses": {"softmax": rungs.to_json(), "sparsemax": None}})
     check_scheduler_state(tmp_path)
+
+
+def test_an_unreachable_hub_is_one_line_at_once_not_a_minute_of_retries(tmp_path: Path) -> None:
+    """A task whose data is on the Hugging Face hub, on a node that cannot reach it (issue 69: six retry lines and
+    50 s): the hub is checked once, its clients put offline, and the refusal names the hub and what to use."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "TUNE_AS_CACHE": str(tmp_path / "cache")}
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        env.pop(name, None)
+    run = subprocess.run([sys.executable, "-m", "tune_as.search", "--task", "mnist", "--losses", "softmax",
+                          "--trials-per-loss", "1", "--max-epochs", "1", "--address", "127.0.0.1:6379",
+                          "--storage-path", str(tmp_path / "results"), "--mlflow-uri", f"sqlite:///{tmp_path}/m.db"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "Retrying" not in run.stderr + run.stdout and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("error: could not load mnist's data or backbone 'cnn': expected a reachable "
+                                 "Hugging Face hub or local files"), run.stderr
+    assert "the hub unreachable (127.0.0.1:9: Connection refused)" in run.stderr, run.stderr
+    assert not (tmp_path / "m.db").exists(), "nothing written"

@@ -45,6 +45,8 @@ from tune_as.space.search_space import (
     load_search_space,
 )
 from tune_as.tasks import PreparedData, Task, build_task
+from tune_as.tasks.backbones import MINILM, TINY
+from tune_as.tasks.sources import hub_offline
 from tune_as.training.population import applies as population_applies
 
 # --smoke: a tiny random backbone and little data, so the whole pipeline runs in well under a minute.
@@ -275,14 +277,17 @@ def prepare(spec: DataSettings, task: Task) -> PreparedData:
 
     if spec.data_dir is not None and not spec.data_dir.exists():
         raise UserError(f"--data-dir: expected an existing folder, got {spec.data_dir} (not found)")
+    hub_data = spec.data_dir is None and task.hub is not None
+    hub_model = task.uses_backbone and spec.backbone not in (MINILM, TINY) and not Path(spec.backbone).expanduser().exists()
+    offline = hub_offline() if hub_data or hub_model else None
     try:
         return prepare_data(task, spec)
-    except (ValueError, FileNotFoundError, KeyError) as exc:
-        raise UserError(first_line(exc)) from None
-    except OSError as exc:  # hub unreachable (ConnectionError is an OSError), model files missing, ...
+    except (ValueError, FileNotFoundError, KeyError, OSError) as exc:  # OSError: the hub, missing model files
+        if offline is None and not isinstance(exc, OSError):
+            raise UserError(first_line(exc)) from None
         raise UserError(f"could not load {task.name}'s data or backbone {spec.backbone!r}: expected a reachable "
                         f"Hugging Face hub or local files (--data-dir DIR, --backbone minilm|tiny|PATH), got "
-                        f"{type(exc).__name__}: {first_line(exc)[:300]}") from None
+                        + (offline or f"{type(exc).__name__}: {first_line(exc)[:300]}")) from None
 
 
 def plan_search(r: SearchRequest) -> SearchPlan:

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import urllib.parse
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import excerpt, first_line
+from ..errors import excerpt, first_line, tcp_unreachable
 
 SUFFIXES = (".jsonl.gz", ".jsonl", ".json.gz", ".json")
 # A fixed seed, independent of DataSettings.seed: every trial of every seed sees the same carved validation set.
@@ -263,6 +264,20 @@ def load_folder(folder: Path, stems: dict[str, tuple[str, ...]]) -> dict[str, Ra
         raise FileNotFoundError(f"{folder}: expected a training split ({expected}, or a save_to_disk "
                                 f"folder); found {found}")
     return out
+
+def hub_offline(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached (and the hub's clients are put in offline mode, so that what is
+    cached loads at once and what is not fails at once: they would retry for ~50 s, six lines of it), or None.
+    Nothing is checked when HF_HUB_OFFLINE is set already, or once a hub client is imported (it read the mode)."""
+    if os.environ.get("HF_HUB_OFFLINE") or "huggingface_hub" in sys.modules:
+        return None
+    url = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    why = tcp_unreachable(host, port, timeout)
+    if why is None:
+        return None
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+    return f"the hub unreachable ({host}:{port}: {why}), and this is not in its local cache"
 
 
 def load_hub(source: HubSource, stems: dict[str, tuple[str, ...]]) -> dict[str, RawSplit]:
