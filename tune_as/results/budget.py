@@ -23,15 +23,8 @@ from collections.abc import Mapping, Sequence
 
 from tune_as.results.racing import FIRST_LOOK, LOOK_STEP, look_schedule
 
-# At most this share of a --budget is reserved for the first confirmation round. Measured on digits at 15% of the
-# grid (docs/bench_efficiency.md): reserving every loss's whole first round (79% of that budget) left one search
-# trial per loss, a mean per-loss gap of 1.12 points to the grid's best setting, for one decided comparison in
-# twelve: three seeds at the Holm level of 36 claims decide little anyway, while a loss's one trial (its default
-# setting) can be 10 points off its best. Half keeps the first round for the losses the search ranks best.
-# Measured again with it (2 trials per loss): gap 0.39 points, decided share 0.06, 0 wrong verdicts in 36. On
-# clinc_oos at 15% the same split (2 trials per loss) left a gap of 0.78 points against the fixed design's 0.45 with
-# 4 trials, and decided 1 comparison in 36: the first round's seeds bought no decisions on either task while search
-# trials bought gap. A quarter (3 trials per loss on both tasks at 15%) is the measured next step.
+# At most this share of a --budget is reserved for the first confirmation round: the rest buys search trials, which
+# closed more of the gap to a grid's best setting than first-round seeds bought decisions (docs/bench_efficiency.md).
 CONFIRM_SHARE = 0.25
 
 

@@ -1,25 +1,14 @@
 """A population: P seeds of one setting trained as one program, member i the same run as a solo trial of seed i.
 
-Confirmation rounds train one selected setting under several new seeds; as solo trials that is one process and
-one model per seed, each small step paying its own launches and Python. A population stacks the members'
-weights (tune_as.training.stacked) and runs the loop of `tune_as.training.trial.Trial` once for all of them:
+The members' weights are stacked (tune_as.training.stacked) and the loop of `tune_as.training.trial.Trial` runs
+once for all of them. Each member keeps its solo trial's init, data order, dropout draws, schedules, clipping,
+AdamW step count and per-member rules (an all-masked cycle does not step it; its own AS-Speed accumulator); a
+member whose loss is not finite fails alone; each evaluation is reported per member with a solo trial's keys.
 
-- the same per-member runs: each member's init (built as its solo trial builds it, then stacked), data order
-  (`epoch_order` of its seed), dropout draws (its own generator), learning-rate and AS warm-up schedules
-  (functions of training progress, the same for all members), clipping and AdamW with its own step count;
-- the same per-member rules: a cycle whose every row was masked does not step that member; under AS-Speed each
-  member has its own accumulator and so its own cycle lengths (the counts of all members are read at once,
-  where the algorithm needs them, never one read per member); a cycle cut at an epoch's end is rescaled;
-- members end alone: a member whose training loss is not finite is reported as failed and stops moving; the
-  others go on. Each evaluation is reported per member (`PopulationReporter.report(member, ...)`), with the
-  keys of a solo trial's report.
-
-Two kinds of model stack: frozen-feature heads of sentence tasks (`StackedFrozen`) and the image CNNs without
-BatchNorm (`StackedCNN`: digits, mnist). Where populations do not apply (a fine-tuned transformer: one model per
-trial; the cifar CNNs, with BatchNorm or dropout on feature maps; token tasks' ragged features; fp16 with a loss
-scaler shared by all members; row skipping, which re-batches per example), `problem` says so and the solo trial
-is the path. Tested member by member against solo trials for every loss (tests/test_population.py,
-tests/test_population_cnn.py); benchmarks/bench_population.py measures the speed.
+Stacks: frozen-feature heads (`StackedFrozen`) and the image CNNs without BatchNorm (`StackedCNN`). Where
+populations do not apply (fine-tuned transformers, the cifar CNNs, token tasks, fp16 with a shared loss scaler,
+row skipping), `problem` says so and the solo trial is the path. Tested member by member against solo trials
+for every loss (tests/test_population*.py); benchmarks/bench_population.py measures the speed.
 """
 
 from __future__ import annotations

@@ -7,21 +7,14 @@ due. Ray reaches it through a `Reporter` (tune_as.engine adapts `ray.tune.report
 Schedules are functions of *training progress* = samples seen / samples planned, so AS-Speed (fewer optimizer
 steps for the same samples) gets the same learning-rate curve and the same AS warm-up as softmax.
 
-No host sync per step. The training statistics (loss, counted and masked rows) stay on the device, summed, and
-are read when a report is due; a non-finite training loss is found there and ends the trial. Two reads are
-required by the algorithms and happen only where they apply: a loss that can mask rows (`Loss.masks_rows`,
-the AS family) reads its cycle's row counts once per optimizer step, because a cycle whose every row was masked
-has an exactly zero gradient and must not step (AdamW would still move the weights), and AS-Speed's Eq. 19
-needs the masked ratio of the cycle; row skipping's probe reads which examples to keep.
+No host sync per step: the training statistics stay on the device and are read when a report is due (a non-finite
+loss ends the trial there). The reads the algorithms need happen only where they apply: a loss that masks rows
+reads its cycle's row counts once per optimizer step (an all-masked cycle must not step; AS-Speed's Eq. 19 needs
+the masked ratio), and row skipping's probe reads which examples to keep.
 
-Row skipping (`skip_masked_rows`, AS-Softmax family only). A fully masked example has loss exactly 0 and gradient
-exactly 0, but without skipping the whole backbone still runs its backward pass for it. With skipping, each
-micro-batch first runs a gradient-free forward (the *probe*, in training mode, so with its own dropout draws;
-docs/benchmarks.md has what that changes), asks the loss which examples are fully masked
-(`Loss.masked_examples`), and runs forward + backward on the others only. The kept examples' mean loss is scaled
-by kept rows / all rows, so the loss and every gradient are those of the mean over all counted rows; a
-micro-batch whose examples are all masked has no backward at all (its rows still count). There is no probe while
-the AS warm-up holds delta at 1 (nothing is masked then). `backward_rows` is logged for every trial.
+Row skipping (`skip_masked_rows`, the AS family): a gradient-free probe forward finds the fully masked examples
+(loss and gradient exactly 0), and forward + backward run on the others only, their mean scaled by kept / all rows,
+so the loss and every gradient are those of the full mean. No probe while the warm-up holds delta at 1.
 """
 
 from __future__ import annotations
