@@ -95,3 +95,19 @@ def test_a_search_saved_before_the_noise_option_resumes_with_the_rule_it_ran_wit
     resumed = SearchRequest(task="", resume=True, name="s")
     assert restore_request(resumed, {"task": "digits", "request": old}, "s").noise == "per-loss"
     assert restore_request(resumed, {"task": "digits", "request": saved}, "s").noise == "moderated"
+
+
+def test_help_groups_every_option_once_and_shows_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help in the groups a user looks for (issue 69), each CLI option in exactly one, and three examples."""
+    from tune_as.engine.request import HELP_GROUPS
+
+    grouped = [name for _, names in HELP_GROUPS for name in names]
+    assert sorted(grouped) == sorted(name for name, o in OPTIONS.items() if o.cli), "each option in one group"
+    assert len(grouped) == len(set(grouped))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    shown = capsys.readouterr().out
+    for title, _ in HELP_GROUPS:
+        assert f"\n{title}:\n" in shown, title
+    examples = shown[shown.index("examples:"):].splitlines()
+    assert sum(line.startswith("  python -m tune_as.search ") for line in examples) == 3

@@ -19,7 +19,7 @@ from typing import Any, TextIO, TypeVar
 
 from tune_as.engine import head as ray_head
 from tune_as.engine import interrupt
-from tune_as.engine.request import OPTIONS, SearchRequest, flag
+from tune_as.engine.request import HELP_GROUPS, OPTIONS, SearchRequest, flag
 from tune_as.errors import INTERRUPTED, SUCCESS, TERMINATED, UserError, cli_run, end_process
 from tune_as.paths import OneLineParser
 from tune_as.results.render import MACHINE_FORMATS
@@ -28,16 +28,27 @@ T = TypeVar("T")
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
-        prog="python -m tune_as.search",
-        description="Search loss hyper-parameters for a task with Ray Tune + Optuna + ASHA, tracked in MLflow.",
-    )
+        prog="python -m tune_as.search", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Which loss wins on a task, and with which settings: search each loss's\n"
+                    "parameters (Ray Tune, Optuna, early stopping per loss), confirm with new\n"
+                    "seeds, answer with controlled claims.",
+        epilog=EXAMPLES)
     hints = typing.get_type_hints(SearchRequest)
-    for field in dataclasses.fields(SearchRequest):
-        if OPTIONS[field.name].cli:
-            p.add_argument(flag(field.name), dest=field.name, **_argument(field, hints[field.name]))
+    fields = {field.name: field for field in dataclasses.fields(SearchRequest)}
+    for title, names in HELP_GROUPS:
+        group = p.add_argument_group(title)
+        for name in names:
+            group.add_argument(flag(name), dest=name, **_argument(fields[name], hints[name]))
     p.add_argument("--debug", action="store_true",
                    help="print the traceback of a refused input too (an unexpected failure always prints one)")
     return p
+
+
+EXAMPLES = """examples:
+  python -m tune_as.search --task digits --trials-per-loss 2 --race
+  python -m tune_as.search --task clinc_oos --encoder frozen --race
+  python -m tune_as.search --resume --name digits-20261207-153012
+docs/search.md has every option; docs/verdicts.md the statistics of the answer."""
 
 
 def _argument(field: dataclasses.Field[Any], hint: Any) -> dict[str, Any]:

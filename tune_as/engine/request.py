@@ -321,6 +321,18 @@ class SearchRequest:
 
 
 OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for f in dataclasses.fields(SearchRequest)}
+# The CLI's --help, in groups a user looks for (a test keeps every CLI option in exactly one).
+HELP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("what to search", ("task", "losses", "search_space", "overrides", "backbone", "encoder", "encode_precision",
+                        "max_length", "data_dir", "max_train_samples", "max_eval_samples", "task_args", "smoke")),
+    ("how long", ("trials_per_loss", "max_epochs", "budget", "sampler", "warm_start", "seed", "asha", "asha_scope",
+                  "grace_period", "reduction_factor", "eval_every_steps")),
+    ("how sure", ("race", "max_seeds", "confirm", "confirm_top", "seeds_per_trial", "margin", "noise", "baseline")),
+    ("where it runs", ("address", "gpus_per_trial", "cpus_per_trial", "max_concurrent", "max_failures",
+                       "checkpoint_interval_s", "dashboard", "dashboard_host", "resume")),
+    ("where it records, what it prints", ("storage_path", "mlflow_uri", "experiment", "name", "output_format",
+                                          "verbose")),
+)
 # Options whose value changes what a trial computes: a resumed search must keep them (tune_as.engine.plan).
 RESULT_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.result)
 
