@@ -123,8 +123,7 @@ def simultaneous_interval(d: Sequence[float] | np.ndarray, alpha_side: float,
     """Two-sided t interval for the mean of d with alpha_side on each side; None with fewer than 2 values.
     Its half-width is at least `resolution` (one item of the split, a fraction): see `_intervals`."""
     n, mean, sd = _summary(np.asarray(d, dtype=float))
-    se, df = _own(np.array([n]), np.array([sd]))
-    return _intervals(se, df, np.array([mean]), alpha_side, resolution)[0]
+    return _intervals(*_own(np.array([n]), np.array([sd])), np.array([mean]), alpha_side, resolution)[0]
 
 
 def _intervals(se: np.ndarray, df: np.ndarray, mean: np.ndarray, alpha_side: float,
@@ -146,23 +145,41 @@ def model_of(values: Mapping[str, SeedValues], anchor: str | None = None,
     return noise_model.fit(_matrix(values, names), names, anchor, rule)
 
 
+@dataclass(frozen=True)
+class Spread:
+    """Per pair a - b: n, mean, the standard error and df its test uses (the model's where `modelled`, else its
+    own on n - 1), and its own for the model's gate (`own_se` never below one item of the split)."""
+    n: np.ndarray
+    mean: np.ndarray
+    se: np.ndarray
+    df: np.ndarray
+    own_se: np.ndarray
+    own_df: np.ndarray
+    modelled: np.ndarray
+
+
 def spread(values: Mapping[str, SeedValues], pairs: Sequence[tuple[str, str]],
-           model: noise_model.Model | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """n, mean, standard error and degrees of freedom of the mean paired difference a - b of each pair (seeds both
-    have): the noise model's where it speaks for the pair, else the pair's own spread on n - 1."""
+           model: noise_model.Model | None = None, resolution: float = 0.0) -> Spread:
+    """The spread of each pair's mean paired difference (on the seeds both have), in one pass over `values`."""
     names = list(values)
     x = _matrix(values, names)
     row = {name: i for i, name in enumerate(names)}
     diffs = np.stack([x[row[a]] - x[row[b]] for a, b in pairs]) if pairs else np.zeros((0, x.shape[1]))
     n, mean, sd = _summaries(diffs)
-    se, df = _own(n, sd)
-    if model is None:
-        return n, mean, se, df
+    own_se, own_df = _own(n, sd)
+    se, df, modelled = own_se.copy(), own_df.copy(), np.zeros(len(pairs), dtype=bool)
     for k, (a, b) in enumerate(pairs):
-        if n[k] >= 2 and model.usable(a, b):
-            v, dfk = model.difference(a, b)
-            se[k], df[k] = np.sqrt(v / n[k]), dfk
-    return n, mean, se, df
+        if model is not None and n[k] >= 2 and model.usable(a, b):
+            v, df[k] = model.difference(a, b)
+            se[k], modelled[k] = np.sqrt(v / n[k]), True
+    with np.errstate(invalid="ignore", divide="ignore"):  # no spread below one item of the split
+        return Spread(n, mean, se, df, np.maximum(own_se, resolution / np.sqrt(n)), own_df, modelled)
+
+
+def _gated(p: np.ndarray, own: np.ndarray, sp: Spread, model: noise_model.Model | None, alpha: float) -> np.ndarray:
+    """p where a modelled claim's own test `own` passes the rule's gate at `alpha` (or there is no gate); else 1."""
+    gate = None if model is None else model.rule.gate
+    return p if gate is None else np.where(~sp.modelled | (own <= gate * alpha), p, 1.0)
 
 
 def paired_differences(a: SeedValues, b: SeedValues) -> np.ndarray:
@@ -179,8 +196,7 @@ class Comparison:
     Holm's later steps can decide a claim while this interval still touches 0. `p_adjusted` is the
     Holm-adjusted p of the claim made (when it was made), or the smallest adjusted p of the loss when
     undecided. `decided_at`: the look that made the claim (verdicts are sticky). `rejected`: its nulls
-    rejected so far. `df`, `sd`: the degrees of freedom of its test at the look shown and the per-seed spread of
-    the difference it used (the noise model's or its own; None below 2 seeds)."""
+    rejected so far. `df`, `sd`: its test's degrees of freedom and per-seed spread (None below 2 seeds)."""
 
     loss: str
     n: int
@@ -202,10 +218,8 @@ STEP_DOWN_NOTE = (f"{STEP_DOWN_MARK}: decided by Holm's step-down, which tests a
 
 
 def interval_shows(row: Comparison, margin: float) -> bool:
-    """Whether the row's simultaneous interval shows its claim on its own: a win's interval above 0, a loss's
-    below 0, an equivalence's inside +-margin (margin a fraction). Undecided rows and rows without an interval
-    show nothing to contradict: True. Holm's step-down rejects at alpha / (m - j + 1) at its j-th step, a
-    looser level than the interval's alpha / m, so it can decide a claim the interval does not show."""
+    """Whether the row's simultaneous interval shows its claim on its own (a win's above 0, a loss's below 0, an
+    equivalence's inside +-margin; True with no claim or interval): Holm's later steps test at looser levels."""
     if row.interval is None or row.verdict == "undecided":
         return True
     lo, hi = row.interval
@@ -222,16 +236,14 @@ def unmarked(word: str) -> str:
 
 
 def verdict_word(row: Comparison, margin: float) -> str:
-    """The verdict as printed: win / loss / equivalent (with STEP_DOWN_MARK when the interval does not show
-    it), or 'undecided (n seeds)'."""
+    """The verdict as printed: a claim (marked where its interval does not show it), or 'undecided (n seeds)'."""
     if row.verdict == "undecided":
         return f"undecided ({row.n} seeds)"
     return row.verdict + ("" if interval_shows(row, margin) else STEP_DOWN_MARK)
 
 
 def _verdict(rejected: Collection[Hypothesis]) -> Verdict:
-    """A rejected H_eq wins over a rejected directional null: a difference inside the margin is, by the
-    user's own margin, practically nothing."""
+    """A rejected H_eq wins over a rejected directional null: inside the user's margin is practically nothing."""
     if "equivalent" in rejected:
         return "equivalent"
     if "win" in rejected and "loss" not in rejected:
@@ -270,9 +282,8 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
     all); the other open nulls keep their place in Holm's family with p = 1 (docs/verdicts.md: dropping
     them would void the proof). A loss with fewer than 2 paired seeds stays undecided. resolution: one item of
     the split the metric is computed on (a fraction; 0: continuous), the least half-width of an interval.
-    model: the noise model of these values (`model_of`; None: each comparison's own spread, the per-loss rule);
-    a claim from the model must also pass its own paired t-test at `Rule.gate` x alpha, on a spread of at least
-    `resolution` (a spread below one item of the split is not measured: equal counts are not identical runs)."""
+    model: the noise model of these values (`model_of`; None: each comparison's own spread); a claim from it must
+    also pass its own paired t-test at `Rule.gate` x alpha, on a spread of at least `resolution` (`spread`)."""
     _check_margin(margin)
     _check_alpha(alpha)
     _check_values(values)
@@ -281,16 +292,11 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
     earlier = earlier or {}
     names = [loss for loss in values if loss != baseline]
     live_names = set(names) if testable is None else set(testable)
-    pairs = [(loss, baseline) for loss in names]  # loss minus baseline
-    n, mean, se, df = spread(values, pairs, model)
-    raw = dict(zip(HYPOTHESES, _three(se, df, mean, margin), strict=True))
-    if model is not None and model.rule.gate is not None:  # a claim from the model passes its own paired test too
-        _, _, own_se, own_df = spread(values, pairs)
-        with np.errstate(invalid="ignore", divide="ignore"):  # no spread below one item of the split
-            own_se = np.maximum(own_se, resolution / np.sqrt(n))
-        modelled = np.array([model.usable(a, b) for a, b in pairs], dtype=bool)
-        for h, own in zip(HYPOTHESES, _three(own_se, own_df, mean, margin), strict=True):
-            raw[h] = np.where(~modelled | (own <= model.rule.gate * alpha), raw[h], 1.0)
+    sp = spread(values, [(loss, baseline) for loss in names], model, resolution)  # loss minus baseline
+    n, mean, se, df = sp.n, sp.mean, sp.se, sp.df
+    raw = {h: _gated(p, own, sp, model, alpha)  # a claim from the model passes its own paired test too
+           for h, p, own in zip(HYPOTHESES, _three(se, df, mean, margin), _three(sp.own_se, sp.own_df, mean, margin),
+                                strict=True)}
 
     family: list[tuple[int, Hypothesis]] = []
     family_p: list[float] = []
@@ -371,16 +377,10 @@ def best_set(values: Mapping[str, SeedValues], alpha: float, *, excluded: Mappin
     out = dict(excluded or {})
     k = len(names)
     if k > 1:
-        pairs = [(a, b) for a in names for b in names]  # [j, i]: j minus i on their shared seeds
-        _, mean, se, df = spread({loss: values[loss] for loss in names}, pairs, model)
-        p = _pvalues(se, df, mean, 0.0, greater=True).reshape(k, k)  # H0: mean(j - i) <= 0: j not better
-        if model is not None and model.rule.gate is not None:
-            n, _, own_se, own_df = spread({loss: values[loss] for loss in names}, pairs)
-            with np.errstate(invalid="ignore", divide="ignore"):  # no spread below one item of the split
-                own_se = np.maximum(own_se, resolution / np.sqrt(n))
-            own = _pvalues(own_se, own_df, mean, 0.0, greater=True).reshape(k, k)
-            modelled = np.array([model.usable(a, b) for a, b in pairs], dtype=bool).reshape(k, k)
-            p = np.where(~modelled | (own <= model.rule.gate * alpha), p, 1.0)
+        # [j, i]: j minus i on their shared seeds
+        sp = spread({loss: values[loss] for loss in names}, [(a, b) for a in names for b in names], model, resolution)
+        p = _gated(_pvalues(sp.se, sp.df, sp.mean, 0.0, greater=True),  # H0: mean(j - i) <= 0: j not better
+                   _pvalues(sp.own_se, sp.own_df, sp.mean, 0.0, greater=True), sp, model, alpha).reshape(k, k)
         live = np.array([testable is None or loss in testable for loss in names])
         p[~(live[:, None] & live[None, :])] = 1.0
         np.fill_diagonal(p, 1.0)
