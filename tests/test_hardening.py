@@ -24,7 +24,7 @@ from test_reliability import finish, runs, start_cli, stop, wait_for, write_spac
 
 from tune_as.engine import SearchRequest
 from tune_as.engine.plan import plan_search, state_of
-from tune_as.engine.run import claim, resume_hint
+from tune_as.engine.folder import claim, resume_hint
 from tune_as.errors import UserError, end_process, working_threads
 from tune_as.search import build_parser, main
 

@@ -136,7 +136,7 @@ LAYERS = [
 LOSS_LIBRARIES = ("torch", "entmax")
 # The report reaches the engine only through these public modules (the request it fills, confirm_settings, and
 # cluster.loopback_ray, called before Ray is imported).
-REPORT_MAY_USE = {"tune_as.engine.request", "tune_as.engine.run", "tune_as.engine.cluster"}
+REPORT_MAY_USE = {"tune_as.engine.request", "tune_as.engine.confirm", "tune_as.engine.cluster"}
 
 
 @pytest.mark.parametrize(("layer", "forbidden", "why"), LAYERS, ids=[x[0] for x in LAYERS])
@@ -204,13 +204,15 @@ def fresh_python(code: str) -> str:
 # What a Ray worker must not import: it pays each import at the start of every Tuner's first trial (MLflow and
 # the driver's plan were ~2 s of it on a 2-core machine). The driver's side of a trial is engine.callbacks.
 NOT_IN_A_WORKER = ("mlflow", "optuna", "transformers", "tune_as.engine.plan", "tune_as.engine.run",
+                   "tune_as.engine.session", "tune_as.engine.confirm",
                    "tune_as.engine.callbacks", "tune_as.tracking.tracker", "tune_as.report")
 
 
 def test_a_worker_imports_what_training_needs_and_no_driver_library() -> None:
-    from tune_as.engine import run, worker
+    from tune_as.engine import session, worker
 
-    assert run._trainable_for.__module__ == "tune_as.engine.run" and worker.trainable.__module__ == worker.__name__
+    assert session.trainable_for.__module__ == "tune_as.engine.session"
+    assert worker.trainable.__module__ == worker.__name__
     code = ("import sys, tune_as.engine.worker; "
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {{'mlflow', 'optuna', 'transformers'}} "
             f"or m in {NOT_IN_A_WORKER!r}))")

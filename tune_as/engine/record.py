@@ -76,12 +76,12 @@ def trial_runs(grids: Sequence[Any], plan: SearchPlan) -> list[TrialRun]:
 
 @dataclasses.dataclass(frozen=True)
 class Confirmed:
-    """What confirmation produced: its runs, their epochs, the race's plan, notes, and the runs of each round
+    """What confirmation produced: its runs, their epochs, the race's design, notes, and the runs of each round
     (the race's answer is replayed from them: tune_as.results.answer)."""
 
     runs: list[TrialRun] = dataclasses.field(default_factory=list)
     epochs: float = 0.0
-    plan: racing.Plan | None = None
+    race: racing.Plan | None = None
     notes: tuple[str, ...] = ()
     rounds: tuple[tuple[str, ...], ...] = ()  # the confirmation runs' Ray trial ids, round by round
 

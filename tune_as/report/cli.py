@@ -181,7 +181,7 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
     `--confirm` picks the same ones, so runs it already logged for those seeds are reused, as are this
     report's from an interrupted earlier call). A cell whose trials were all stopped early is not confirmed:
     it has no result, as in the search's ranking."""
-    from tune_as.engine.run import confirm_settings
+    from tune_as.engine.confirm import confirm_settings
 
     seeds = {t: [str(s) for s in new_seeds((r.seed for r in trials if r.task == t), n)] for t, _ in cells}
     done = trial_runs(client, list(names), schema.ROLE_CONFIRMATION, [])
