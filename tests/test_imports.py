@@ -8,6 +8,8 @@ modules still cannot be understood, tested or split apart one without the other.
 from __future__ import annotations
 
 import ast
+import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -266,3 +268,12 @@ def test_no_private_module_of_a_library_is_imported() -> None:
            and any(part.startswith("_") for part in imp.split("."))}
     named = [str(path) for path in modules().values() if "_private" in path.read_text()]
     assert not bad and not named, (sorted(bad), named)
+
+
+def test_the_engine_package_lists_every_module_it_has() -> None:
+    """engine/__init__.py's map names each module once, and no module that is gone."""
+    import tune_as.engine as engine
+
+    listed = re.findall(r"^- (\w+):", engine.__doc__ or "", flags=re.MULTILINE)
+    present = sorted(m.name for m in pkgutil.iter_modules(engine.__path__))
+    assert len(listed) == len(set(listed)) and sorted(listed) == present, (listed, present)

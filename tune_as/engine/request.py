@@ -1,4 +1,4 @@
-"""What a user asks of a search: one typed request, validated once, at the edge (before anything is written).
+"""What a user asks of a search: one typed request, checked at the edge (before anything is written).
 
 Each field is declared once, here: its type (the annotation), default, help, unit, and whether it changes results
 (`option(...)`, kept in the field's metadata). The CLI's options (tune_as.search.build_parser), the options a resume

@@ -56,7 +56,7 @@ def part_dir(search_dir: Path, experiment: Path, part: int) -> Path:
 
 def experiment_folders(search_dir: Path) -> list[Path]:
     """The search's folder, its own Tune experiment where it is a folder of its own (`search_experiment`), then its
-    confirmation rounds' (`round_name`: engine.run._confirm), each with its parts (`<name>.part2`: engine.run)."""
+    confirmation rounds' (`round_name`: engine.confirm), each with its parts (`<name>.part2`: engine.run, engine.confirm)."""
     return [search_dir, *sorted(p for p in search_dir.glob(SEARCH_DIR + ".*") if p.is_dir()),
             *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]
 
