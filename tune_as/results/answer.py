@@ -1,11 +1,12 @@
-"""One answer: the record of what a search decided and how, and the one function that turns runs into its table.
+"""One answer: the record of what a search decided and how, and the one function that turns runs into its
+table.
 
 The search builds an `AnswerRecord` (the verdict plan: baseline, margin, alpha, looks and seeds, the budget's
 last look; which trials are results and which confirmation runs belong to which round; why a loss has no
-result; the notes it printed), logs it as `answer.json` on its parent run, and prints `answer_table(record,
-trials, confirmations)`. The report reads the record back, fetches the same runs from MLflow and calls the same
-function: the same runs always give the same verdicts, intervals, marks and best set (tests/test_report.py
-checks the report's table against the search's `ranking.csv`). Pure: no Ray, no MLflow.
+result; the notes it printed), logs it as `answer.json` on its parent run, and prints
+`answer_table(record, trials, confirmations)`. The report reads the record back, fetches the same runs from
+MLflow and calls the same function: the same runs always give the same verdicts, intervals, marks and best set
+(tests/test_report.py checks the report's table against the search's `ranking.csv`). Pure: no Ray, no MLflow.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class AnswerRecord:
 
     trials: Ray trial id -> whether it completed its epochs, for every search trial with a result (trials
     without one are in `failures` or nowhere). rounds: the Ray trial ids of the confirmation runs, round by
-    round. race: the verdict plan (None: the answer was not confirmed). notes: the lines printed under the table
-    before the verdict notes (data warnings, budget, finite spaces)."""
+    round. race: the verdict plan (None: the answer was not confirmed). notes: the lines printed under the
+    table before the verdict notes (data warnings, budget, finite spaces)."""
 
     task: str
     metric: str
@@ -54,12 +55,15 @@ class AnswerRecord:
         return self.race.alpha if self.race is not None else ALPHA
 
     def disagreement(self, params: Mapping[str, str]) -> str | None:
-        """What in this record contradicts the search's own parent-run params (tune_as.engine.record.parent_params),
-        one line naming the field, or None: a record is data to check before it is replayed, never trusted."""
-        checks: list[tuple[str, str, object, object]] = [("baseline", "baseline", self.baseline, params.get("baseline")),
-                                                         ("losses", "losses", ",".join(self.losses), params.get("losses"))]
+        """What in this record contradicts the search's own parent-run params
+        (tune_as.engine.record.parent_params), one line naming the field, or None: a record is data to check
+        before it is replayed, never trusted."""
+        checks: list[tuple[str, str, object, object]] = [
+            ("baseline", "baseline", self.baseline, params.get("baseline")),
+            ("losses", "losses", ",".join(self.losses), params.get("losses"))]
         if "margin_points" in params:
-            checks.append(("margin_points", "margin_points", self.margin_points, float(params["margin_points"])))
+            checks.append(("margin_points", "margin_points", self.margin_points,
+                           float(params["margin_points"])))
         race = self.race
         if race is not None:
             checks += [("race.baseline", "baseline", race.baseline, params.get("baseline")),
@@ -67,9 +71,10 @@ class AnswerRecord:
             if "noise" in params:
                 checks.append(("race.noise", "noise", race.noise, params["noise"]))
             if self.mode == "race" and "max_seeds" in params and race.max_seeds > int(params["max_seeds"]):
-                return (f"race.max_seeds: expected at most the search's --max-seeds {params['max_seeds']}, received "
-                        f"{race.max_seeds}")
-            if self.mode == "fixed" and params.get("confirm", "0") != "0":  # 0: confirmed after the fact (--resume)
+                return (f"race.max_seeds: expected at most the search's --max-seeds {params['max_seeds']}, "
+                        f"received {race.max_seeds}")
+            # 0: confirmed after the fact (--resume)
+            if self.mode == "fixed" and params.get("confirm", "0") != "0":
                 checks.append(("race.max_seeds", "confirm", race.max_seeds, int(params["confirm"])))
         for field_name, param, mine, theirs in checks:
             if theirs is not None and mine != theirs:
@@ -77,17 +82,20 @@ class AnswerRecord:
         return None
 
     def to_json(self) -> str:
-        body: dict[str, Any] = {"version": VERSION, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        body: dict[str, Any] = {"version": VERSION,
+                                **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
         body["race"] = None if self.race is None else dataclasses.asdict(self.race)
         return json.dumps(body, indent=1, sort_keys=True, default=list) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> AnswerRecord:
-        """The record back from `to_json`'s text; ValueError naming what is wrong (a damaged or foreign file)."""
+        """The record back from `to_json`'s text; ValueError naming what is wrong (a damaged or foreign
+        file)."""
         try:
             raw = json.loads(text)
         except ValueError as exc:
-            raise ValueError(f"expected the JSON of an answer record, received unreadable text ({exc})") from None
+            raise ValueError(
+                f"expected the JSON of an answer record, received unreadable text ({exc})") from None
         if not isinstance(raw, dict) or raw.get("version") != VERSION:
             got = raw.get("version") if isinstance(raw, dict) else type(raw).__name__
             raise ValueError(f"expected an answer record of version {VERSION}, received {got!r}")
@@ -96,19 +104,23 @@ class AnswerRecord:
                                  "trials": dict, "rounds": list, "failures": dict, "notes": list}
         for key, kind in kinds.items():
             if not isinstance(raw.get(key), kind) or isinstance(raw.get(key), bool):
-                raise ValueError(f"answer record: expected {key!r} of type {kind}, received {raw.get(key)!r:.80}")
+                raise ValueError(f"answer record: expected {key!r} of type {kind}, "
+                                 f"received {raw.get(key)!r:.80}")
         if raw["mode"] not in ("none", "race", "fixed"):
             raise ValueError(f"answer record: expected mode none, race or fixed, received {raw['mode']!r}")
         race = None
         if raw["race"] is not None:
-            # a record from before the noise model and the spending were recorded was decided per-loss, alpha by n
+            # a record from before the noise model and the spending were recorded was decided per-loss,
+            # alpha by n
             plan = {"noise": "per-loss", "spending": "n", **raw["race"]}
-            race = racing.Plan(**{**plan, "losses": tuple(plan.get("losses", ())), "seeds": tuple(plan.get("seeds", ()))})
+            race = racing.Plan(**{**plan, "losses": tuple(plan.get("losses", ())),
+                                  "seeds": tuple(plan.get("seeds", ()))})
             if race.alpha != ALPHA:  # the search has no option for it: any other value is not the search's
-                raise ValueError(f"answer record: race.alpha: expected {ALPHA} (the search's family-wise level), "
-                                 f"received {race.alpha!r}")
+                raise ValueError(f"answer record: race.alpha: expected {ALPHA} (the search's family-wise "
+                                 f"level), received {race.alpha!r}")
         return cls(raw["task"], raw["metric"], raw["title"], tuple(map(str, raw["losses"])), raw["baseline"],
-                   float(raw["margin_points"]), raw["mode"], race, {str(k): bool(v) for k, v in raw["trials"].items()},
+                   float(raw["margin_points"]), raw["mode"], race,
+                   {str(k): bool(v) for k, v in raw["trials"].items()},
                    tuple(tuple(map(str, r)) for r in raw["rounds"]),
                    {str(k): str(v) for k, v in raw["failures"].items()}, tuple(map(str, raw["notes"])))
 
@@ -122,10 +134,12 @@ class Answered:
     decision: racing.Answer | None
 
 
-def answer_table(record: AnswerRecord, trials: Sequence[TrialRun], confirmations: Sequence[TrialRun]) -> Answered:
+def answer_table(record: AnswerRecord, trials: Sequence[TrialRun],
+                 confirmations: Sequence[TrialRun]) -> Answered:
     """The answer from the runs the record names: the race replayed with `racing.decide` on the confirmation
-    runs, rows by `ranking.rank`, the table and its notes. Runs the record does not name are ignored; a named run
-    that is missing leaves its seed out (the replay then says what the runs allow, as the search would)."""
+    runs, rows by `ranking.rank`, the table and its notes. Runs the record does not name are ignored; a named
+    run that is missing leaves its seed out (the replay then says what the runs allow, as the search
+    would)."""
     mine = [r for r in trials if r.run_id in record.trials]
     named = {run_id for round_ids in record.rounds for run_id in round_ids}
     confirmed = [r for r in confirmations if r.run_id in named]
@@ -162,35 +176,41 @@ def _what_it_takes(plan: racing.Plan, decision: racing.Answer, results: racing.R
             " (equal values on every seed so far)" if sd == 0 else f" at Δ {100 * row.mean_diff:+.2f}"))
     if not parts:
         return []
-    more = (f" This answer cannot take more seeds (its looks and error control were fixed before its first seed): "
-            f"a new search with --race --max-seeds {max(3, *needs)} asks for them." if needs else "")
-    return ["What would decide the undecided (a fixed design of n new seeds at each loss's observed Δ and spread, "
-            "Holm's first step; an estimate that new seeds will move): " + "; ".join(parts) + "." + more]
+    more = (f" This answer cannot take more seeds (its looks and error control were fixed before its first "
+            f"seed): a new search with --race --max-seeds {max(3, *needs)} asks for them." if needs else "")
+    return ["What would decide the undecided (a fixed design of n new seeds at each loss's observed Δ and "
+            "spread, Holm's first step; an estimate that new seeds will move): "
+            + "; ".join(parts) + "." + more]
 
 
-def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: Sequence[ranking.Row]) -> list[str]:
-    """What the verdicts and the best set claim, at which look each claim was made, and what is not claimed."""
+def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None,
+                   rows: Sequence[ranking.Row]) -> list[str]:
+    """What the verdicts and the best set claim, at which look each claim was made, and what is not
+    claimed."""
     plan = record.race
     if plan is None or decision is None:
         return []
     notes = []
     if decision.leader is not None:
         tied = sorted(decision.best)
-        members = f"{', '.join(tied)}; its members are tied, not ranked" if len(tied) > 1 else f"{tied[0]} alone"
-        notes.append(f"Best set on validation (Hsu's multiple comparisons with the best): {members}. A truly best "
-                     f"loss is in it with probability >= {1 - plan.alpha / 2:.1%}; when several losses tie for best, "
-                     "each is kept with that probability, not all of them together.")
+        members = (f"{', '.join(tied)}; its members are tied, not ranked" if len(tied) > 1
+                   else f"{tied[0]} alone")
+        notes.append(f"Best set on validation (Hsu's multiple comparisons with the best): {members}. A truly "
+                     f"best loss is in it with probability >= {1 - plan.alpha / 2:.1%}; when several losses "
+                     "tie for best, each is kept with that probability, not all of them together.")
     looks = {look.index: look for look in decision.looks}
     made: dict[int, list[str]] = {}
     for row in decision.rows:
         if row.decided_at is not None:
             made.setdefault(row.decided_at, []).append(f"{row.loss} {row.verdict}")
-    when = "; ".join(f"look {k} ({looks[k].n} seeds): {', '.join(claims)}" for k, claims in sorted(made.items()))
-    notes.append(f"Verdicts (win, loss, equivalent within ±{plan.margin_points:g} points) are controlled together "
-                 f"at a family-wise error of {plan.alpha / 2:.1%} over every comparison printed and every look "
-                 f"(Holm's step-down; looks at {', '.join(map(str, plan.looks))} seeds, {len(decision.looks)} "
-                 f"taken); with the best set's {plan.alpha / 2:.1%}, any claim of this answer is wrong with "
-                 f"probability <= {plan.alpha:.0%}. " + (f"Claims made at {when}." if when else "No claim was made."))
+    when = "; ".join(f"look {k} ({looks[k].n} seeds): {', '.join(claims)}"
+                     for k, claims in sorted(made.items()))
+    notes.append(f"Verdicts (win, loss, equivalent within ±{plan.margin_points:g} points) are controlled "
+                 f"together at a family-wise error of {plan.alpha / 2:.1%} over every comparison printed and "
+                 f"every look (Holm's step-down; looks at {', '.join(map(str, plan.looks))} seeds, "
+                 f"{len(decision.looks)} taken); with the best set's {plan.alpha / 2:.1%}, any claim of this "
+                 f"answer is wrong with probability <= {plan.alpha:.0%}. "
+                 + (f"Claims made at {when}." if when else "No claim was made."))
     notes.append(_noise_note(plan, decision))
     last = decision.looks[-1] if decision.looks else None
     if last is not None:
@@ -198,7 +218,8 @@ def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: S
         level = 1 - 2 * last.alpha_verdicts / (3 * m)
         source = "each loss's seeds" if plan.noise == "per-loss" else "the noise model"
         notes.append(f"Intervals: t intervals from {source} at level {level:.3%} each, simultaneous over the "
-                     f"{m} comparisons at >= {1 - 2 * last.alpha_verdicts / 3:.2%} (Bonferroni, at the last look); "
+                     f"{m} comparisons at >= {1 - 2 * last.alpha_verdicts / 3:.2%} "
+                     "(Bonferroni, at the last look); "
                      + (f"never narrower than one item of the split (±{plan.resolution_points:.3g} points). "
                         if plan.resolution_points else "")
                      + "Equal values on every seed are no evidence: such a loss stays undecided.")
@@ -212,39 +233,39 @@ def _verdict_notes(record: AnswerRecord, decision: racing.Answer | None, rows: S
             c = by_loss[r.loss]
             at = looks.get(c.decided_at or 0)
             earlier = at is not None and at.n < c.n
-            reasons.append(f"{r.loss}: made at look {c.decided_at}" + (f" on {at.n} seeds, the interval is on {c.n}"
-                                                                      if earlier and at else "")
+            reasons.append(f"{r.loss}: made at look {c.decided_at}"
+                           + (f" on {at.n} seeds, the interval is on {c.n}" if earlier and at else "")
                            + (" by Holm's step-down, which tests at a looser level once other claims are made"
                               if not earlier else ""))
-        notes.append(f"{verdicts.STEP_DOWN_MARK}: the interval shown reaches past the claim ({'; '.join(reasons)}); "
-                     "the claim is controlled as stated above (docs/verdicts.md).")
+        notes.append(f"{verdicts.STEP_DOWN_MARK}: the interval shown reaches past the claim "
+                     f"({'; '.join(reasons)}); the claim is controlled as stated above (docs/verdicts.md).")
     return notes
 
 
 def _noise_note(plan: racing.Plan, decision: racing.Answer) -> str:
-    """The verdicts' noise model: its name, what it assumed, its degrees of freedom, and every look where a check
-    took a loss (or the baseline, and with it every comparison) out of it."""
+    """The verdicts' noise model: its name, what it assumed, its degrees of freedom, and every look where a
+    check took a loss (or the baseline, and with it every comparison) out of it."""
     if plan.noise == "per-loss":
-        return ("Noise: per-loss (each comparison's own paired spread, n - 1 degrees of freedom; --noise moderated "
-                "borrows strength across losses).")
+        return ("Noise: per-loss (each comparison's own paired spread, n - 1 degrees of freedom; --noise "
+                "moderated borrows strength across losses).")
     rule = noise.RULES[plan.noise]
     dfs = [r.df for r in decision.rows if r.df is not None and r.decided_at is None]
     dfs = dfs or [r.df for r in decision.rows if r.df is not None]
-    said = [f"Noise: {plan.noise} (docs/verdicts.md, section 12): every loss ran on the same seeds, so each loss's "
-            f"seed-to-seed noise is read from its own runs and, with a prior weight of at most {rule.prior_df:g} "
-            "degrees of freedom, from the other losses'"
-            + (f"; each claim also passed its own paired t-test at {rule.gate:g} x its look's alpha" if rule.gate
-               else "") + "."]
+    said = [f"Noise: {plan.noise} (docs/verdicts.md, section 12): every loss ran on the same seeds, so each "
+            f"loss's seed-to-seed noise is read from its own runs and, with a prior weight of at most "
+            f"{rule.prior_df:g} degrees of freedom, from the other losses'"
+            + (f"; each claim also passed its own paired t-test at {rule.gate:g} x its look's alpha"
+               if rule.gate else "") + "."]
     if dfs:
-        said.append(f"Degrees of freedom of the comparisons shown: {min(dfs):.3g}-{max(dfs):.3g}" if min(dfs) != max(dfs)
-                    else f"Degrees of freedom of the comparisons shown: {dfs[0]:.3g}")
+        said.append(f"Degrees of freedom of the comparisons shown: {min(dfs):.3g}-{max(dfs):.3g}"
+                    if min(dfs) != max(dfs) else f"Degrees of freedom of the comparisons shown: {dfs[0]:.3g}")
     falls = []
     for look in decision.looks:
         if look.pool_df == 0:
             falls.append(f"look {look.index}: too few losses to pool, every comparison on its own spread")
         elif plan.baseline in look.out_of_line:
-            falls.append(f"look {look.index}: the baseline {plan.baseline} out of line, every comparison on its own "
-                         "spread")
+            falls.append(f"look {look.index}: the baseline {plan.baseline} out of line, every comparison on "
+                         "its own spread")
         elif look.out_of_line:
             falls.append(f"look {look.index}: {', '.join(look.out_of_line)} out of line, on "
                          f"{'their' if len(look.out_of_line) > 1 else 'its'} own spread")
@@ -253,9 +274,9 @@ def _noise_note(plan: racing.Plan, decision: racing.Answer) -> str:
 
 
 def summary(answered: Answered, margin_points: float) -> tuple[dict[str, float], dict[str, str]]:
-    """The answer as MLflow metrics and tags of the parent run (names: tune_as.tracking.schema), so the runs table
-    shows it: per loss its difference to the baseline and interval bounds in points, its verdict word; the best
-    set, and the winner when the best set has one member ("tie" otherwise)."""
+    """The answer as MLflow metrics and tags of the parent run (names: tune_as.tracking.schema), so the runs
+    table shows it: per loss its difference to the baseline and interval bounds in points, its verdict word;
+    the best set, and the winner when the best set has one member ("tie" otherwise)."""
     decision = answered.decision
     if decision is None:
         return {}, {}
@@ -265,7 +286,8 @@ def summary(answered: Answered, margin_points: float) -> tuple[dict[str, float],
         if row.mean_diff is not None:
             metrics[f"delta_{row.loss}"] = 100 * row.mean_diff
         if row.interval is not None:
-            metrics[f"delta_low_{row.loss}"], metrics[f"delta_high_{row.loss}"] = (100 * x for x in row.interval)
+            metrics[f"delta_low_{row.loss}"], metrics[f"delta_high_{row.loss}"] = (
+                100 * x for x in row.interval)
         tags[f"verdict.{row.loss}"] = verdicts.verdict_word(row, verdicts.points(margin_points))
     if decision.best:
         tags["best_set"] = ", ".join(sorted(decision.best))

@@ -1,10 +1,10 @@
 """The headline answer as one figure: each loss's difference to the baseline with its simultaneous interval,
-coloured by its verdict, against the equivalence margin (a forest plot, `answer.png` on the search's parent run
-and in the report).
+coloured by its verdict, against the equivalence margin (a forest plot, `answer.png` on the search's parent
+run and in the report).
 
-Drawn from the answer's own decision (`Answered.decision`), never re-derived: the points, intervals and words are
-the table's. Axes in points of the metric, as the tables are. Losses without a difference (no result, or the
-baseline itself) are not drawn: the table lists them.
+Drawn from the answer's own decision (`Answered.decision`), never re-derived: the points, intervals and words
+are the table's. Axes in points of the metric, as the tables are. Losses without a difference (no result, or
+the baseline itself) are not drawn: the table lists them.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ VERDICT_COLOURS = {"win": "#009E73", "loss": "#D55E00", "equivalent": "#0072B2",
 
 def forest(answered: Answered, margin_points: float, baseline: str, metric: str, path: Path,
            title: str = "") -> Figure | None:
-    """Draw the answer's forest plot into `path` (PNG) and return the closed figure; None when the answer has no
-    confirmed difference to draw (no confirmation, or no loss with a result beside the baseline)."""
+    """Draw the answer's forest plot into `path` (PNG) and return the closed figure; None when the answer has
+    no confirmed difference to draw (no confirmation, or no loss with a result beside the baseline)."""
     decision = answered.decision
     if decision is None:
         return None

@@ -1,19 +1,21 @@
 """The noise model of an answer: how noisy each loss's runs are, estimated with help from the other losses.
 
 Every loss runs on the same seeds, a block design: value[loss, seed] = loss effect + seed effect + noise, each
-loss's noise with a variance of its own. `fit` estimates those variances from one look's runs; `Model.difference`
-gives the variance of a paired difference between two losses and its degrees of freedom. The rules (`RULES`):
+loss's noise with a variance of its own. `fit` estimates those variances from one look's runs;
+`Model.difference` gives the variance of a paired difference between two losses and its degrees of freedom.
+The rules (`RULES`):
 
 - "per-loss" (before 2026-12-07): no model; each comparison's own paired spread, n - 1 degrees of freedom.
-- "moderated" (the default): each loss's variance from the two-way (loss + seed) fit, moderated toward the pooled
-  variance of the other losses: var~ = (nu var^ + d0 pool) / (nu + d0), nu + d0 degrees of freedom. The prior
-  weight d0 is at most `Rule.prior_df` and less where the losses' variances disperse more than chance explains
-  (`prior_weight`). A difference's variance is the sum of its two losses' (noise independent given the seed), on
-  the smaller of their degrees of freedom. Checks that take a loss out of the model (docs/verdicts.md, section 12):
-  a loss out of line with the others (`Rule.level`: a diverged run, a far noisier loss) leaves the pool and the
-  seed effects, and its comparisons take their own spread; the baseline's variance is moderated only when it is
-  plainly in line (`Rule.anchor_level`), else its own is used; fewer than two poolable losses: no model. And a
-  claim must also pass its own paired t-test at `Rule.gate` times the look's alpha (tune_as.results.verdicts).
+- "moderated" (the default): each loss's variance from the two-way (loss + seed) fit, moderated toward the
+  pooled variance of the other losses: var~ = (nu var^ + d0 pool) / (nu + d0), nu + d0 degrees of freedom. The
+  prior weight d0 is at most `Rule.prior_df` and less where the losses' variances disperse more than chance
+  explains (`prior_weight`). A difference's variance is the sum of its two losses' (noise independent given
+  the seed), on the smaller of their degrees of freedom. Checks that take a loss out of the model
+  (docs/verdicts.md, section 12): a loss out of line with the others (`Rule.level`: a diverged run, a far
+  noisier loss) leaves the pool and the seed effects, and its comparisons take their own spread; the
+  baseline's variance is moderated only when it is plainly in line (`Rule.anchor_level`), else its own is
+  used; fewer than two poolable losses: no model. And a claim must also pass its own paired t-test at
+  `Rule.gate` times the look's alpha (tune_as.results.verdicts).
 - "pooled" (the simulation's reference only, invalid under unequal noise): one residual variance for all.
 
 Pure numpy and scipy; the rule was chosen by simulation (benchmarks/sim_racing.py --rules).
@@ -36,12 +38,13 @@ _TINY = 1e-24  # variances at or below are exactly zero (identical runs, roundin
 
 @dataclass(frozen=True)
 class Rule:
-    """How a model is fitted and used. prior_df: the prior's largest weight in degrees of freedom. estimate_df:
-    lower it where the losses' variances disperse more than chance (`prior_weight`). level: a loss is out of line
-    when its robust residual variance exceeds the median loss's by more than the (1 - level) chi-square quantile
-    of that ratio allows (0: never). anchor_level: the same check for the baseline, stricter, deciding whether its
-    own variance is moderated. gate: a claim's own paired t-test must reject at gate x the look's alpha (None: no
-    gate). min_df: a difference on the smaller of its two losses' degrees of freedom (else Satterthwaite's)."""
+    """How a model is fitted and used. prior_df: the prior's largest weight in degrees of freedom.
+    estimate_df: lower it where the losses' variances disperse more than chance (`prior_weight`). level: a
+    loss is out of line when its robust residual variance exceeds the median loss's by more than
+    the (1 - level) chi-square quantile of that ratio allows (0: never). anchor_level: the same check for the
+    baseline, stricter, deciding whether its own variance is moderated. gate: a claim's own paired t-test must
+    reject at gate x the look's alpha (None: no gate). min_df: a difference on the smaller of its two losses'
+    degrees of freedom (else Satterthwaite's)."""
 
     prior_df: float
     estimate_df: bool
@@ -53,17 +56,18 @@ class Rule:
 
 RULES: dict[str, Rule] = {
     "moderated": Rule(prior_df=4.0, estimate_df=True, level=0.001, anchor_level=0.25, gate=0.25, min_df=True),
-    "pooled": Rule(prior_df=float("inf"), estimate_df=False, level=0.0, anchor_level=0.0, gate=None, min_df=False),
+    "pooled": Rule(prior_df=float("inf"), estimate_df=False, level=0.0, anchor_level=0.0, gate=None,
+                   min_df=False),
 }
 
 
 @dataclass(frozen=True)
 class Model:
-    """The fitted model of one look. var, df: each row's noise variance of one run and its degrees of freedom (NaN
-    where a row has fewer than 2 seeds). pooled: rows whose variance was moderated. out_of_line: rows taken out of
-    the model (their comparisons take their own spread). pool, pool_df: the pooled residual variance of the
-    two-way fit and its degrees of freedom (0: nothing could be pooled, every comparison takes its own spread).
-    prior_df: the prior weight used."""
+    """The fitted model of one look. var, df: each row's noise variance of one run and its degrees of freedom
+    (NaN where a row has fewer than 2 seeds). pooled: rows whose variance was moderated. out_of_line: rows
+    taken out of the model (their comparisons take their own spread). pool, pool_df: the pooled residual
+    variance of the two-way fit and its degrees of freedom (0: nothing could be pooled, every comparison takes
+    its own spread). prior_df: the prior weight used."""
 
     names: tuple[str, ...]
     var: np.ndarray
@@ -97,8 +101,8 @@ class Model:
 
 
 def _nanmedian(a: np.ndarray, axis: int) -> np.ndarray:
-    """Median along `axis` ignoring NaN (NaN where all are), keeping the axis: np.nanmedian's result without its
-    masked arrays, which cost 10x more on these small matrices."""
+    """Median along `axis` ignoring NaN (NaN where all are), keeping the axis: np.nanmedian's result without
+    its masked arrays, which cost 10x more on these small matrices."""
     s = np.sort(a, axis=axis)  # NaN sort last
     c = (~np.isnan(a)).sum(axis=axis, keepdims=True)
     lo = np.take_along_axis(s, np.maximum((c - 1) // 2, 0), axis=axis)
@@ -117,14 +121,15 @@ def _median_polish(x: np.ndarray, sweeps: int = 10) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _limit(level: float, nu: int, nu_median: float) -> float:
-    """How far above the median loss's variance chance takes a loss's at `level`: a ratio of chi-square quantiles."""
+    """How far above the median loss's variance chance takes a loss's at `level`: a ratio of chi-square
+    quantiles."""
     from scipy import stats  # lazily: 1.4 CPU s a driver spends before its first trial
     return float(stats.chi2.ppf(1 - level, nu) / nu / (stats.chi2.ppf(0.5, nu_median) / nu_median))
 
 
 def _out_of_line(x: np.ndarray, candidates: Sequence[int], level: float) -> list[int]:
-    """Rows (of all) whose robust residual variance exceeds the candidates' median by more than chance allows at
-    `level`: the median polish keeps a diverged run from hiding in the seed effects."""
+    """Rows (of all) whose robust residual variance exceeds the candidates' median by more than chance allows
+    at `level`: the median polish keeps a diverged run from hiding in the seed effects."""
     if level <= 0:
         return []
     r = _median_polish(x)
@@ -135,12 +140,13 @@ def _out_of_line(x: np.ndarray, candidates: Sequence[int], level: float) -> list
         return []
     scale = float(np.median(u[pool]))
     nu_median = float(np.median(n[pool] - 1))
-    return [i for i in range(x.shape[0]) if n[i] > 1 and u[i] > _limit(level, int(n[i] - 1), nu_median) * scale + _TINY]
+    return [i for i in range(x.shape[0])
+            if n[i] > 1 and u[i] > _limit(level, int(n[i] - 1), nu_median) * scale + _TINY]
 
 
 def _additive(x: np.ndarray) -> tuple[np.ndarray, float, int]:
-    """Least-squares row + seed fit of rows x seeds (NaN: missing): the seed effects, the residual mean square and
-    its degrees of freedom (cells - rows - seeds + 1; 0 when nothing is left)."""
+    """Least-squares row + seed fit of rows x seeds (NaN: missing): the seed effects, the residual mean square
+    and its degrees of freedom (cells - rows - seeds + 1; 0 when nothing is left)."""
     there = ~np.isnan(x)
     rows, cols = np.nonzero(there)
     seeds = np.unique(cols)
@@ -169,10 +175,11 @@ def _trigamma_inverse(y: float) -> float:
 
 
 def prior_weight(u: np.ndarray, nu: np.ndarray, cap: float) -> float:
-    """The prior's weight d0 from how much more the residual variances u (nu degrees of freedom each) disperse on
-    the log scale than chance explains, the moment estimator of Smyth (2004, limma): var(log s^2) = trigamma(nu/2)
-    + trigamma(d0/2). At most `cap`: with equal noise the excess is zero or negative in about half the answers
-    (d0 infinite), so `cap` is the weight the model is proven with; unequal noise lowers it toward 0."""
+    """The prior's weight d0 from how much more the residual variances u (nu degrees of freedom each) disperse
+    on the log scale than chance explains, the moment estimator of Smyth (2004, limma):
+    var(log s^2) = trigamma(nu/2) + trigamma(d0/2). At most `cap`: with equal noise the excess is zero or
+    negative in about half the answers (d0 infinite), so `cap` is the weight the model is proven with; unequal
+    noise lowers it toward 0."""
     from scipy import special
 
     ok = (u > _TINY) & (nu > 0)
@@ -183,7 +190,8 @@ def prior_weight(u: np.ndarray, nu: np.ndarray, cap: float) -> float:
     return cap if excess <= 0 else float(min(cap, 2 * _trigamma_inverse(excess)))
 
 
-def fit(x: np.ndarray, names: Sequence[str], anchor: str | None = None, rule: Rule = RULES["moderated"]) -> Model:
+def fit(x: np.ndarray, names: Sequence[str], anchor: str | None = None,
+        rule: Rule = RULES["moderated"]) -> Model:
     """The model of rows x seeds `x` (NaN: a seed the row lacks). anchor: a row never pooled into the others'
     variance (the baseline: its noise enters every comparison)."""
     names = tuple(names)

@@ -33,8 +33,8 @@ from tune_as.results.verdicts import (
     points,
 )
 
-# A race's looks: FIRST_LOOK seeds per loss, then LOOK_STEP more each round (3, 5, 7, 9, 10 up to --max-seeds 10).
-# Declared here only: the plan, the budget's split and its last look read them.
+# A race's looks: FIRST_LOOK seeds per loss, then LOOK_STEP more each round (3, 5, 7, 9, 10 up to
+# --max-seeds 10). Declared here only: the plan, the budget's split and its last look read them.
 FIRST_LOOK = 3
 LOOK_STEP = 2
 
@@ -59,12 +59,13 @@ SPENDINGS: tuple[Spending, ...] = ("n", "n2")
 
 
 def alpha_schedule(looks: Sequence[int], alpha: float, spending: Spending = "n") -> tuple[float, ...]:
-    """The alpha each look spends, proportional to its seeds per loss ("n") or their square ("n2"): weights growing
-    with n, since an early look has few degrees of freedom and little power and the last look the most. Sums to
-    <= alpha: the union bound over looks then bounds the family-wise error of the whole race by alpha."""
+    """The alpha each look spends, proportional to its seeds per loss ("n") or their square ("n2"): weights
+    growing with n, since an early look has few degrees of freedom and little power and the last look the
+    most. Sums to <= alpha: the union bound over looks then bounds the family-wise error of the whole race by
+    alpha."""
     if not looks or not 0 < alpha < 1 or spending not in SPENDINGS:
-        raise ValueError(f"expected looks, 0 < alpha < 1 and a spending in {SPENDINGS}, received {list(looks)}, "
-                         f"{alpha}, {spending!r}")
+        raise ValueError(f"expected looks, 0 < alpha < 1 and a spending in {SPENDINGS}, "
+                         f"received {list(looks)}, {alpha}, {spending!r}")
     weights = [n * n if spending == "n2" else n for n in looks]
     total = sum(weights)
     # the factor keeps the float sum <= alpha despite rounding (the exact shares sum to alpha)
@@ -83,8 +84,8 @@ class Plan:
     Bonferroni form) or "holm" (every exclusion controlled, ties included; see verdicts.best_set).
     resolution_points: one item of the split the verdicts are computed on, in points (100 / items; 0: a
     continuous metric), the least half-width of a printed interval (verdicts._intervals). noise: the verdicts'
-    noise model (tune_as.results.noise: "moderated", "per-loss", or the simulation's "pooled"). spending: alpha
-    per look by seeds ("n") or their square ("n2"); None: "n" for the per-loss rule, "n2" otherwise."""
+    noise model (tune_as.results.noise: "moderated", "per-loss", or the simulation's "pooled"). spending:
+    alpha per look by seeds ("n") or their square ("n2"); None: "n" for the per-loss rule, "n2" otherwise."""
 
     losses: tuple[str, ...]
     baseline: str
@@ -98,14 +99,16 @@ class Plan:
     best_rule: BestRule = "hsu"
     resolution_points: float = 0.0
     noise: Noise = "moderated"
-    spending: Spending | None = None  # None: "n" with the per-loss rule (its rule before the model), else "n2"
+    # None: "n" with the per-loss rule (its rule before the model), else "n2"
+    spending: Spending | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "losses", tuple(self.losses))
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
-        if len(set(self.losses)) != len(self.losses) or self.baseline not in self.losses or len(self.losses) < 2:
-            raise ValueError(f"expected distinct losses including the baseline {self.baseline!r} and at least "
-                             f"one other, received {list(self.losses)}")
+        if (len(set(self.losses)) != len(self.losses) or self.baseline not in self.losses
+                or len(self.losses) < 2):
+            raise ValueError(f"expected distinct losses including the baseline {self.baseline!r} "
+                             f"and at least one other, received {list(self.losses)}")
         look_schedule(self.first, self.step, self.max_seeds)
         if self.first < 2 and self.first < self.max_seeds:
             raise ValueError(f"a race needs first >= 2 seeds (a t-test needs 2), received first={self.first}")
@@ -132,7 +135,8 @@ class Plan:
     @classmethod
     def fixed(cls, losses: Sequence[str], baseline: str, seeds: Sequence[int], n: int, *, alpha: float = 0.05,
               margin_points: float = 0.5, verdict_on: Literal["auto", "test", "val"] = "auto",
-              best_rule: BestRule = "hsu", resolution_points: float = 0.0, noise: Noise = "moderated") -> Plan:
+              best_rule: BestRule = "hsu", resolution_points: float = 0.0,
+              noise: Noise = "moderated") -> Plan:
         """`--confirm N`: exactly n seeds for every loss, one look spending the full alpha."""
         return cls(tuple(losses), baseline, tuple(seeds), first=n, step=1, max_seeds=n, alpha=alpha,
                    margin_points=margin_points, verdict_on=verdict_on, best_rule=best_rule,
@@ -160,18 +164,19 @@ class Plan:
 
 def decidable(plan: Plan) -> tuple[tuple[int, float], ...]:
     """Per look: (seeds per loss, the smallest |mean difference| a claim can rest on there, in units of s, the
-    seed-to-seed spread of a loss's paired differences to the baseline), at Holm's first step, the loosest a look
-    gets for its first claim (`_first_step`). Said before the race runs, so a budget whose looks cannot decide the
-    differences a user cares about is seen before it is spent."""
-    return tuple((n, float(_first_step(plan, a, n))) for n, a in zip(plan.looks, plan.alphas_verdicts, strict=True)
-                 if n >= 2)
+    seed-to-seed spread of a loss's paired differences to the baseline), at Holm's first step, the loosest a
+    look gets for its first claim (`_first_step`). Said before the race runs, so a budget whose looks cannot
+    decide the differences a user cares about is seen before it is spent."""
+    return tuple((n, float(_first_step(plan, a, n)))
+                 for n, a in zip(plan.looks, plan.alphas_verdicts, strict=True) if n >= 2)
 
 
 def _first_step(plan: Plan, alpha: float, n: int | np.ndarray) -> np.ndarray:
-    """Holm's first step over the plan's 3m verdict hypotheses at `alpha`, with n seeds: the smallest |mean| / s that
-    a one-sided t-test rejects at. Per-loss: t(1 - alpha / (3m), n - 1) / sqrt(n). Moderated, with every loss's
-    noise equal (the model's own case): the model's test, t(1 - alpha / (3m), n - 1 + d0) / sqrt(n) with d0 the
-    prior's full weight (Rule.prior_df), or the gate, t(1 - gate * alpha, n - 1) / sqrt(n), whichever is larger."""
+    """Holm's first step over the plan's 3m verdict hypotheses at `alpha`, with n seeds: the smallest
+    |mean| / s that a one-sided t-test rejects at. Per-loss: t(1 - alpha / (3m), n - 1) / sqrt(n). Moderated,
+    with every loss's noise equal (the model's own case): the model's test, t(1 - alpha / (3m),
+    n - 1 + d0) / sqrt(n) with d0 the prior's full weight (Rule.prior_df), or the gate, t(1 - gate * alpha,
+    n - 1) / sqrt(n), whichever is larger."""
     m = len(plan.losses) - 1
     n = np.asarray(n)
     from scipy import stats  # lazily: 1.4 CPU s a driver spends before its first trial
@@ -180,15 +185,16 @@ def _first_step(plan: Plan, alpha: float, n: int | np.ndarray) -> np.ndarray:
         return own
     rule = noise.RULES[plan.noise]
     model = stats.t.ppf(1 - alpha / (3 * m), n - 1 + min(rule.prior_df, 1e6)) / np.sqrt(n)
-    return model if rule.gate is None else np.maximum(model, stats.t.ppf(1 - rule.gate * alpha, n - 1) / np.sqrt(n))
+    return model if rule.gate is None else np.maximum(
+        model, stats.t.ppf(1 - rule.gate * alpha, n - 1) / np.sqrt(n))
 
 
 def seeds_to_decide(plan: Plan, mean: float, sd: float, limit: int = 100) -> int | None:
-    """The fewest seeds (2..limit) with which a fixed design (one look spending the verdicts' whole alpha) would
-    decide a loss whose paired differences have this mean and spread, at Holm's first step: a win or loss once
-    |mean| > t(1 - a / (3m), n - 1) * sd / sqrt(n), equivalence once |mean| plus that is inside the margin. None when
-    no number up to `limit` would (or sd is 0: equal values are no evidence). An estimate at the observed effect,
-    which new seeds will move, not a promise."""
+    """The fewest seeds (2..limit) with which a fixed design (one look spending the verdicts' whole alpha)
+    would decide a loss whose paired differences have this mean and spread, at Holm's first step: a win or
+    loss once |mean| > t(1 - a / (3m), n - 1) * sd / sqrt(n), equivalence once |mean| plus that is inside the
+    margin. None when no number up to `limit` would (or sd is 0: equal values are no evidence). An estimate at
+    the observed effect, which new seeds will move, not a promise."""
     if not (sd > 0 and math.isfinite(mean)):
         return None
     n = np.arange(2, limit + 1)
@@ -199,16 +205,18 @@ def seeds_to_decide(plan: Plan, mean: float, sd: float, limit: int = 100) -> int
 
 @dataclass(frozen=True)
 class Look:
-    """One look taken: its index (1-based), the seeds per loss, the alpha of each family, the losses tested, and
-    what the verdicts' noise model did there."""
+    """One look taken: its index (1-based), the seeds per loss, the alpha of each family, the losses tested,
+    and what the verdicts' noise model did there."""
 
     index: int
     n: int
     alpha_verdicts: float
     alpha_best: float
     tested: tuple[str, ...]
-    out_of_line: tuple[str, ...] = ()  # the noise model's: losses (the baseline too) that took their own spread
-    pool_df: int = 0  # the noise model's pooled degrees of freedom (0: no model, every comparison its own spread)
+    # the noise model's: losses (the baseline too) that took their own spread
+    out_of_line: tuple[str, ...] = ()
+    # the noise model's pooled degrees of freedom (0: no model, every comparison its own spread)
+    pool_df: int = 0
     prior_df: float = 0.0  # the noise model's prior weight d0
 
 
@@ -265,7 +273,8 @@ def _check(results: Results, plan: Plan) -> dict[str, dict[int, tuple[float, flo
         strange = sorted(set(by_seed) - set(plan.seeds))
         if strange:
             raise ValueError(f"{loss}: results for seeds the plan does not have: {strange}")
-        out[loss] = {s: (float(v), None if t is None else float(t)) for s, (v, t) in by_seed.items() if s in usable}
+        out[loss] = {s: (float(v), None if t is None else float(t))
+                     for s, (v, t) in by_seed.items() if s in usable}
     return out
 
 
@@ -328,7 +337,8 @@ def decide(results: Results, plan: Plan, seeds_left: int | None = None) -> Answe
         return {loss: {s: values[loss][s] for s in plan.seeds[: n_used[loss]]} for loss in plan.losses}
 
     def answer(active_now: set[str], request: Mapping[str, tuple[int, ...]]) -> Answer:
-        return Answer(len(looks), tuple(looks), metric, tuple(rows[loss] for loss in plan.losses if loss != base),
+        return Answer(len(looks), tuple(looks), metric,
+                      tuple(rows[loss] for loss in plan.losses if loss != base),
                       best.leader, best.members, dict(best.means), dict(n_used),
                       tuple(loss for loss in plan.losses if loss in active_now), dict(request),
                       math.fsum(x.alpha_verdicts + x.alpha_best for x in looks))
@@ -353,9 +363,9 @@ def decide(results: Results, plan: Plan, seeds_left: int | None = None) -> Answe
         tested = at_look - {base}
         rule = noise.RULES.get(plan.noise)  # None: per-loss
         model = model_of(used(on), base, rule) if rule else None
-        rows = {r.loss: r for r in compare_with_baseline(used(on), base, plan.margin, a_verdicts, earlier=rows,
-                                                        testable=tested, look=k,
-                                                        resolution=points(plan.resolution_points), model=model)}
+        rows = {r.loss: r for r in compare_with_baseline(
+            used(on), base, plan.margin, a_verdicts, earlier=rows, testable=tested, look=k,
+            resolution=points(plan.resolution_points), model=model)}
         best = best_set(used(val), a_best, excluded=best.excluded_by, testable=at_look, rule=plan.best_rule,
                         model=model_of(used(val), None, rule) if rule else None,
                         resolution=points(plan.resolution_points))

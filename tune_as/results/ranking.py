@@ -3,8 +3,8 @@ task's baseline and whether it is in the best set. Pure: trial runs in, a table 
 
 Selection follows tune_as.results.selection: only trials that completed their epochs are results; the setting
 with the best mean validation metric is selected; test metrics never choose. tune_as.results.answer calls
-`rank` and `table` for both the search and the report's replay of it. The verdicts and the best set come from the race
-(tune_as.results.racing: Holm over every printed claim, alpha spent per look; docs/verdicts.md).
+`rank` and `table` for both the search and the report's replay of it. The verdicts and the best set come from
+the race (tune_as.results.racing: Holm over every printed claim, alpha spent per look; docs/verdicts.md).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from tune_as.settings import DataSettings, TrialSettings
 # The baseline every verdict compares with, by task kind: plain softmax cross-entropy, and for multi-label
 # tasks its counterpart, Su's multi-label softmax (the AS-Softmax paper's Eq. 14), which AS-Softmax modifies.
 BASELINES = {"multiclass": "softmax", "token": "softmax", "multilabel": "multilabel_softmax"}
-# The AS-Softmax of each kind, the loss the paper's figures and study rows single out: Eq. 5, and for multi-label
-# tasks Eq. 18 (the multi-label softmax with AS-Softmax's mask).
+# The AS-Softmax of each kind, the loss the paper's figures and study rows single out: Eq. 5, and for
+# multi-label tasks Eq. 18 (the multi-label softmax with AS-Softmax's mask).
 AS_SOFTMAX = {"multiclass": "as_softmax", "token": "as_softmax", "multilabel": "multilabel_as_softmax"}
 
 
@@ -32,22 +32,24 @@ def baseline_for(kind: str, chosen: str | None = None) -> str:
     return chosen or BASELINES[kind]
 
 
-def trial_run(trial_id: str, data: DataSettings, settings: TrialSettings, metrics: dict[str, Any], metric: str,
-              completed: bool, order: int = 0) -> TrialRun | None:
-    """A finished trial as the report's TrialRun, with its typed settings (params: the strings MLflow logs, which
-    identify a setting as the report does); None if it has no result. `order`: the trial's number in the search,
-    so ties go to the earlier trial, as in the report (start time)."""
+def trial_run(trial_id: str, data: DataSettings, settings: TrialSettings, metrics: dict[str, Any],
+              metric: str, completed: bool, order: int = 0) -> TrialRun | None:
+    """A finished trial as the report's TrialRun, with its typed settings (params: the strings MLflow logs,
+    which identify a setting as the report does); None if it has no result. `order`: the trial's number in the
+    search, so ties go to the earlier trial, as in the report (start time)."""
     best = metrics.get(f"best_val_{metric}")
     if metrics.get("error") or best is None or (isinstance(best, float) and math.isnan(best)):
         return None
     params = {k: str(v) for k, v in {**data.to_params(), **settings.to_dict()}.items()}
-    last = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    last = {k: float(v) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return TrialRun(trial_id, data.task, settings.loss, params, metric, float(best), last,
                     start_time=order, stopped_early=not completed, settings=settings)
 
 
 def selected(runs: Sequence[TrialRun]) -> dict[str, Cell]:
-    """Per loss, the selected setting among trials that completed their epochs (nothing for a loss without)."""
+    """Per loss, the selected setting among trials that completed their epochs (nothing for a loss
+    without)."""
     return {cell.loss: cell for cell in select([r for r in runs if not r.stopped_early]).values()}
 
 
@@ -56,7 +58,8 @@ def confirmation_seeds(runs: Sequence[TrialRun], n: int) -> list[int]:
     return new_seeds((r.seed for r in runs), n)
 
 
-def race_results(confirmations: Sequence[TrialRun], metric: str) -> dict[str, dict[int, tuple[float, float | None]]]:
+def race_results(confirmations: Sequence[TrialRun],
+                 metric: str) -> dict[str, dict[int, tuple[float, float | None]]]:
     """Confirmation runs as the race reads them: loss -> seed -> (validation, test or None)."""
     out: dict[str, dict[int, tuple[float, float | None]]] = {}
     for r in confirmations:
@@ -99,9 +102,9 @@ def _diff(row: racing.Comparison, on_val: bool) -> str:
 def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: str, losses: Sequence[str] = (),
          answer: racing.Answer | None = None, plan: racing.Plan | None = None,
          failures: Mapping[str, str] | None = None) -> list[Row]:
-    """Rows for every loss of the request (`losses`, plus any that has trials): best-set members first, then by
-    confirmed (else selected) validation mean; confirmed rows before unconfirmed ones; losses without a result
-    last, saying why. `answer`: the race's verdicts and best set over `confirmations`, under `plan`."""
+    """Rows for every loss of the request (`losses`, plus any that has trials): best-set members first, then
+    by confirmed (else selected) validation mean; confirmed rows before unconfirmed ones; losses without a
+    result last, saying why. `answer`: the race's verdicts and best set over `confirmations`, under `plan`."""
     cells = selected(runs)
     test_key = f"test_{metric}"
     rows: list[Row] = []
@@ -137,7 +140,8 @@ def rank(runs: Sequence[TrialRun], confirmations: Sequence[TrialRun], metric: st
     some = any(r.confirmed for r in rows)
     # the best set's members are tied, not ranked: by name among themselves
     return sorted(rows, key=lambda r: (not r.val, some and not r.confirmed, not r.best,
-                                       0.0 if r.best else -statistics.fmean(r.val) if r.val else math.inf, r.loss))
+                                       0.0 if r.best else -statistics.fmean(r.val) if r.val else math.inf,
+                                       r.loss))
 
 
 def _same(run: TrialRun, cell: Cell) -> bool:
@@ -166,11 +170,14 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
     tied = sum(r.best for r in rows)
     for i, r in enumerate(rows, 1):
         if not r.val:
-            out.append(["-", r.loss, f"no result: {r.failure}", f"{r.trials} ({r.completed})", "-", "-", "-", "-", "-"])
+            out.append(["-", r.loss, f"no result: {r.failure}", f"{r.trials} ({r.completed})",
+                        "-", "-", "-", "-", "-"])
             continue
-        setting = ", ".join(f"{k.removeprefix('loss.')}={exact_value(v)}" for k, v in sorted(r.setting.items())) or "-"
-        out.append(["1=" if r.best and tied > 1 else str(i), r.loss, setting, f"{r.trials} ({r.completed})", _mean_std(r.val, 100),
-                    _mean_std(r.test, 100), r.diff or "-", r.verdict or ("-" if r.confirmed else "not confirmed"),
+        setting = ", ".join(f"{k.removeprefix('loss.')}={exact_value(v)}"
+                            for k, v in sorted(r.setting.items())) or "-"
+        out.append(["1=" if r.best and tied > 1 else str(i), r.loss, setting, f"{r.trials} ({r.completed})",
+                    _mean_std(r.val, 100), _mean_std(r.test, 100), r.diff or "-",
+                    r.verdict or ("-" if r.confirmed else "not confirmed"),
                     ("yes" if r.best else "no") if r.confirmed else "-"])
     return out
 
@@ -178,10 +185,11 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
 def table(rows: Sequence[Row], title: str, baseline: str, margin_points: float, alpha: float,
           notes: Sequence[str] = ()) -> Table:
     """The answer's table; `notes` (tune_as.results.answer) say what its verdicts and marks claim."""
-    return Table("ranking", title, list(header(baseline, margin_points, alpha)), table_rows(rows), list(notes),
-                 short_header=["#", "loss", "selected setting", "trials", "val %", "test %", f"Δ vs {baseline}",
-                               "verdict", "best"],
-                 key=(f"trials: search trials (completed their epochs); val %, test %: mean ± std over the seeds; "
-                      f"Δ vs {baseline}: test points [simultaneous interval] (val where no test); verdict: Holm, "
-                      f"family-wise {alpha / 2:.1%}, margin ±{margin_points:g} points; best: in the best set (tied)"),
+    return Table("ranking", title, list(header(baseline, margin_points, alpha)), table_rows(rows),
+                 list(notes), short_header=["#", "loss", "selected setting", "trials", "val %", "test %",
+                                            f"Δ vs {baseline}", "verdict", "best"],
+                 key=(f"trials: search trials (completed their epochs); val %, test %: mean ± std over the "
+                      f"seeds; Δ vs {baseline}: test points [simultaneous interval] (val where no test); "
+                      f"verdict: Holm, family-wise {alpha / 2:.1%}, margin ±{margin_points:g} points; "
+                      f"best: in the best set (tied)"),
                  keep_whole=(0, 1), fold=(2,))

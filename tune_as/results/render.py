@@ -19,7 +19,8 @@ def terminal_width() -> int:
 
 
 def fit(text: str, width: int | None = None) -> str:
-    """A message as printed: each paragraph wrapped to the terminal's width, its continuation lines indented."""
+    """A message as printed: each paragraph wrapped to the terminal's width, its continuation lines
+    indented."""
     import textwrap
 
     width = width or terminal_width()
@@ -45,10 +46,12 @@ class Table:
     header: list[str]
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)  # printed under the Markdown table; not in the CSV
-    # in a terminal, where width is scarce: a shorter header ([] = header) and a key that says what it leaves out
+    # in a terminal, where width is scarce: a shorter header ([] = header) and a key that says what it
+    # leaves out
     short_header: list[str] = field(default_factory=list)
     key: str = ""
-    keep_whole: tuple[int, ...] = ()  # columns never wrapped (names): the others wrap at spaces inside their cells
+    # columns never wrapped (names): the others wrap at spaces inside their cells
+    keep_whole: tuple[int, ...] = ()
     fold: tuple[int, ...] = ()  # columns whose long words fold onto the next line (a setting's many digits)
 
     def markdown(self) -> str:
@@ -67,7 +70,8 @@ class Table:
 
     def json(self) -> str:
         """For scripts: the title, each row as {column: cell} (the full header's names) and the notes."""
-        return json.dumps({"title": self.title, "rows": [dict(zip(self.header, row, strict=True)) for row in self.rows],
+        return json.dumps({"title": self.title,
+                           "rows": [dict(zip(self.header, row, strict=True)) for row in self.rows],
                            "notes": self.notes}, indent=1, ensure_ascii=False) + "\n"
 
     def render(self, fmt: str, width: int | None = None) -> str:
@@ -78,9 +82,9 @@ class Table:
 
     def terminal(self, width: int | None = None) -> str:
         """The table as a person reads it in a terminal: boxed, `width` columns wide at most (default: the
-        terminal's, $COLUMNS, else 100), each cell wrapped inside its column (a long setting folds onto more lines
-        of its row: no line of the output is wider than `width`), the notes wrapped beneath. Rich lays it out;
-        no colour, so the text is the same on a TTY, in a pipe and in a log."""
+        terminal's, $COLUMNS, else 100), each cell wrapped inside its column (a long setting folds onto more
+        lines of its row: no line of the output is wider than `width`), the notes wrapped beneath. Rich lays
+        it out; no colour, so the text is the same on a TTY, in a pipe and in a log."""
         from rich import box
         from rich.console import Console
         from rich.markup import escape
@@ -89,10 +93,11 @@ class Table:
         width = max(NARROWEST, width or terminal_width())
         out = io.StringIO()
         console = Console(file=out, width=width, color_system=None, highlight=False, emoji=False)
-        rich_table = RichTable(title=escape(self.title), box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                               title_justify="left")
+        rich_table = RichTable(title=escape(self.title), box=box.SIMPLE_HEAD, pad_edge=False,
+                               collapse_padding=True, title_justify="left")
         header = self.short_header or self.header
-        for i, (name, cells) in enumerate(zip(header, self._widths(header, width - 2 * len(header)), strict=True)):
+        for i, (name, cells) in enumerate(zip(header, self._widths(header, width - 2 * len(header)),
+                                              strict=True)):
             rich_table.add_column(escape(name), width=cells, no_wrap=i in self.keep_whole,
                                   overflow="fold" if i in self.fold else "ellipsis")
         for row in self.rows:
@@ -105,12 +110,13 @@ class Table:
     def _widths(self, header: list[str], room: int) -> list[int]:
         """Column widths that fit `room` characters: each column as wide as its longest cell, then the widest
         wrappable column narrowed one character at a time, never below its longest word (a folded column: 10)
-        nor a kept-whole one at all. Hand-written: rich shares the room in proportion to the widest cells, which
-        left 10 characters to "81.00 ±" while "equivalent" was cut to "equivale…"."""
+        nor a kept-whole one at all. Hand-written: rich shares the room in proportion to the widest cells,
+        which left 10 characters to "81.00 ±" while "equivalent" was cut to "equivale…"."""
         columns = [[name, *(row[i] for row in self.rows)] for i, name in enumerate(header)]
         widths = [max(len(cell) for cell in column) for column in columns]
         floors = [w if i in self.keep_whole else
-                  min(10, max(len(word) for cell in column for word in cell.split() or [""])) if i in self.fold else
+                  min(10, max(len(word) for cell in column for word in cell.split() or [""]))
+                  if i in self.fold else
                   max(len(word) for cell in column for word in cell.split() or [""])
                   for i, (w, column) in enumerate(zip(widths, columns, strict=True))]
         while sum(widths) > room:

@@ -48,7 +48,8 @@ class TrialRun:
     experiment_id: str = ""
     parent_id: str = ""  # the search's parent run
     stopped_early: bool = False  # ASHA stopped it before its last epoch
-    settings: TrialSettings | None = None  # typed, where the run comes from the engine (None: read from MLflow)
+    # typed, where the run comes from the engine (None: read from MLflow)
+    settings: TrialSettings | None = None
 
     @property
     def seed(self) -> str:
@@ -74,7 +75,8 @@ class Cell:
     n_trials: int  # finished trials of this task x loss
     shown: tuple[str, ...]  # params worth showing in Table 6: loss.* plus what varied across trials
     n_stopped: int = 0  # of the n_trials, those early stopping cut before their last epoch
-    # runs of the selected setting with new seeds (tag role=confirmation), one per seed; see `with_confirmations`
+    # runs of the selected setting with new seeds (tag role=confirmation), one per seed; see
+    # `with_confirmations`
     confirmations: tuple[TrialRun, ...] = ()
     val: float = field(init=False)
     steps: float = field(init=False)
@@ -133,7 +135,8 @@ def select(runs: Sequence[TrialRun]) -> dict[tuple[str, str], Cell]:
     their epochs; ties go to fewer optimizer steps, then to the earlier run. Test metrics are never read here.
 
     Stopped runs never compete with completed ones. A cell whose trials were all stopped early still gets
-    the best of them, marked `stopped_early`: the tables say so instead of a number, the figures draw it apart.
+    the best of them, marked `stopped_early`: the tables say so instead of a number, the figures draw it
+    apart.
     """
     by_cell: dict[tuple[str, str], list[TrialRun]] = defaultdict(list)
     for task in {r.task for r in runs}:
@@ -144,7 +147,8 @@ def select(runs: Sequence[TrialRun]) -> dict[tuple[str, str], Cell]:
     cells: dict[tuple[str, str], Cell] = {}
     for (task, row), trials in by_cell.items():
         # Stopped runs trained fewer epochs: averaged in, they would pull a setting's mean down for reasons of
-        # budget, not merit; compared with completed runs, a 1-epoch number would stand next to a 10-epoch one.
+        # budget, not merit; compared with completed runs, a 1-epoch number would stand next to a 10-epoch
+        # one.
         completed = [r for r in trials if not r.stopped_early]
         n_stopped = len(trials) - len(completed)
         groups: dict[tuple[tuple[str, str], ...], list[TrialRun]] = defaultdict(list)
@@ -171,15 +175,17 @@ def with_confirmations(cells: dict[tuple[str, str], Cell], confirmations: Iterab
     return out
 
 
-def unmatched_confirmations(cells: dict[tuple[str, str], Cell], confirmations: Iterable[TrialRun]) -> list[str]:
-    """One line per task x loss whose confirmation runs confirm no selected setting (its selected trial run was
-    deleted, or a later search selected another setting): they are left out of the tables, and said so."""
+def unmatched_confirmations(cells: dict[tuple[str, str], Cell],
+                            confirmations: Iterable[TrialRun]) -> list[str]:
+    """One line per task x loss whose confirmation runs confirm no selected setting (its selected trial run
+    was deleted, or a later search selected another setting): they are left out of the tables, and said so."""
     left: dict[tuple[str, str], int] = {}
     for r in confirmations:
         if not r.stopped_early and not any(same_setting(r, cell.runs[0]) for cell in cells.values()):
             left[r.task, r.loss] = left.get((r.task, r.loss), 0) + 1
-    return [f"{n} confirmation run(s) of {task} x {loss} confirm no selected setting (its trial run may have been "
-            "deleted, or another setting is selected now): left out" for (task, loss), n in sorted(left.items())]
+    return [f"{n} confirmation run(s) of {task} x {loss} confirm no selected setting (its trial run may have "
+            "been deleted, or another setting is selected now): left out"
+            for (task, loss), n in sorted(left.items())]
 
 
 def seed_order(seed: str) -> tuple[int, str]:

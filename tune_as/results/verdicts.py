@@ -3,11 +3,13 @@
 Two families of claims, each family-wise controlled at the alpha it is given (docs/verdicts.md says why):
 
 - `compare_with_baseline`: each loss against the baseline on the seeds both have (paired differences). Three
-  one-sided nulls per loss: H_win (mean d <= 0), H_loss (mean d >= 0), H_eq (|mean d| >= margin, TOST); t-tests
-  on the noise model's spread (tune_as.results.noise) or each difference's own, Holm's step-down over every open
-  hypothesis. A rejection is a claim (`win`, `loss`, `equivalent`); nothing rejected is `undecided`.
+  one-sided nulls per loss: H_win (mean d <= 0), H_loss (mean d >= 0), H_eq (|mean d| >= margin, TOST);
+  t-tests on the noise model's spread (tune_as.results.noise) or each difference's own, Holm's step-down over
+  every open hypothesis. A rejection is a claim (`win`, `loss`, `equivalent`); nothing rejected is
+  `undecided`.
 - `best_set`: Hsu's multiple comparisons with the best, Bonferroni form, on validation: a loss is excluded iff
-  another is significantly better at alpha / (k - 1); the best loss is in the set with probability >= 1 - alpha.
+  another is significantly better at alpha / (k - 1); the best loss is in the set with
+  probability >= 1 - alpha.
 
 Metrics and margins are fractions (accuracy 0.913; 0.5 points = 0.005).
 """
@@ -23,65 +25,18 @@ from typing import Literal
 import numpy as np
 
 from tune_as.results import noise as noise_model
+from tune_as.results.pvalues import EXACT_TOL, _own, _pvalues, _summaries, _summary, holm
 
 Verdict = Literal["win", "loss", "equivalent", "undecided"]
 Hypothesis = Literal["win", "loss", "equivalent"]
 HYPOTHESES: tuple[Hypothesis, ...] = ("win", "loss", "equivalent")
 # seed -> metric value of one loss's confirmation runs
 SeedValues = Mapping[int, float]
-# |difference| below this is rounding of fractions, not a difference: spreads and distances to a null's
-# boundary under it are treated as exactly zero (identical runs give no NaN and no division by zero).
-EXACT_TOL = 1e-12
 
 
 def points(margin_points: float) -> float:
     """A user's margin in points (percent) as a fraction of the metric: 0.5 -> 0.005."""
     return margin_points / 100.0
-
-
-def _pvalues(se: np.ndarray, df: np.ndarray, mean: np.ndarray, shift: float | np.ndarray,
-             greater: bool) -> np.ndarray:
-    """One-sided t p-values, element-wise, for a mean with standard error se on df degrees of freedom.
-    greater=True tests H0: mean <= shift against mean > shift; greater=False tests H0: mean >= shift against
-    mean < shift. NaN se or df < 1 (fewer than 2 seeds): p = 1. Zero spread is no evidence, p = 1: equal counts
-    on a finite split are not identical runs (docs/verdicts.md, sections 9 and 10)."""
-    se, df, mean, shift_a = np.broadcast_arrays(np.asarray(se, dtype=float), np.asarray(df, dtype=float),
-                                                np.asarray(mean, dtype=float), np.asarray(shift, dtype=float))
-    p = np.ones(se.shape, dtype=float)
-    ok = np.isfinite(se) & np.isfinite(df) & (df >= 1) & np.isfinite(mean)
-    if not ok.any():
-        return p
-    signed = np.where(ok, (mean - shift_a) if greater else (shift_a - mean), 0.0)
-    spread = np.where(ok, se, 0.0)
-    tested = ok & ~(spread <= EXACT_TOL * np.maximum(1.0, np.abs(np.where(ok, mean, 0.0))))
-    if tested.any():
-        from scipy import stats  # lazily: 1.4 CPU s a driver spends before its first trial
-        p[tested] = stats.t.sf(signed[tested] / spread[tested], df[tested])
-    return p
-
-
-def _own(n: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Standard error and degrees of freedom of a mean of n values from their own spread (NaN below 2)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ok = n >= 2
-        return np.where(ok, sd / np.sqrt(np.maximum(n, 1)), np.nan), np.where(ok, n - 1.0, np.nan)
-
-
-def _summary(d: np.ndarray) -> tuple[int, float, float]:
-    n, mean, sd = _summaries(d.reshape(1, -1))
-    return int(n[0]), float(mean[0]), float(sd[0])
-
-
-def _summaries(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """n, mean and standard deviation (ddof 1) along the last axis, NaN marking a missing value (a seed
-    one of the pair does not have); mean is NaN for n = 0, sd for n < 2."""
-    there = ~np.isnan(d)
-    n = there.sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(there, d, 0.0).sum(axis=-1) / n
-        sq = np.where(there, d - mean[..., None], 0.0) ** 2
-        sd = np.sqrt(sq.sum(axis=-1) / (n - 1))
-    return n, np.where(n > 0, mean, np.nan), np.where(n > 1, sd, np.nan)
 
 
 def _matrix(values: Mapping[str, SeedValues], names: Sequence[str]) -> np.ndarray:
@@ -104,20 +59,6 @@ def _three(se: np.ndarray, df: np.ndarray, mean: np.ndarray, margin: float) -> t
     return above[0], below[0], np.maximum(above[1], below[1])
 
 
-def holm(pvalues: Sequence[float] | np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Holm's step-down: (reject, adjusted p) in the input's order; reject iff adjusted p <= alpha. Hand-written
-    (statsmodels' multipletests, which tests/test_verdicts.py checks it against, calls gc.collect() each time)."""
-    p = np.asarray(pvalues, dtype=float)
-    if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):
-        raise ValueError(f"holm: expected a 1-d array of p-values in [0, 1], received {pvalues!r}")
-    order = np.argsort(p, kind="stable")
-    m = p.size
-    adjusted_sorted = np.minimum(1.0, np.maximum.accumulate(p[order] * np.arange(m, 0, -1)))
-    adjusted = np.empty(m)
-    adjusted[order] = adjusted_sorted
-    return adjusted <= alpha, adjusted
-
-
 def simultaneous_interval(d: Sequence[float] | np.ndarray, alpha_side: float,
                           resolution: float = 0.0) -> tuple[float, float] | None:
     """Two-sided t interval for the mean of d with alpha_side on each side; None with fewer than 2 values.
@@ -128,8 +69,8 @@ def simultaneous_interval(d: Sequence[float] | np.ndarray, alpha_side: float,
 
 def _intervals(se: np.ndarray, df: np.ndarray, mean: np.ndarray, alpha_side: float,
                resolution: float = 0.0) -> list[tuple[float, float] | None]:
-    """t intervals whose half-width is at least `resolution`: a zero-width interval (equal counts on every seed)
-    would claim a precision that a finite split cannot have (docs/verdicts.md, section 10)."""
+    """t intervals whose half-width is at least `resolution`: a zero-width interval (equal counts on every
+    seed) would claim a precision that a finite split cannot have (docs/verdicts.md, section 10)."""
     half = np.full(se.shape, np.nan)
     ok = np.isfinite(se) & np.isfinite(df) & (df >= 1)
     if ok.any():
@@ -147,8 +88,8 @@ def model_of(values: Mapping[str, SeedValues], anchor: str | None = None,
 
 @dataclass(frozen=True)
 class Spread:
-    """Per pair a - b: n, mean, the standard error and df its test uses (the model's where `modelled`, else its
-    own on n - 1), and its own for the model's gate (`own_se` never below one item of the split)."""
+    """Per pair a - b: n, mean, the standard error and df its test uses (the model's where `modelled`, else
+    its own on n - 1), and its own for the model's gate (`own_se` never below one item of the split)."""
     n: np.ndarray
     mean: np.ndarray
     se: np.ndarray
@@ -160,7 +101,8 @@ class Spread:
 
 def spread(values: Mapping[str, SeedValues], pairs: Sequence[tuple[str, str]],
            model: noise_model.Model | None = None, resolution: float = 0.0) -> Spread:
-    """The spread of each pair's mean paired difference (on the seeds both have), in one pass over `values`."""
+    """The spread of each pair's mean paired difference (on the seeds both have), in one pass over
+    `values`."""
     names = list(values)
     x = _matrix(values, names)
     row = {name: i for i, name in enumerate(names)}
@@ -176,8 +118,10 @@ def spread(values: Mapping[str, SeedValues], pairs: Sequence[tuple[str, str]],
         return Spread(n, mean, se, df, np.maximum(own_se, resolution / np.sqrt(n)), own_df, modelled)
 
 
-def _gated(p: np.ndarray, own: np.ndarray, sp: Spread, model: noise_model.Model | None, alpha: float) -> np.ndarray:
-    """p where a modelled claim's own test `own` passes the rule's gate at `alpha` (or there is no gate); else 1."""
+def _gated(p: np.ndarray, own: np.ndarray, sp: Spread, model: noise_model.Model | None,
+           alpha: float) -> np.ndarray:
+    """p where a modelled claim's own test `own` passes the rule's gate at `alpha` (or there is no gate);
+    else 1."""
     gate = None if model is None else model.rule.gate
     return p if gate is None else np.where(~sp.modelled | (own <= gate * alpha), p, 1.0)
 
@@ -212,14 +156,15 @@ class Comparison:
 
 # Marks a claim Holm's step-down made while the printed single-step interval still reaches past it.
 STEP_DOWN_MARK = "\u2020"
-STEP_DOWN_NOTE = (f"{STEP_DOWN_MARK}: decided by Holm's step-down, which tests at a looser level once other claims "
-                  "are made; the simultaneous interval shown is the single-step (Bonferroni) one and still "
-                  "reaches past the claim (docs/verdicts.md).")
+STEP_DOWN_NOTE = (f"{STEP_DOWN_MARK}: decided by Holm's step-down, which tests at a looser level once other "
+                  "claims are made; the simultaneous interval shown is the single-step (Bonferroni) one and "
+                  "still reaches past the claim (docs/verdicts.md).")
 
 
 def interval_shows(row: Comparison, margin: float) -> bool:
-    """Whether the row's simultaneous interval shows its claim on its own (a win's above 0, a loss's below 0, an
-    equivalence's inside +-margin; True with no claim or interval): Holm's later steps test at looser levels."""
+    """Whether the row's simultaneous interval shows its claim on its own (a win's above 0, a loss's below 0,
+    an equivalence's inside +-margin; True with no claim or interval): Holm's later steps test at looser
+    levels."""
     if row.interval is None or row.verdict == "undecided":
         return True
     lo, hi = row.interval
@@ -231,19 +176,22 @@ def interval_shows(row: Comparison, margin: float) -> bool:
 
 
 def unmarked(word: str) -> str:
-    """A printed verdict without its step-down mark ('loss\u2020' -> 'loss'): the mark annotates, it is no fifth word."""
+    """A printed verdict without its step-down mark ('loss\u2020' -> 'loss'): the mark annotates, it is no
+    fifth word."""
     return word.removesuffix(STEP_DOWN_MARK)
 
 
 def verdict_word(row: Comparison, margin: float) -> str:
-    """The verdict as printed: a claim (marked where its interval does not show it), or 'undecided (n seeds)'."""
+    """The verdict as printed: a claim (marked where its interval does not show it), or
+    'undecided (n seeds)'."""
     if row.verdict == "undecided":
         return f"undecided ({row.n} seeds)"
     return row.verdict + ("" if interval_shows(row, margin) else STEP_DOWN_MARK)
 
 
 def _verdict(rejected: Collection[Hypothesis]) -> Verdict:
-    """A rejected H_eq wins over a rejected directional null: inside the user's margin is practically nothing."""
+    """A rejected H_eq wins over a rejected directional null: inside the user's margin is practically
+    nothing."""
     if "equivalent" in rejected:
         return "equivalent"
     if "win" in rejected and "loss" not in rejected:
@@ -272,8 +220,8 @@ def _check_values(values: Mapping[str, SeedValues]) -> None:
 
 def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margin: float, alpha: float, *,
                           earlier: Mapping[str, Comparison] | None = None,
-                          testable: Collection[str] | None = None, look: int = 1,
-                          resolution: float = 0.0, model: noise_model.Model | None = None) -> tuple[Comparison, ...]:
+                          testable: Collection[str] | None = None, look: int = 1, resolution: float = 0.0,
+                          model: noise_model.Model | None = None) -> tuple[Comparison, ...]:
     """Verdict rows of every loss of `values` but the baseline, in the order of `values`, at one look.
 
     values: loss -> seed -> metric (the baseline included). margin: the equivalence margin as a fraction.
@@ -282,8 +230,9 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
     all); the other open nulls keep their place in Holm's family with p = 1 (docs/verdicts.md: dropping
     them would void the proof). A loss with fewer than 2 paired seeds stays undecided. resolution: one item of
     the split the metric is computed on (a fraction; 0: continuous), the least half-width of an interval.
-    model: the noise model of these values (`model_of`; None: each comparison's own spread); a claim from it must
-    also pass its own paired t-test at `Rule.gate` x alpha, on a spread of at least `resolution` (`spread`)."""
+    model: the noise model of these values (`model_of`; None: each comparison's own spread); a claim from it
+    must also pass its own paired t-test at `Rule.gate` x alpha, on a spread of at least `resolution`
+    (`spread`)."""
     _check_margin(margin)
     _check_alpha(alpha)
     _check_values(values)
@@ -295,8 +244,8 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
     sp = spread(values, [(loss, baseline) for loss in names], model, resolution)  # loss minus baseline
     n, mean, se, df = sp.n, sp.mean, sp.se, sp.df
     raw = {h: _gated(p, own, sp, model, alpha)  # a claim from the model passes its own paired test too
-           for h, p, own in zip(HYPOTHESES, _three(se, df, mean, margin), _three(sp.own_se, sp.own_df, mean, margin),
-                                strict=True)}
+           for h, p, own in zip(HYPOTHESES, _three(se, df, mean, margin),
+                                _three(sp.own_se, sp.own_df, mean, margin), strict=True)}
 
     family: list[tuple[int, Hypothesis]] = []
     family_p: list[float] = []
@@ -330,11 +279,13 @@ def compare_with_baseline(values: Mapping[str, SeedValues], baseline: str, margi
         verdict = _verdict(rejected)
         if verdict == "undecided":
             p_adj = min((a for _, a in tests.values()), default=1.0)
-            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, None, rejected, dof, spread_i))
+            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, None, rejected, dof,
+                                   spread_i))
         else:
             claim: Hypothesis = verdict
             p_adj = tests[claim][1] if claim in tests else (before.p_adjusted if before else 0.0)
-            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, look, rejected, dof, spread_i))
+            rows.append(Comparison(loss, count, mean_diff, interval, p_adj, verdict, look, rejected, dof,
+                                   spread_i))
     return tuple(rows)
 
 
@@ -378,7 +329,8 @@ def best_set(values: Mapping[str, SeedValues], alpha: float, *, excluded: Mappin
     k = len(names)
     if k > 1:
         # [j, i]: j minus i on their shared seeds
-        sp = spread({loss: values[loss] for loss in names}, [(a, b) for a in names for b in names], model, resolution)
+        sp = spread({loss: values[loss] for loss in names}, [(a, b) for a in names for b in names], model,
+                    resolution)
         p = _gated(_pvalues(sp.se, sp.df, sp.mean, 0.0, greater=True),  # H0: mean(j - i) <= 0: j not better
                    _pvalues(sp.own_se, sp.own_df, sp.mean, 0.0, greater=True), sp, model, alpha).reshape(k, k)
         live = np.array([testable is None or loss in testable for loss in names])

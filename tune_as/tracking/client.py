@@ -30,7 +30,8 @@ DEFAULT_URI = "sqlite:///mlflow.db"
 _NETWORK_FAILURES = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
                      requests.exceptions.RetryError, ConnectionError, TimeoutError)
 _TRANSIENT_CODES = {codes.ErrorCode.Name(code) for code in (
-    codes.TEMPORARILY_UNAVAILABLE, codes.DEADLINE_EXCEEDED, codes.REQUEST_LIMIT_EXCEEDED, codes.RESOURCE_EXHAUSTED)}
+    codes.TEMPORARILY_UNAVAILABLE, codes.DEADLINE_EXCEEDED, codes.REQUEST_LIMIT_EXCEEDED,
+    codes.RESOURCE_EXHAUSTED)}
 
 
 def _userinfo(uri: str) -> tuple[str, str | None, str]:
@@ -77,7 +78,8 @@ def is_outage(exc: BaseException) -> bool:
     """True when `exc` says the tracking store is away for now (retry later), judged by exception types along
     its cause/context chain, never by its text: MLflow wraps a refused connection or a timeout in a plain
     MlflowException whose context is the `requests` error."""
-    return any(isinstance(e, _NETWORK_FAILURES) or (isinstance(e, MlflowException) and e.error_code in _TRANSIENT_CODES)
+    return any(isinstance(e, _NETWORK_FAILURES)
+               or (isinstance(e, MlflowException) and e.error_code in _TRANSIENT_CODES)
                for e in _chain(exc))
 
 
@@ -103,18 +105,19 @@ def check_database_port(uri: str) -> None:
 
 
 class TrackingUnusable(UserError):
-    """Nothing usable answers at a tracking URI. `shown` is the URI without its password, `reason` says why."""
+    """Nothing usable answers at a tracking URI. `shown` is the URI without its password, `reason` says
+    why."""
 
     def __init__(self, shown: str, reason: str) -> None:
         self.shown, self.reason = shown, reason
-        super().__init__(f"MLflow tracking URI {shown} is not usable: expected a reachable tracking server or "
-                         f"database, got {reason}")
+        super().__init__(f"MLflow tracking URI {shown} is not usable: expected a reachable tracking server "
+                         f"or database, got {reason}")
 
 
 def _credentials_to_env(uri: str) -> str:
-    """For an http(s) URI with user:password@, put them in MLflow's MLFLOW_TRACKING_USERNAME/PASSWORD (over any
-    set before: the URI is the more specific) and return the URI without them. MLflow sends them as basic auth
-    either way, but only a URI without them keeps them out of MLflow's own messages ("API request to URL
+    """For an http(s) URI with user:password@, put them in MLflow's MLFLOW_TRACKING_USERNAME/PASSWORD (over
+    any set before: the URI is the more specific) and return the URI without them. MLflow sends them as basic
+    auth either way, but only a URI without them keeps them out of MLflow's own messages ("API request to URL
     failed", "View run ... at URL"). An empty user name stays in the URI: MLflow sends the environment's
     credentials only when both are non-empty, `requests` sends a URI's as they are."""
     user, password, bare = _userinfo(uri)

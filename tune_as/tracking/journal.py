@@ -1,9 +1,9 @@
 """The journal: tracking writes that could not be delivered, kept in the search's folder.
 
-What a tracker (tune_as.tracking.tracker) still has queued when a search ends goes into `tracking_journal.jsonl`
-(one JSON operation a line, whole or not at all) with the files those writes log moved beside it; `--resume` and
-`python -m tune_as.sync` queue it again first (`replay`). Operations are idempotent, so a write delivered twice
-changes nothing.
+What a tracker (tune_as.tracking.tracker) still has queued when a search ends goes into
+`tracking_journal.jsonl` (one JSON operation a line, whole or not at all) with the files those writes log
+moved beside it; `--resume` and `python -m tune_as.sync` queue it again first (`replay`). Operations are
+idempotent, so a write delivered twice changes nothing.
 """
 
 from __future__ import annotations
@@ -28,13 +28,15 @@ class WritesKept(Exception, Ending):
     exit_code = WRITES_KEPT
 
     def __init__(self, tracker: Any) -> None:
-        folder, lost = tracker.journal_dir, f"MLflow: {len(tracker.pending)} writes could not be delivered to {tracker.shown}"
+        folder, lost = (tracker.journal_dir,
+                        f"MLflow: {len(tracker.pending)} writes could not be delivered to {tracker.shown}")
         if folder is None or tracker.unkept:
             super().__init__(f"{lost}, and could not be kept in the search's folder either "
                              f"({tracker.unkept or 'no folder'}): they are lost")
         else:
-            super().__init__(f"{lost}; they are kept in {folder / JOURNAL}: `python -m tune_as.sync {folder}` "
-                             "delivers them once MLflow answers (so does --resume)")
+            super().__init__(f"{lost}; they are kept in {folder / JOURNAL}: "
+                             f"`python -m tune_as.sync {folder}` delivers them once MLflow answers "
+                             "(so does --resume)")
 
 
 def keep(tracker: Any) -> Path | None:
@@ -64,7 +66,8 @@ def keep(tracker: Any) -> Path | None:
         partial.replace(path)  # whole or not at all
     except OSError as exc:  # a full disk, a folder gone: said, never a traceback over the search's answer
         tracker.unkept = f"{type(exc).__name__}: {first_line(exc)[:200]}"
-        log.error("MLflow: %d writes could not be kept in %s either (%s)", len(tracker.pending), path, tracker.unkept)
+        log.error("MLflow: %d writes could not be kept in %s either (%s)", len(tracker.pending), path,
+                  tracker.unkept)
         return None
     return path
 
@@ -83,8 +86,8 @@ def replay(tracker: Any, skip_search_end: bool = False) -> int:
                 raise ValueError(f"operation {op.get('op') if isinstance(op, dict) else op!r}")
             what = str(op.pop("what", op["op"]))
         except ValueError as exc:
-            raise UserError(f"{tracker.journal_dir / JOURNAL}:{n}: expected a tracking write that tune_as kept "
-                            f"(JSON), got {first_line(exc)[:200]}") from None
+            raise UserError(f"{tracker.journal_dir / JOURNAL}:{n}: expected a tracking write that tune_as "
+                            f"kept (JSON), got {first_line(exc)[:200]}") from None
         if op.get("staged") is not None:
             op["staged"] = str(files / Path(op["staged"]).name)
         if not (skip_search_end and op["op"] == "search_end"):

@@ -1,8 +1,9 @@
 """The run schema, in one place: MLflow tag names and roles, artifact names and the search folder layout.
 (A child run's MLflow params turn back into settings with `tune_as.settings.from_params`.)
 
-The search writes this schema (tune_as.engine, tune_as.tracking.tracker) and the report reads it (tune_as.report);
-neither spells a tag, an artifact or a file name of its own. docs/architecture.md ("MLflow schema") shows it.
+The search writes this schema (tune_as.engine, tune_as.tracking.tracker) and the report reads it
+(tune_as.report); neither spells a tag, an artifact or a file name of its own. docs/architecture.md
+("MLflow schema") shows it.
 """
 
 from __future__ import annotations
@@ -26,14 +27,18 @@ STOPPED_EARLY = "tune_as.stopped_early"  # "true" on a trial early stopping cut 
 PURPOSE = "tune_as.purpose"  # on a parent run that only holds confirmations
 EXPERIMENTS = "tune_as.experiments"  # on a report run: the experiments it read
 ORPHANED = "tune_as.orphaned"
-DATA_WARNINGS = "tune_as.data_warnings"  # on a search's parent run: what in the data could mislead (leakage, ...)
+# on a search's parent run: what in the data could mislead (leakage, ...)
+DATA_WARNINGS = "tune_as.data_warnings"
 PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
-NOTE = "mlflow.note.content"  # a run's Description in the MLflow UI: on a search's parent run, its answer's table
-# MLflow 3 opens an experiment in its GenAI view (traces) unless this experiment tag says it holds model runs; from
-# MLflow 3.17 the browser's own choice wins over the tag, and only the page address (`ui_line`) opens the runs table
+# a run's Description in the MLflow UI: on a search's parent run, its answer's table
+NOTE = "mlflow.note.content"
+# MLflow 3 opens an experiment in its GenAI view (traces) unless this experiment tag says it holds model runs;
+# from MLflow 3.17 the browser's own choice wins over the tag, and only the page address (`ui_line`) opens the
+# runs table
 EXPERIMENT_KIND, MODEL_RUNS = "mlflow.experimentKind", "custom_model_development"
-# On a search's parent run, from its answer (tune_as.results.answer.summary): tags tune_as.winner, tune_as.best_set
-# and tune_as.verdict.<loss>; metrics delta_<loss>, delta_low_<loss>, delta_high_<loss> (points).
+# On a search's parent run, from its answer (tune_as.results.answer.summary): tags tune_as.winner,
+# tune_as.best_set and tune_as.verdict.<loss>; metrics delta_<loss>, delta_low_<loss>, delta_high_<loss>
+# (points).
 ANSWER_TAG_PREFIX = "tune_as."
 
 ROLE_SEARCH, ROLE_TRIAL, ROLE_CONFIRMATION, ROLE_REPORT = "search", "trial", "confirmation", "report"
@@ -43,7 +48,8 @@ PMARGIN_FILE = "pmargin.npy"  # p_t - max p_i on the test split, of the best-val
 RANKING_MD, RANKING_CSV = "ranking.md", "ranking.csv"  # the search's final answer, on its parent run
 ANSWER_PNG = "answer.png"  # the answer as a forest plot (tune_as.results.forest), on the parent run
 ANSWER_JSON = "answer.json"  # the answer's record (tune_as.results.answer): what the report replays
-SEARCH_EPOCHS, CONFIRM_EPOCHS = "compute_search_epochs", "compute_confirm_epochs"  # its cost: parent run metrics
+# its cost: parent run metrics
+SEARCH_EPOCHS, CONFIRM_EPOCHS = "compute_search_epochs", "compute_confirm_epochs"
 
 # -- the search's folder: <storage_path>/<name>/ ----------------------------------------------------------
 SEARCH_STATE_FILE = "tune_as_search.json"  # what the search was started with (resume reads it)
@@ -52,8 +58,8 @@ NAME_LOCK = ".tune_as.lock"  # held by the process that runs the search
 
 
 def search_states(storage: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every search folder under `storage` with its saved state (unreadable ones are skipped): how the search's
-    `--resume` and the report's Optuna look-up find searches."""
+    """Every search folder under `storage` with its saved state (unreadable ones are skipped): how the
+    search's `--resume` and the report's Optuna look-up find searches."""
     found = []
     for path in storage.glob(f"*/{SEARCH_STATE_FILE}"):
         try:
@@ -83,12 +89,14 @@ def sqlite_file(uri: str) -> Path | None:
 
 
 def ui_line(shown_uri: str, experiment_id: str) -> str:
-    """Where a person sees a search's runs: the MLflow UI's runs table of its experiment (the parent run holds the
-    answer). `shown_uri` is the store without its password: a server's address, or a store `mlflow ui` serves."""
+    """Where a person sees a search's runs: the MLflow UI's runs table of its experiment (the parent run holds
+    the answer). `shown_uri` is the store without its password: a server's address, or a store `mlflow ui`
+    serves."""
     page = f"#/experiments/{experiment_id}?workflowType=machine_learning"
     if shown_uri.startswith(("http://", "https://")):
         return f"MLflow UI: {shown_uri.rstrip('/')}/{page}"
     prefix = "sqlite:///"
     if shown_uri.startswith(prefix) and Path(shown_uri[len(prefix):]).is_relative_to(Path.cwd()):
-        shown_uri = prefix + str(Path(shown_uri[len(prefix):]).relative_to(Path.cwd()))  # as a person types it
+        # as a person types it
+        shown_uri = prefix + str(Path(shown_uri[len(prefix):]).relative_to(Path.cwd()))
     return f"MLflow UI: mlflow ui --backend-store-uri {shown_uri}\n  then open http://127.0.0.1:5000/{page}"

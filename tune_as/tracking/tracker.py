@@ -3,10 +3,10 @@ concurrent writers. Schema: docs/architecture.md ("MLflow schema").
 
 Every write goes through a FIFO queue of operations kept as data (JSON): when the tracking server is
 unreachable, the operations stay queued and are retried, in order, on the next callback (and for up to
-`final_flush_s` at the end of the search). The search itself never fails because MLflow is briefly away. What is
-still queued when the search ends is kept in its folder (`tracking_journal.jsonl`, with the files it logs beside
-it), never dropped: `--resume` or `python -m tune_as.sync` delivers it (operations are idempotent: a run is found
-by its trial's tag, metrics already logged are skipped by step).
+`final_flush_s` at the end of the search). The search itself never fails because MLflow is briefly away. What
+is still queued when the search ends is kept in its folder (`tracking_journal.jsonl`, with the files it logs
+beside it), never dropped: `--resume` or `python -m tune_as.sync` delivers it (operations are idempotent: a
+run is found by its trial's tag, metrics already logged are skipped by step).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from tune_as.errors import UserError
 from tune_as.tracking import journal
 from tune_as.tracking.background import Writer
 from tune_as.tracking.client import DEFAULT_URI, failure_reason, is_outage, open_client, redact_uri, scrub
-from tune_as.tracking.journal import JOURNAL, JOURNAL_FILES, OPERATIONS, WritesKept  # noqa: F401 - also the tracker's names
+
+# also the tracker's names
+from tune_as.tracking.journal import JOURNAL, JOURNAL_FILES, OPERATIONS, WritesKept  # noqa: F401
 from tune_as.tracking.schema import (
     ERROR,
     EXPERIMENT_KIND,
@@ -46,15 +48,16 @@ from tune_as.tracking.schema import (
 log = logging.getLogger(__name__)
 CLOSED = ("FINISHED", "FAILED", "KILLED")  # MLflow run statuses that say a trial's run was ended
 NON_METRICS = {"error", "node_id", "done", "trial_id", "experiment_id", "date", "hostname", "node_ip", "pid",
-               "experiment_tag", "config", "time_this_iter_s", "time_total_s", "timestamp", "time_since_restore",
-               "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint", "training_iteration"}
+               "experiment_tag", "config", "time_this_iter_s", "time_total_s", "timestamp",
+               "time_since_restore", "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint",
+               "training_iteration"}
 
 
 @dataclass
 class TrialRecord:
     """What the tracker knows of one trial: its run (None until found or created), how to open it, how far its
-    metrics are queued (`last_step`) and known to be in MLflow (`logged`), whether it ended, and whether its run
-    was found already closed (FINISHED, FAILED or KILLED) in MLflow."""
+    metrics are queued (`last_step`) and known to be in MLflow (`logged`), whether it ended, and whether its
+    run was found already closed (FINISHED, FAILED or KILLED) in MLflow."""
 
     tags: dict[str, str]
     name: str
@@ -83,7 +86,8 @@ class MlflowTracker:
         self.journal_dir = journal_dir  # the search's folder: writes not delivered at its end are kept there
         self.unkept: str | None = None  # why the journal could not be written (a full disk), if it could not
         self.outage_since: float | None = None
-        self.lock = threading.RLock()  # one flush at a time: the search's thread, or the writer's (`start_writer`)
+        # one flush at a time: the search's thread, or the writer's (`start_writer`)
+        self.lock = threading.RLock()
         self.writer: Writer | None = None
 
     @property
@@ -95,23 +99,24 @@ class MlflowTracker:
 
     # -- set-up (synchronous: errors here are the user's to see) -----------------------------------------
     def check_reachable(self, new: bool = False) -> None:
-        """UserError unless the store answers and the experiment is usable. An experiment deleted in the MLflow
-        UI (soft-deleted: MLflow keeps its name taken) is not restored behind the user's back, which would bring
-        its discarded runs back into the report: the error says how to restore it or to use another name. A `new`
-        search whose name the experiment already holds is refused: `start_search` would add its runs to that
-        search's parent run, and the report would pool two searches as one."""
+        """UserError unless the store answers and the experiment is usable. An experiment deleted in the
+        MLflow UI (soft-deleted: MLflow keeps its name taken) is not restored behind the user's back, which
+        would bring its discarded runs back into the report: the error says how to restore it or to use
+        another name. A `new` search whose name the experiment already holds is refused: `start_search` would
+        add its runs to that search's parent run, and the report would pool two searches as one."""
         self._client = open_client(self.uri)
         exp = self._client.get_experiment_by_name(self.experiment)
         if exp is not None and exp.lifecycle_stage == "deleted":
             raise UserError(
-                f"MLflow experiment {self.experiment!r} at {self.shown} is deleted: expected an active or new "
-                f"experiment; restore it with `mlflow experiments restore --experiment-id {exp.experiment_id}` "
-                "(MLFLOW_TRACKING_URI set to this tracking URI), or choose another experiment name (--experiment)")
+                f"MLflow experiment {self.experiment!r} at {self.shown} is deleted: expected an active or "
+                f"new experiment; restore it with `mlflow experiments restore --experiment-id "
+                f"{exp.experiment_id}` (MLFLOW_TRACKING_URI set to this tracking URI), or choose another "
+                "experiment name (--experiment)")
         if new and exp is not None and (found := self._parent(exp.experiment_id)) is not None:
-            raise UserError(f"--name: expected a new search name, but MLflow experiment {self.experiment!r} at "
-                            f"{self.shown} holds a search named {self.search_id!r} already (parent run "
-                            f"{found.info.run_id}); choose another --name, or resume that search from its folder "
-                            "(--resume)")
+            raise UserError(f"--name: expected a new search name, but MLflow experiment {self.experiment!r} "
+                            f"at {self.shown} holds a search named {self.search_id!r} already (parent run "
+                            f"{found.info.run_id}); choose another --name, or resume that search from its "
+                            "folder (--resume)")
 
     def start_search(self, params: dict[str, Any], tags: dict[str, str]) -> str:
         """Find (on resume) or create the experiment and the parent run of this search."""
@@ -132,8 +137,8 @@ class MlflowTracker:
 
     def _parent(self, experiment_id: str) -> Run | None:
         """This search's parent run in the experiment, if it exists."""
-        found = self.client.search_runs([experiment_id], max_results=1,
-                                        filter_string=f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` = 'search'")
+        found = self.client.search_runs([experiment_id], max_results=1, filter_string=(
+            f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` = 'search'"))
         return found[0] if found else None
 
     def attach(self) -> None:
@@ -141,8 +146,8 @@ class MlflowTracker:
         exp = self.client.get_experiment_by_name(self.experiment)
         found = self._parent(exp.experiment_id) if exp is not None else None
         if exp is None or found is None:
-            raise UserError(f"MLflow at {self.shown}: expected the parent run of search {self.search_id!r} in "
-                            f"experiment {self.experiment!r}, got none")
+            raise UserError(f"MLflow at {self.shown}: expected the parent run of search {self.search_id!r} "
+                            f"in experiment {self.experiment!r}, got none")
         self.experiment_id, self.parent_id = exp.experiment_id, found.info.run_id
 
     # -- queued operations: data (JSON), so that what cannot be delivered is kept on disk -------------------
@@ -154,7 +159,8 @@ class MlflowTracker:
             self.writer.wake()
 
     def start_writer(self) -> None:
-        """From now on, deliver on a thread of its own (tune_as.tracking.background), off the caller's event loop."""
+        """From now on, deliver on a thread of its own (tune_as.tracking.background), off the caller's event
+        loop."""
         if self.writer is None:
             self.writer = Writer(self)
 
@@ -198,10 +204,12 @@ class MlflowTracker:
             if self.parent_id:
                 self.client.set_terminated(self.parent_id, op["status"])
         else:
-            {"start": self._start, "result": self._result, "end": self._end, "artifacts": self._search_artifacts}[kind](op)
+            {"start": self._start, "result": self._result, "end": self._end,
+             "artifacts": self._search_artifacts}[kind](op)
 
     def _record(self, trial_id: str) -> TrialRecord:
-        """A trial's record; one the driver never saw start (a restored Ray trial's events) gets a bare one."""
+        """A trial's record; one the driver never saw start (a restored Ray trial's events) gets a bare
+        one."""
         return self.trials.setdefault(trial_id, TrialRecord(tags={}, name=trial_id))
 
     def _child(self, trial_id: str) -> str:
@@ -224,25 +232,26 @@ class MlflowTracker:
         return run.info.run_id
 
     def _logged_step(self, run: Run) -> int:
-        """The last step of a run's metrics. Not its LAST_STEP tag alone: the SQLite store commits a batch's metrics
-        and its tags in separate transactions, so a driver killed between the two leaves the tag a step behind. A
-        closed run's tag is whole (its end is delivered after every result, from one FIFO queue): no request per
-        metric for it, which a resume makes for each trial it settles."""
+        """The last step of a run's metrics. Not its LAST_STEP tag alone: the SQLite store commits a batch's
+        metrics and its tags in separate transactions, so a driver killed between the two leaves the tag a
+        step behind. A closed run's tag is whole (its end is delivered after every result, from one FIFO
+        queue): no request per metric for it, which a resume makes for each trial it settles."""
         tagged = int(run.data.tags.get(LAST_STEP, 0))
         if run.info.status in CLOSED:
             return tagged
-        steps = [m.step for key in run.data.metrics for m in self.client.get_metric_history(run.info.run_id, key)]
+        steps = [m.step for key in run.data.metrics
+                 for m in self.client.get_metric_history(run.info.run_id, key)]
         return max([tagged, *steps])
 
-    def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str], name: str | None = None,
-                      settle: bool = False) -> None:
-        """Open (or, after a restart, find) the trial's child run, named `name` (default: the trial id). `settle`:
-        the trial ended under an earlier driver (`trial_ended(settle=True)` follows): a run found closed stays
-        closed, one found open or not found is opened, to be ended as the trial did."""
+    def trial_started(self, trial_id: str, config: dict[str, Any], tags: dict[str, str],
+                      name: str | None = None, settle: bool = False) -> None:
+        """Open (or, after a restart, find) the trial's child run, named `name` (default: the trial id).
+        `settle`: the trial ended under an earlier driver (`trial_ended(settle=True)` follows): a run found
+        closed stays closed, one found open or not found is opened, to be ended as the trial did."""
         params = {k: str(v)[:6000] for k, v in sorted(config.items()) if v is not None}
         self._record(trial_id).ended = False  # running (again, for a trial Ray restored)
-        self._enqueue(f"start of {trial_id}", {"op": "start", "trial": trial_id, "params": params, "tags": tags,
-                                               "name": name or trial_id, "settle": settle})
+        self._enqueue(f"start of {trial_id}", {"op": "start", "trial": trial_id, "params": params,
+                                               "tags": tags, "name": name or trial_id, "settle": settle})
 
     def _start(self, op: dict[str, Any]) -> None:
         record = self._record(op["trial"])
@@ -275,8 +284,8 @@ class MlflowTracker:
     def _result(self, op: dict[str, Any]) -> None:
         record, step = self._record(op["trial"]), int(op["step"])
         run_id = self._child(op["trial"])
-        if step <= record.logged:  # queued before the run (and how far it is logged) was found after a restart
-            return
+        if step <= record.logged:
+            return  # queued before the run (and how far it is logged) was found after a restart
         self.client.log_batch(run_id, metrics=[Metric(k, v, ts, step) for k, v, ts in op["metrics"]],
                               tags=[RunTag(k, v) for k, v in op["tags"].items()])
         record.logged = step
@@ -284,11 +293,13 @@ class MlflowTracker:
     def trial_ended(self, trial_id: str, status: str, error: str | None = None,
                     artifacts: list[Path] | None = None, tags: dict[str, str] | None = None,
                     settle: bool = False) -> None:
-        """Close the trial's run as `status`; `settle` (see `trial_started`): unless MLflow has it closed already."""
+        """Close the trial's run as `status`; `settle` (see `trial_started`): unless MLflow has it closed
+        already."""
         self._record(trial_id).ended = True
         extra = dict(tags or {})
         if error:
-            extra[ERROR] = scrub(error.strip().splitlines()[-1], self.uri)[:5000] if error.strip() else "error"
+            extra[ERROR] = (scrub(error.strip().splitlines()[-1], self.uri)[:5000] if error.strip()
+                            else "error")
         self._enqueue(f"end of {trial_id}", {"op": "end", "trial": trial_id, "status": status, "tags": extra,
                                              "staged": _staged(artifacts), "settle": settle})
 
@@ -307,19 +318,22 @@ class MlflowTracker:
 
     def search_artifacts(self, paths: list[Path], metrics: dict[str, float] | None = None,
                          tags: dict[str, str] | None = None) -> None:
-        """Log files (the search's ranking), metrics (its compute, each loss's difference) and tags (verdicts, the
-        winner) to the parent run; files are copied now, and all is delivered through the queue."""
-        self._enqueue("search artifacts", {"op": "artifacts", "staged": _staged(paths), "time": int(time.time() * 1000),
+        """Log files (the search's ranking), metrics (its compute, each loss's difference) and tags (verdicts,
+        the winner) to the parent run; files are copied now, and all is delivered through the queue."""
+        self._enqueue("search artifacts", {"op": "artifacts", "staged": _staged(paths),
+                                           "time": int(time.time() * 1000),
                                            "metrics": {k: float(v) for k, v in (metrics or {}).items()},
                                            "tags": {k: v[:5000] for k, v in (tags or {}).items()}})
 
     def _search_artifacts(self, op: dict[str, Any]) -> None:
         self._log_staged(str(self.parent_id), op["staged"])
-        self.client.log_batch(str(self.parent_id), metrics=[Metric(k, v, op["time"], 0) for k, v in op["metrics"].items()],
+        self.client.log_batch(str(self.parent_id),
+                              metrics=[Metric(k, v, op["time"], 0) for k, v in op["metrics"].items()],
                               tags=[RunTag(k, v) for k, v in op["tags"].items()])
 
     def _log_staged(self, run_id: str, staged: str | None) -> None:
-        """The files copied when the operation was queued (Ray may delete a checkpoint before MLflow is back)."""
+        """The files copied when the operation was queued (Ray may delete a checkpoint before MLflow is
+        back)."""
         if staged is None:
             return
         folder = Path(staged)
@@ -331,20 +345,22 @@ class MlflowTracker:
         return sorted(t for t, record in self.trials.items() if not record.ended)
 
     def _close_orphans(self) -> None:
-        """A driver killed between opening a trial's run and Ray's next experiment-state save leaves a run for a
-        trial Ray never resumes (the searcher replaces it). When the search then finishes, such a run is still
-        RUNNING and untouched by this process: mark it KILLED and soft-delete it (restorable in MLflow), so
-        the experiment has exactly one run per trial."""
+        """A driver killed between opening a trial's run and Ray's next experiment-state save leaves a run for
+        a trial Ray never resumes (the searcher replaces it). When the search then finishes, such a run is
+        still RUNNING and untouched by this process: mark it KILLED and soft-delete it (restorable in MLflow),
+        so the experiment has exactly one run per trial."""
         assert self.experiment_id is not None
         found = self.client.search_runs([self.experiment_id], max_results=5000, filter_string=(
-            f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` != 'search' and attributes.status = 'RUNNING'"))
+            f"tags.`{SEARCH}` = '{self.search_id}' and tags.`{ROLE}` != 'search' "
+            "and attributes.status = 'RUNNING'"))
         for run in found:
             record = self.trials.get(run.data.tags.get(TRIAL, ""))
             if record is None or record.run_id is None:
                 self.client.set_tag(run.info.run_id, ORPHANED, "trial lost with a killed driver")
                 self.client.set_terminated(run.info.run_id, "KILLED")
                 self.client.delete_run(run.info.run_id)
-                log.warning("MLflow: closed orphaned run %s of trial %s", run.info.run_id, run.data.tags.get(TRIAL))
+                log.warning("MLflow: closed orphaned run %s of trial %s", run.info.run_id,
+                            run.data.tags.get(TRIAL))
 
     def search_ended(self, status: str) -> bool:
         """Close the parent run (and, after an interruption, every trial still open, as KILLED) and wait
