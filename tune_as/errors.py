@@ -1,4 +1,5 @@
-"""Errors a user can cause (the CLIs print them as one line and exit with code 2), and how a CLI process ends."""
+"""Errors a user can cause (the CLIs print them as one line and exit with code 2), and how a CLI process
+ends."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def clip(text: str, limit: int = 80) -> str:
 
 
 def excerpt(value: object, limit: int = 80) -> str:
-    """`repr(value)`, clipped: a user's value quoted in a message stays short (a 1 MB label is not printed whole)."""
+    """`repr(value)`, clipped: a user's value quoted in a message stays short (a 1 MB label is not printed
+    whole)."""
     return clip(repr(value[: limit + 1] if isinstance(value, str | bytes) else value), limit)
 
 
@@ -89,21 +91,24 @@ def cli_run(work: Callable[[], int], debug: bool = False) -> int:
 
 
 def end_process(code: int) -> NoReturn:
-    """How a CLI process ends once `main` has returned: what it wrote is closed by then (MLflow flushed, Ray left,
-    the local head stopped), so the atexit handlers run, the streams are flushed, and the process exits at once.
-    Python's own teardown of the modules loaded (torch, Ray, MLflow) is skipped: it changes nothing a user can see
-    and took 2.1 s of every search's end on a 2-core machine (docs/benchmarks.md). A thread still working (not a
-    daemon) is left to the normal exit, which waits for it."""
+    """How a CLI process ends once `main` has returned: what it wrote is closed by then (MLflow flushed, Ray
+    left, the local head stopped), so the atexit handlers run, the streams are flushed, and the process exits
+    at once. Python's own teardown of the modules loaded (torch, Ray, MLflow) is skipped: it changes nothing a
+    user can see and took 2.1 s of every search's end on a 2-core machine (docs/benchmarks.md). A thread still
+    working (not a daemon) is left to the normal exit, which waits for it."""
     if working_threads():
         raise SystemExit(code)
-    # CPython's own exit step, run here because os._exit skips it (no public name runs the registered handlers)
+    # CPython's own exit step, run here because os._exit
+    # skips it (no public name runs the registered handlers)
     atexit._run_exitfuncs()  # noqa: SLF001
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that went away, a stream closed by a handler
+        # a reader that went away, a stream closed by a handler
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code)
 
 
 def working_threads() -> list[threading.Thread]:
     """The threads other than the main one that Python's normal exit would wait for (alive, not daemons)."""
-    return [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    return [t for t in threading.enumerate()
+            if t is not threading.main_thread() and t.is_alive() and not t.daemon]

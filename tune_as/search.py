@@ -1,6 +1,7 @@
 """`python -m tune_as.search --task TASK`: the CLI. It maps arguments onto a `SearchRequest` and calls
-`tune_as.engine.run.run_search`. Every option but --debug is a SearchRequest field, derived from its declaration
-(type, default, help, flag: tune_as.engine.request); argparse shows the defaults, the request owns them."""
+`tune_as.engine.run.run_search`. Every option but --debug is a SearchRequest field, derived from its
+declaration (type, default, help, flag: tune_as.engine.request); argparse shows the defaults, the request owns
+them."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         for name in names:
             group.add_argument(flag(name), dest=name, **_argument(fields[name], hints[name]))
     p.add_argument("--debug", action="store_true",
-                   help="print the traceback of a refused input too (an unexpected failure always prints one)")
+                   help="print the traceback of a refused input too "
+                        "(an unexpected failure always prints one)")
     return p
 
 
@@ -85,14 +87,14 @@ def request_from_args(args: argparse.Namespace, typed: frozenset[str] | None = N
         task_args.append((key.strip(), value.strip()))
     overrides = tuple(parse_overrides(args.overrides).items())
     fields = {k: v for k, v in vars(args).items() if k != "debug"}
-    return SearchRequest(**{**fields, "task": args.task or "", "losses": losses, "task_args": tuple(task_args),
-                            "overrides": overrides, "typed": typed})
+    return SearchRequest(**{**fields, "task": args.task or "", "losses": losses,
+                            "task_args": tuple(task_args), "overrides": overrides, "typed": typed})
 
 
 def typed_options(args: argparse.Namespace, argv: list[str] | None) -> frozenset[str]:
-    """The SearchRequest fields of the options on the command line, whatever their value: parsed again with every
-    default suppressed, so that only typed options are in the namespace (`--max-seeds 10` is typed although 10 is
-    the default: a resume must compare it with the saved value)."""
+    """The SearchRequest fields of the options on the command line, whatever their value: parsed again with
+    every default suppressed, so that only typed options are in the namespace (`--max-seeds 10` is typed
+    although 10 is the default: a resume must compare it with the saved value)."""
     parser = build_parser()
     for action in parser._actions:  # noqa: SLF001 - argparse lists its actions nowhere public
         action.default = argparse.SUPPRESS
@@ -114,7 +116,8 @@ class _Fitted(logging.Handler):
 
 def _fit_log_lines() -> None:
     log = logging.getLogger("tune_as")
-    if not any(isinstance(h, _Fitted) for h in log.handlers):  # main() may run many times in one process (tests)
+    # main() may run many times in one process (tests)
+    if not any(isinstance(h, _Fitted) for h in log.handlers):
         log.addHandler(_Fitted())
     log.propagate = False  # one copy of each line (not Python's last-resort handler too)
     log.setLevel(logging.WARNING)
@@ -134,8 +137,8 @@ _TERMINATED = False
 
 
 def starting_line(r: SearchRequest) -> str:
-    """What is about to run, from the request alone (printed at once: importing PyTorch, Ray Tune and MLflow, then
-    starting Ray, take seconds before the search's own lines)."""
+    """What is about to run, from the request alone (printed at once: importing PyTorch, Ray Tune and MLflow,
+    then starting Ray, take seconds before the search's own lines)."""
     from tune_as.results.render import fit
 
     if r.resume:
@@ -167,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _attempt(work: Callable[[], T], debug: bool = False) -> tuple[int, T | None]:
-    """`work()`'s value with SUCCESS, or the exit code `cli_run` gives its failure (having printed it) and None."""
+    """`work()`'s value with SUCCESS, or the exit code `cli_run` gives its failure (having printed it) and
+    None."""
     done: list[T] = []
 
     def run() -> int:
@@ -214,7 +218,8 @@ def _leave(head: ray_head.Head) -> None:
     head.stop()
 
 
-def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Head | None, answer_to: TextIO) -> int:
+def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Head | None,
+            answer_to: TextIO) -> int:
     from tune_as.engine.cluster import loopback_ray
 
     loopback_ray(args.address)
@@ -236,7 +241,8 @@ def _search(args: argparse.Namespace, request: SearchRequest, head: ray_head.Hea
 
 
 def cli() -> None:
-    """`python -m tune_as.search` and `tune-as-search`: `main`, then the quick end of tune_as.errors.end_process."""
+    """`python -m tune_as.search` and `tune-as-search`: `main`, then the quick end of
+    tune_as.errors.end_process."""
     end_process(main())
 
 

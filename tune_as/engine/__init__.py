@@ -1,12 +1,13 @@
 """The search engine: the only package (with the CLIs) that imports Ray. Read `run.run_search` first.
 
-    request (SearchRequest) -> plan (no Ray: task, space, base TrialSettings, data) -> session (Ray, the MLflow
-      parent run, the folder) -> run (the search's Tuner) -> confirm (the race's rounds) -> record (the answer's
-      record, replayed by the report; the answer itself: tune_as.results)
+    request (SearchRequest) -> plan (no Ray: task, space, base TrialSettings, data) -> session (Ray, the
+      MLflow parent run, the folder) -> run (the search's Tuner) -> confirm (the race's rounds) -> record (the
+      answer's record, replayed by the report; the answer itself: tune_as.results)
 
 Modules (tests/test_imports.py keeps this list equal to the package's):
 - request: what a user asks, each option declared once; check() needs nothing but the request
 - plan: the request resolved into task, space, settings and prepared data; nothing written but the data cache
+- checks: the checks planning runs before anything is written
 - resume: what a resumed search restores and what it may change
 - session: Ray, the MLflow parent run, the folder, and the Tuners (new, restored, fitted)
 - run: the spine: plan, open, search, confirm, decide, record, print

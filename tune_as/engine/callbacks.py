@@ -1,6 +1,6 @@
-"""The driver side of a trial: trial names and the Tune callbacks that turn Tune's trial events into MLflow runs
-(tune_as.tracking.tracker), drop ended trials' weights and notice an interruption. What Tune runs in a worker is
-tune_as.engine.worker, which imports none of this."""
+"""The driver side of a trial: trial names and the Tune callbacks that turn Tune's trial events into MLflow
+runs (tune_as.tracking.tracker), drop ended trials' weights and notice an interruption. What Tune runs in a
+worker is tune_as.engine.worker, which imports none of this."""
 
 from __future__ import annotations
 
@@ -24,17 +24,18 @@ RESULT_FILE = "result.json"  # Ray Tune's JSON logger's file (ray.tune.result.EX
 
 
 def common() -> list[tune.Callback]:
-    """Every Tuner's callbacks besides its MLflow one: the one Tune logger a search reads, JSON (`result.json`,
-    persisted_results), then DropFinishedWeights and NoticeInterrupt. Tune's other default loggers, CSV and
-    TensorBoard, are turned off for a new search (cluster.tune_environment; a resume keeps them, for a search
-    started before this list had its own logger): no code or user reads them (MLflow has every result), and the
-    TensorBoard writer's thread took ~10% of a local search driver's samples (py-spy)."""
+    """Every Tuner's callbacks besides its MLflow one: the one Tune logger a search reads, JSON
+    (`result.json`, persisted_results), then DropFinishedWeights and NoticeInterrupt. Tune's other default
+    loggers, CSV and TensorBoard, are turned off for a new search (cluster.tune_environment; a resume keeps
+    them, for a search started before this list had its own logger): no code or user reads them (MLflow has
+    every result), and the TensorBoard writer's thread took ~10% of a local search driver's samples
+    (py-spy)."""
     return [JsonLoggerCallback(), DropFinishedWeights(), NoticeInterrupt()]
 
 
 def trial_name(trial: Any) -> str:
-    """`as_softmax_0003`: the loss and the trial's number in the search (Tune's experiment tag starts with it),
-    in the progress table, the trial folders and the MLflow run names."""
+    """`as_softmax_0003`: the loss and the trial's number in the search (Tune's experiment tag starts with
+    it), in the progress table, the trial folders and the MLflow run names."""
     number = str(getattr(trial, "experiment_tag", "") or "").split("_", 1)[0]
     suffix = f"{int(number):04d}" if number.isdigit() else str(trial.trial_id)
     return f"{trial.config.get('loss', 'trial')}_{suffix}"
@@ -42,8 +43,8 @@ def trial_name(trial: Any) -> str:
 
 class Settles(tune.Callback):
     """A callback with work to do once per driver process, for the trials that ended under an earlier driver:
-    Tune sends no event for them again. It is done before Tune's first step, or as the experiment ends when there
-    is no step (every trial had ended: a round finished before the kill). Ray pickles callbacks with the
+    Tune sends no event for them again. It is done before Tune's first step, or as the experiment ends when
+    there is no step (every trial had ended: a round finished before the kill). Ray pickles callbacks with the
     experiment; the copy that `Tuner.restore` brings back runs in a new driver, so it settles again."""
 
     settled = False
@@ -67,12 +68,13 @@ class MlflowCallback(Settles):
     """Driver-side bridge from Tune's trial events to `tracking.MlflowTracker`.
 
     Ray pickles a run's callbacks with the experiment and brings that copy back on `Tuner.restore`, in a new
-    driver process: the tracker (a live client with a queue) cannot travel in the pickle. So the callback names
-    its search and finds the tracker that the driver registered for it (`register`) before running."""
+    driver process: the tracker (a live client with a queue) cannot travel in the pickle. So the callback
+    names its search and finds the tracker that the driver registered for it (`register`) before running."""
 
     _trackers: dict[str, tracking.MlflowTracker] = {}
 
-    def __init__(self, tracker: tracking.MlflowTracker, metric: str, role: str, data_params: dict[str, Any]) -> None:
+    def __init__(self, tracker: tracking.MlflowTracker, metric: str, role: str,
+                 data_params: dict[str, Any]) -> None:
         self.search_id, self.metric, self.role = tracker.search_id, metric, role
         self.data_params = data_params  # the search's DataSettings, logged beside each trial's own settings
         self.register(tracker)
@@ -87,14 +89,15 @@ class MlflowCallback(Settles):
 
     def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None,
               **info: Any) -> None:
-        # MLflow's writes leave Tune's event loop: a slow or absent server must not hold every trial's next result
+        # MLflow's writes leave Tune's event loop: a slow or
+        # absent server must not hold every trial's next result
         self.tracker.start_writer()
 
     def settle(self, trials: list[Any]) -> None:
-        """A trial that ended under an earlier, killed driver gets no event from Tune again, though Ray's snapshot
-        counts it; what that driver had not yet delivered to MLflow (its queue died with it: a start, results, the
-        end) is delivered now, from Ray's own record of the trial (its status, config, `result.json`). A run
-        MLflow already has closed is left as it is."""
+        """A trial that ended under an earlier, killed driver gets no event from Tune again, though Ray's
+        snapshot counts it; what that driver had not yet delivered to MLflow (its queue died with it: a start,
+        results, the end) is delivered now, from Ray's own record of the trial (its status, config,
+        `result.json`). A run MLflow already has closed is left as it is."""
         for trial in trials:
             if all(m.run_id in self.tracker.trials for m in members(trial.trial_id, trial.config, {})):
                 continue  # seen by this driver (or in the journal it delivered first)
@@ -107,20 +110,23 @@ class MlflowCallback(Settles):
         # each member of a population is a run of its own (tune_as.engine.members), with a solo trial's params
         for member in members(trial.trial_id, trial.config, {}):
             config = {**self.data_params, **member.config, "git_commit": git_commit()}
-            # a search trial is `<loss>_<number>`; a confirmation run says which seed it confirms: `<loss>_seed<seed>`
+            # a search trial is `<loss>_<number>`; a confirmation
+            # run says which seed it confirms: `<loss>_seed<seed>`
             name = trial_name(trial) if self.role != schema.ROLE_CONFIRMATION else \
                 f"{member.config.get('loss', 'trial')}_seed{member.config.get('seed')}"
             self.tracker.trial_started(member.run_id, config, name=name, settle=settle, tags={
                 schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]),
                 schema.LOSS: str(member.config["loss"]), schema.METRIC: f"val_{self.metric}"})
         if (trial.last_result or {}).get("training_iteration"):
-            # Restored after a driver restart (or retried): what it reported before may never have reached MLflow
-            # (a killed driver's queue dies with it), though Ray's snapshot counts it. Ray's own record of those
-            # results is replayed; steps MLflow already has are skipped (tracking.tracker: idempotent by step).
+            # Restored after a driver restart (or retried): what it reported before may never have reached
+            # MLflow (a killed driver's queue dies with it), though Ray's snapshot counts it. Ray's own record
+            # of those results is replayed; steps MLflow already has are skipped (tracking.tracker:
+            # idempotent by step).
             for result in persisted_results(trial):
                 self.on_trial_result(iteration, trials, trial, result)
 
-    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                        **info: Any) -> None:
         for member in members(trial.trial_id, trial.config, result):
             if member.fresh:
                 self.tracker.trial_result(member.run_id, member.metrics)
@@ -133,7 +139,8 @@ class MlflowCallback(Settles):
             tags = {}
             if not error and not completed(member.metrics, float(trial.config["epochs"])):
                 tags[schema.STOPPED_EARLY] = "true"
-            margin = f"seed_{member.config['seed']}/{schema.PMARGIN_FILE}" if population else schema.PMARGIN_FILE
+            margin = (f"seed_{member.config['seed']}/{schema.PMARGIN_FILE}" if population
+                      else schema.PMARGIN_FILE)
             self.tracker.trial_ended(member.run_id, "FAILED" if error else "FINISHED", error=error,
                                      artifacts=checkpoint_files(trial, margin), tags=tags, settle=settle)
 
@@ -145,12 +152,12 @@ class MlflowCallback(Settles):
 
 
 class DropFinishedWeights(Settles):
-    """Once a trial has ended (completed, stopped early, diverged), nothing trains it again: its checkpoint keeps a
-    marker and pmargin.npy, not its weights (`training.trial.drop_weights`). Until Ray's next experiment snapshot a
-    killed driver may still restore the trial; restored from the marker, it ends at once with its last result. An
-    errored trial keeps its weights: a resume retries it from them. Checkpoints on a remote file system (not a
-    local or mounted folder) are left alone. A trial that completed under a killed driver is dropped by the
-    next."""
+    """Once a trial has ended (completed, stopped early, diverged), nothing trains it again: its checkpoint
+    keeps a marker and pmargin.npy, not its weights (`training.trial.drop_weights`). Until Ray's next
+    experiment snapshot a killed driver may still restore the trial; restored from the marker, it ends at once
+    with its last result. An errored trial keeps its weights: a resume retries it from them. Checkpoints on a
+    remote file system (not a local or mounted folder) are left alone. A trial that completed under a killed
+    driver is dropped by the next."""
 
     def settle(self, trials: list[Any]) -> None:
         for trial in trials:
@@ -164,11 +171,11 @@ class DropFinishedWeights(Settles):
 
 
 class NoticeInterrupt(tune.Callback):
-    """Notes that Ray Tune's run was interrupted (Ctrl-C, or SIGTERM turned into it) in `interrupt.noticed`. Tune
-    stops on the first SIGINT and returns its results as if done, and the trials its workers lost to the same
-    signal look failed, so the count of ended trials cannot tell. Tune installs its SIGINT handler as a run starts
-    (before `setup`), so this chains one in front of it. The flag is the module's, not this object's: a restored
-    Tuner brings its own unpickled copy of the callbacks."""
+    """Notes that Ray Tune's run was interrupted (Ctrl-C, or SIGTERM turned into it) in `interrupt.noticed`.
+    Tune stops on the first SIGINT and returns its results as if done, and the trials its workers lost to the
+    same signal look failed, so the count of ended trials cannot tell. Tune installs its SIGINT handler as a
+    run starts (before `setup`), so this chains one in front of it. The flag is the module's, not this
+    object's: a restored Tuner brings its own unpickled copy of the callbacks."""
 
     def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None,
               **info: Any) -> None:
@@ -191,9 +198,10 @@ def completed(result: dict[str, Any], epochs: float) -> bool:
 
 
 def persisted_results(trial: Any) -> list[dict[str, Any]]:
-    """The results Ray recorded for a trial, oldest first: its `result.json` (one JSON object per line, written
-    by the driver as each result arrives) in the trial's driver-side folder, else in its folder in the storage
-    path when that is a local one. A line cut short by a killed driver ends the list; no file, no results."""
+    """The results Ray recorded for a trial, oldest first: its `result.json` (one JSON object per line,
+    written by the driver as each result arrives) in the trial's driver-side folder, else in its folder in the
+    storage path when that is a local one. A line cut short by a killed driver ends the list; no file, no
+    results."""
     for folder in (getattr(trial, "local_path", None), getattr(trial, "path", None)):
         path = Path(folder) / RESULT_FILE if folder else None
         if path is None or not path.is_file():

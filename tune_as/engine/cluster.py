@@ -19,16 +19,16 @@ from tune_as.errors import UserError, excerpt, first_line
 from tune_as.tracking.client import redact_uri
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-# An HTTP/2 client's greeting (the connection preface and an empty SETTINGS frame). The GCS that `HOST:PORT` names
-# is a gRPC server: it answers with a SETTINGS frame at once.
+# An HTTP/2 client's greeting (the connection preface and an empty SETTINGS frame). The GCS that `HOST:PORT`
+# names is a gRPC server: it answers with a SETTINGS frame at once.
 H2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 PROBE_TIMEOUT_S = 5.0
 
 
 def check_address(address: str) -> None:
-    """A UserError within seconds unless a gRPC server (a Ray GCS) answers at `address`; a Ray Client address is
-    refused (request.refuse_ray_client). With TLS (RAY_USE_TLS) the plain-text probe cannot speak to it: only
-    reachability is checked."""
+    """A UserError within seconds unless a gRPC server (a Ray GCS) answers at `address`; a Ray Client address
+    is refused (request.refuse_ray_client). With TLS (RAY_USE_TLS) the plain-text probe cannot speak to it:
+    only reachability is checked."""
     if address in ("auto", "local"):
         return
     refuse_ray_client(address)
@@ -58,8 +58,8 @@ def check_address(address: str) -> None:
                         f"{exc.strerror or exc}") from None
     if answer is not None and len(answer) >= 9 and answer[3] == 0x04:  # the server's first frame: SETTINGS
         return
-    raise UserError(f"--address: expected a Ray cluster at {address} (its GCS, speaking gRPC over HTTP/2), got "
-                    f"{_described(answer)}")
+    raise UserError(f"--address: expected a Ray cluster at {address} (its GCS, speaking gRPC over HTTP/2), "
+                    f"got {_described(answer)}")
 
 
 def _described(answer: bytes | None) -> str:
@@ -77,13 +77,13 @@ def _described(answer: bytes | None) -> str:
 
 def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashboard: bool = True,
              head: Head | None = None) -> None:
-    """Ray for this process: joined at `address`, or at the local `head` the CLI started (engine.head), or started
-    in this process. `quiet`: Ray's own log lines below ERROR (start-up, the token notice, Tune's "wrote the latest
-    version", "total run time", its restore hint on an interruption: tune_as prints its own) stay out of the
-    terminal; `--verbose` shows them."""
+    """Ray for this process: joined at `address`, or at the local `head` the CLI started (engine.head), or
+    started in this process. `quiet`: Ray's own log lines below ERROR (start-up, the token notice, Tune's
+    "wrote the latest version", "total run time", its restore hint on an interruption: tune_as prints its own)
+    stay out of the terminal; `--verbose` shows them."""
     if dashboard_host not in LOOPBACK:
-        print(f"warning: --dashboard-host {dashboard_host} makes the Ray dashboard reachable beyond this machine; "
-              "token authentication stays on", file=sys.stderr)
+        print(f"warning: --dashboard-host {dashboard_host} makes the Ray dashboard reachable beyond this "
+              "machine; token authentication stays on", file=sys.stderr)
     import ray
 
     if ray.is_initialized():
@@ -100,12 +100,14 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
             ctx = ray.init(address=address, log_to_driver=False, logging_level=level,
                            runtime_env={"env_vars": env} if env else None)
         elif joined:  # the driver joins the CLI's head on loopback
-            ctx = ray.init(address=joined, log_to_driver=False, logging_level=level, _node_ip_address="127.0.0.1")
+            ctx = ray.init(address=joined, log_to_driver=False, logging_level=level,
+                           _node_ip_address="127.0.0.1")
         else:
             ctx = _init_local(dashboard_host, level, dashboard)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError, OSError) as exc:
         # Ray's own reason, whoever's it is: an address that does not answer, or a local start that failed (no
-        # free port, a full or missing temp folder); anything else is not a known way to fail and stays a traceback
+        # free port, a full or missing temp folder); anything else is not a known way to fail and
+        # stays a traceback
         what = f"a reachable Ray cluster at {address}" if address else "a local Ray to start on this machine"
         raise UserError(f"{'--address' if address else 'Ray'}: expected {what}, but Ray failed: "
                         f"{type(exc).__name__}: {first_line(exc)[:300]}{join_hints(address, exc)}") from None
@@ -120,12 +122,13 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
 
 
 def join_hints(address: str | None, exc: BaseException) -> str:
-    """What to try when `ray.init(address)` failed, in parentheses ("" for a local start: Ray's reason says it).
-    `auto` finds a Ray only where `ray start` runs one on this machine (Ray: "Could not find any running Ray
-    instance"); a cluster whose GCS answered the probe (check_address) but refused the driver is most often token
-    auth (Ray logs "InvalidAuthToken" from C++, not in the exception): a head started without RAY_AUTH_MODE=token."""
-    hints = ["--address auto joins the Ray that `ray start` runs on this machine; without --address the search "
-             "starts its own"] if address == "auto" else []
+    """What to try when `ray.init(address)` failed, in parentheses ("" for a local start: Ray's reason says
+    it). `auto` finds a Ray only where `ray start` runs one on this machine (Ray: "Could not find any running
+    Ray instance"); a cluster whose GCS answered the probe (check_address) but refused the driver is most
+    often token auth (Ray logs "InvalidAuthToken" from C++, not in the exception): a head started without
+    RAY_AUTH_MODE=token."""
+    hints = ["--address auto joins the Ray that `ray start` runs on this machine; without --address the "
+             "search starts its own"] if address == "auto" else []
     if address and isinstance(exc, ConnectionError):
         hints.append("a cluster that answers but refuses the driver wants every process, the driver's too, "
                      "started with RAY_AUTH_MODE=token and the cluster's token: docs/cluster.md")
@@ -140,25 +143,25 @@ JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 def trial_env() -> dict[str, str]:
     """The driver's TUNE_AS_* settings (the trial hook, TUNE_AS_TRIAL_HOOK, and whatever it reads; the data
     folders) for the workers of a cluster it joins: a local head's workers inherit the driver's environment, a
-    cluster's are started by their own node's raylet and get them only through the job's runtime_env. Empty where
-    the Jobs API started this driver (its job's runtime_env, from which this environment came, reaches the workers
-    already)."""
+    cluster's are started by their own node's raylet and get them only through the job's runtime_env. Empty
+    where the Jobs API started this driver (its job's runtime_env, from which this environment came, reaches
+    the workers already)."""
     if JOB_CONFIG_ENV in os.environ:
         return {}
     return {k: v for k, v in os.environ.items() if k.startswith("TUNE_AS_")}
 
 
 def _init_local(dashboard_host: str, logging_level: int, dashboard: bool = True) -> Any:
-    """A local Ray whose servers (GCS, raylet, workers, dashboard agent, runtime-env agent, metrics) all listen
-    on 127.0.0.1 only. Each binds loopback when the node's IP is 127.0.0.1, but `ray.init` swaps a loopback
-    `_node_ip_address` for the machine's routable IP unless Ray's single-machine mode is on (its default on
-    macOS and Windows): the CLIs turn it on for their own process (`loopback_ray`) before Ray is imported.
-    `address="local"`: a new instance even when a `ray start` cluster runs on this machine (without it `ray.init`
-    joins that cluster: a search without --address would land on a cluster nobody named)."""
+    """A local Ray whose servers (GCS, raylet, workers, dashboard agent, runtime-env agent, metrics) all
+    listen on 127.0.0.1 only. Each binds loopback when the node's IP is 127.0.0.1, but `ray.init` swaps a
+    loopback `_node_ip_address` for the machine's routable IP unless Ray's single-machine mode is on (its
+    default on macOS and Windows): the CLIs turn it on for their own process (`loopback_ray`) before Ray is
+    imported. `address="local"`: a new instance even when a `ray start` cluster runs on this machine (without
+    it `ray.init` joins that cluster: a search without --address would land on a cluster nobody named)."""
     import ray
 
-    return ray.init(address="local", include_dashboard=dashboard, dashboard_host=dashboard_host, log_to_driver=False,
-                    logging_level=logging_level,
+    return ray.init(address="local", include_dashboard=dashboard, dashboard_host=dashboard_host,
+                    log_to_driver=False, logging_level=logging_level,
                     _node_ip_address="127.0.0.1")
 
 
@@ -169,7 +172,8 @@ def resources(cpus_per_trial: float, gpus_per_trial: float | None) -> dict[str, 
     max_gpus = max((n["Resources"].get("GPU", 0.0) for n in nodes), default=0.0)
     gpus = gpus_per_trial if gpus_per_trial is not None else (1.0 if max_gpus >= 1 else 0.0)
     if gpus > max_gpus:
-        raise UserError(f"--gpus-per-trial: expected at most {max_gpus:g} (the most GPUs on any node), got {gpus:g}")
+        raise UserError(f"--gpus-per-trial: expected at most {max_gpus:g} (the most GPUs on any node), "
+                        f"got {gpus:g}")
     max_cpus = max((n["Resources"].get("CPU", 0.0) for n in nodes), default=0.0)
     if cpus_per_trial > max_cpus:
         raise UserError(f"--cpus-per-trial: expected at most {max_cpus:g} (the most CPUs on any node), got "
@@ -192,9 +196,9 @@ SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def _outbound_ip() -> str | None:
-    """The IP this machine reaches other hosts from, the one `ray.init` puts in place of a loopback address (Ray
-    finds it the same way: a UDP socket's route, no packet sent); None without a route. Ray's own helper is not
-    public API, so it is asked here in four lines."""
+    """The IP this machine reaches other hosts from, the one `ray.init` puts in place of a loopback address
+    (Ray finds it the same way: a UDP socket's route, no packet sent); None without a route. Ray's own helper
+    is not public API, so it is asked here in four lines."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         try:
             sock.connect(("8.8.8.8", 80))
@@ -204,10 +208,11 @@ def _outbound_ip() -> str | None:
 
 
 def loopback_only(address: str | None) -> bool:
-    """Whether `address` (HOST:PORT) names a Ray on this machine that listens on loopback only: a loopback host
-    whose port does not answer on the machine's outbound IP. A local search's head is one (engine.head), as is any
-    `ray start` in Ray's single-machine mode. Outside that mode `ray.init` swaps the loopback address for the
-    outbound IP and retries there for ever, printing Ray's warnings, so the driver must join in that mode too."""
+    """Whether `address` (HOST:PORT) names a Ray on this machine that listens on loopback only: a loopback
+    host whose port does not answer on the machine's outbound IP. A local search's head is one (engine.head),
+    as is any `ray start` in Ray's single-machine mode. Outside that mode `ray.init` swaps the loopback
+    address for the outbound IP and retries there for ever, printing Ray's warnings, so the driver must join
+    in that mode too."""
     if not address or "://" in address or address in ("auto", "local"):
         return False
     try:
@@ -226,13 +231,14 @@ def loopback_only(address: str | None) -> bool:
 
 
 def loopback_ray(address: str | None) -> None:
-    """For a local Ray (no --address), or one at a loopback address that listens on loopback only (`loopback_only`),
-    Ray's single-machine mode in this process, so that every server `_init_local` starts listens on 127.0.0.1, and
-    the driver joins a loopback-only Ray where it listens. Ray reads the switch when it is imported: the CLIs call
-    this before anything imports Ray; it is set for that import only and then removed, so that no process started
-    later (a `ray start` of a multi-node cluster, which refuses that mode) inherits it. Where Ray is already
-    imported, or another cluster is named, nothing changes."""
-    if "ray" in sys.modules or SINGLE_MACHINE_SWITCH in os.environ or (address and not loopback_only(address)):
+    """For a local Ray (no --address), or one at a loopback address that listens on loopback only
+    (`loopback_only`), Ray's single-machine mode in this process, so that every server `_init_local` starts
+    listens on 127.0.0.1, and the driver joins a loopback-only Ray where it listens. Ray reads the switch when
+    it is imported: the CLIs call this before anything imports Ray; it is set for that import only and then
+    removed, so that no process started later (a `ray start` of a multi-node cluster, which refuses that mode)
+    inherits it. Where Ray is already imported, or another cluster is named, nothing changes."""
+    if ("ray" in sys.modules or SINGLE_MACHINE_SWITCH in os.environ
+            or (address and not loopback_only(address))):
         return
     os.environ[SINGLE_MACHINE_SWITCH] = "0"
     try:
@@ -242,15 +248,15 @@ def loopback_ray(address: str | None) -> None:
 
 
 def tune_environment(resume: bool = False) -> None:
-    """Ray Tune's switches this engine needs, read by Tune when a run starts (not when it is imported), so they are
-    set here, as a search starts, and never on import. A diverged trial ends with an error result that has no
-    validation metric: Tune's strict check would reject it (the searcher and the callback read `error`). Trials
-    checkpoint at most every --checkpoint-interval seconds and at their end, so short trials ending together
-    would trip Tune's excessive-snapshot warning: off. Progress goes through our reporter (engine.progress), which
-    Tune's newer output engine would ignore. Tune's default loggers are off for a new search, which passes the one
-    it reads (engine.callbacks.common); a resume leaves them on, as `Tuner.restore` brings back the callbacks a
-    search was started with, and one started before 2026-11-27 has no logger of its own (without Tune's, its
-    resumed trials would write no result.json)."""
+    """Ray Tune's switches this engine needs, read by Tune when a run starts (not when it is imported), so
+    they are set here, as a search starts, and never on import. A diverged trial ends with an error result
+    that has no validation metric: Tune's strict check would reject it (the searcher and the callback read
+    `error`). Trials checkpoint at most every --checkpoint-interval seconds and at their end, so short trials
+    ending together would trip Tune's excessive-snapshot warning: off. Progress goes through our reporter
+    (engine.progress), which Tune's newer output engine would ignore. Tune's default loggers are off for a new
+    search, which passes the one it reads (engine.callbacks.common); a resume leaves them on, as
+    `Tuner.restore` brings back the callbacks a search was started with, and one started before 2026-11-27 has
+    no logger of its own (without Tune's, its resumed trials would write no result.json)."""
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     if not resume:
         os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")

@@ -1,8 +1,9 @@
 """Confirmation: each loss's selected setting run again with new seeds, in the rounds the race asks for.
 
 `confirm` plays the race (tune_as.results.racing): it asks which seeds to run, runs them as one round
-(`run_round`, a Tune experiment of its own, resumable), and asks again until the race is decided, the budget is
-spent or a run failed. `confirm_settings` is the report's `--confirm`: given settings, one round, its own parent run.
+(`run_round`, a Tune experiment of its own, resumable), and asks again until the race is decided, the budget
+is spent or a run failed. `confirm_settings` is the report's `--confirm`: given settings, one round, its own
+parent run.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from tune_as.tracking import schema
 
 
 def race_plan(session: Session, losses: list[str], seeds: list[int], search_epochs: float) -> racing.Plan:
-    """The race's design, fixed before its first seed: fixed seeds (`--confirm N`), or looks up to the last look
-    the budget pays for every loss."""
+    """The race's design, fixed before its first seed: fixed seeds (`--confirm N`), or looks up to the last
+    look the budget pays for every loss."""
     plan, r = session.plan, session.plan.request
-    noise: racing.Noise = "per-loss" if r.noise == "per-loss" else "moderated"  # the request checked its choices
+    # the request checked its choices
+    noise: racing.Noise = "per-loss" if r.noise == "per-loss" else "moderated"
     margin, step = margin_points(plan), resolution_points(plan)
     if r.confirm:
         return racing.Plan.fixed(losses, plan.baseline, seeds, r.confirm, margin_points=margin,
@@ -47,28 +49,33 @@ def _per_run(session: Session, losses: list[str]) -> float:
 
 
 def confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> Confirmed:
-    """Confirm each loss's selected setting with new seeds, in the rounds the race decides (one for `--confirm N`),
-    each a Tune experiment of its own: a resume restores its round and replays the pure race (no seed runs twice)."""
+    """Confirm each loss's selected setting with new seeds, in the rounds the race decides (one for
+    `--confirm N`), each a Tune experiment of its own: a resume restores its round and replays the pure race
+    (no seed runs twice)."""
     plan, r = session.plan, session.plan.request
     cells = ranking.selected(trials)
-    # best on the search's validation first: a round the budget cannot pay in full goes to them (and the baseline)
-    losses = sorted((loss for loss in plan.losses if loss in cells), key=lambda loss: (-cells[loss].val, loss))
+    # best on the search's validation first: a round the budget
+    # cannot pay in full goes to them (and the baseline)
+    losses = sorted((loss for loss in plan.losses if loss in cells),
+                    key=lambda loss: (-cells[loss].val, loss))
     if plan.baseline not in cells or len(losses) < 2:
-        return Confirmed(notes=(f"Not confirmed: the baseline {plan.baseline} has no result (every trial stopped "
-                                "early or failed), so no verdict can be given." if plan.baseline not in cells else
+        return Confirmed(notes=(f"Not confirmed: the baseline {plan.baseline} has no result (every trial "
+                                "stopped early or failed), so no verdict can be given."
+                                if plan.baseline not in cells else
                                 "Not confirmed: fewer than two losses have a result.",))
     if r.confirm_top is not None:
         best = losses[: r.confirm_top]  # already best on validation first
         losses = [loss for loss in losses if loss in best or loss == plan.baseline]
-    race = race_plan(session, losses, ranking.confirmation_seeds(trials, r.confirm or r.max_seeds), search_epochs)
+    race = race_plan(session, losses, ranking.confirmation_seeds(trials, r.confirm or r.max_seeds),
+                     search_epochs)
     per_run = _per_run(session, losses)
     runs: list[TrialRun] = []
     rounds: list[tuple[str, ...]] = []
     epochs, notes = 0.0, []
     if not r.confirm and race.max_seeds < r.max_seeds:
-        notes.append(f"--budget {r.budget:g}: the race's last look is at {race.max_seeds} seeds per loss, what "
-                     f"the budget left after the search pays for every loss (--max-seeds {r.max_seeds}); its "
-                     "alpha goes there.")
+        notes.append(f"--budget {r.budget:g}: the race's last look is at {race.max_seeds} seeds per loss, "
+                     "what the budget left after the search pays for every loss "
+                     f"(--max-seeds {r.max_seeds}); its alpha goes there.")
     notes.append(reach(race, plan.baseline, search_epochs, per_run, fixed=bool(r.confirm)))
     print(fitted(notes[-1]))
     attempted: set[tuple[str, int]] = set()
@@ -79,7 +86,8 @@ def confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> C
             break
         wanted = [(loss, s) for loss, ss in answer.next_seeds.items() for s in ss]
         if attempted & set(wanted):  # a run of this round failed: racing on would ask for it forever
-            notes.append("Racing stopped early: a confirmation run failed (see the runs marked FAILED in MLflow).")
+            notes.append("Racing stopped early: a confirmation run failed "
+                         "(see the runs marked FAILED in MLflow).")
             break
         attempted |= set(wanted)
         configs = [dataclasses.replace(_settings(cells[loss]), seed=s) for loss, s in wanted]
@@ -101,13 +109,15 @@ def _settings(cell: Cell) -> TrialSettings:
     return settings
 
 
-def run_round(session: Session, configs: list[TrialSettings], round_no: int = 1) -> tuple[list[TrialRun], float]:
-    """Run complete trial settings to the end as confirmation child runs, in a resumable Tune experiment of their
-    own (`--seeds-per-trial N`: populations, engine.members); a lost run runs again in `<round>.part2`. Returns
-    the runs and the trial-epochs they took."""
+def run_round(session: Session, configs: list[TrialSettings],
+              round_no: int = 1) -> tuple[list[TrialRun], float]:
+    """Run complete trial settings to the end as confirmation child runs, in a resumable Tune experiment of
+    their own (`--seeds-per-trial N`: populations, engine.members); a lost run runs again in `<round>.part2`.
+    Returns the runs and the trial-epochs they took."""
     plan = session.plan
     path = plan.search_dir / round_name(plan.search_dir, plan.token or plan.search_id, round_no)
-    todo, notes = members.group(configs, plan.request.seeds_per_trial, partial(members.population_problem, plan.data))
+    todo, notes = members.group(configs, plan.request.seeds_per_trial,
+                                partial(members.population_problem, plan.data))
     for note in notes:
         print(fitted(note))
     runs: list[TrialRun] = []
@@ -125,17 +135,20 @@ def run_round(session: Session, configs: list[TrialSettings], round_no: int = 1)
         epochs += members.grid_epochs(grid)
         todo = members.missing(todo, [grid[i].config or {} for i in range(len(grid))])
         if todo and not was_saved:  # a new Tuner that ended runs every config (else fit raised): never a loop
-            raise RuntimeError(f"{where.name}: expected a trial for each of its configs, got none for {todo[0]}")
+            raise RuntimeError(f"{where.name}: expected a trial for each of its configs, got none for "
+                               f"{todo[0]}")
         if todo:
-            print(fitted(f"Confirmation round {round_no}: Ray's saved state of {where.name} lacks {len(todo)} of "
-                         "its runs (the driver was killed while Ray copied it); they run now."))
+            print(fitted(f"Confirmation round {round_no}: Ray's saved state of {where.name} lacks "
+                         f"{len(todo)} of its runs (the driver was killed while Ray copied it); they "
+                         "run now."))
         part += 1
     return runs, epochs
 
 
 def confirm_settings(r: SearchRequest, data: DataSettings, configs: list[TrialSettings]) -> list[TrialRun]:
     """The report's `--confirm`: run given settings (with their seeds) on the data `data` describes, as a
-    confirmation batch of its own: a parent run with tag purpose=confirmation. `r` says where to track and run."""
+    confirmation batch of its own: a parent run with tag purpose=confirmation. `r` says where to track and
+    run."""
     if not configs:
         raise UserError("confirm_settings: expected at least one trial setting, got none")
     plan = plan_confirmation(r, data, configs)

@@ -39,7 +39,8 @@ def write_state(search_dir: Path, state: dict[str, Any]) -> None:
 
 
 def resume_hint(plan: SearchPlan) -> str:
-    """The command that resumes this search, to paste in a shell as is (from any folder: the path is absolute)."""
+    """The command that resumes this search, to paste in a shell as is (from any folder: the path is
+    absolute)."""
     storage = shlex.quote(str(plan.search_dir.parent))
     hint = f"python -m tune_as.search --resume --name {plan.name} --storage-path {storage}"
     uri = plan.request.mlflow_uri

@@ -1,19 +1,22 @@
 """A local search's Ray, started as a process of its own at the CLI's first line (Linux).
 
-`ray.init()` inside the driver costs seconds on the critical path, after the driver has imported PyTorch, Ray Tune
-and MLflow (about 7 s of the 17 s before a first trial, docs/benchmarks.md), and it puts Ray's GCS, raylet and
-workers in the driver's process group: a signal to the group (Ctrl-C in a terminal, `timeout`, Slurm, Kubernetes)
-reaches them together with the driver, and Ray's core worker can end the driver before it has closed its runs.
+`ray.init()` inside the driver costs seconds on the critical path, after the driver has imported PyTorch, Ray
+Tune and MLflow (about 7 s of the 17 s before a first trial, docs/benchmarks.md), and it puts Ray's GCS,
+raylet and workers in the driver's process group: a signal to the group (Ctrl-C in a terminal, `timeout`,
+Slurm, Kubernetes) reaches them together with the driver, and Ray's core worker can end the driver before it
+has closed its runs.
 
-`ray start --head --block`, launched here before those imports, starts while the driver imports, in a session of
-its own: a signal to the terminal's group reaches the driver alone, which stops its trials, closes its runs, leaves
-Ray (`ray.shutdown`) and then stops the head (`stop`). The head dies with the driver however the driver dies: the
-kernel sends it SIGTERM when its parent ends (PR_SET_PDEATHSIG), and `ray start --block` stops every process it
-started on SIGTERM. Its servers bind 127.0.0.1 only (Ray's single-machine mode, as `cluster.loopback_ray`). Its
-output goes to a temporary file, shown when it fails and removed when it is stopped.
+`ray start --head --block`, launched here before those imports, starts while the driver imports, in a session
+of its own: a signal to the terminal's group reaches the driver alone, which stops its trials, closes its
+runs, leaves Ray (`ray.shutdown`) and then stops the head (`stop`). The head dies with the driver however the
+driver dies: the kernel sends it SIGTERM when its parent ends (PR_SET_PDEATHSIG), and `ray start --block`
+stops every process it started on SIGTERM. Its servers bind 127.0.0.1 only (Ray's single-machine mode, as
+`cluster.loopback_ray`). Its output goes to a temporary file, shown when it fails and removed when it is
+stopped.
 
-Elsewhere than Linux (no PR_SET_PDEATHSIG: a killed driver would leave a head behind) `launch` returns None and the
-search starts Ray in-process, as before. Only the standard library is imported here: this runs before Ray is."""
+Elsewhere than Linux (no PR_SET_PDEATHSIG: a killed driver would leave a head behind) `launch` returns None
+and the search starts Ray in-process, as before. Only the standard library is imported here: this runs before
+Ray is."""
 
 from __future__ import annotations
 
@@ -37,7 +40,8 @@ from tune_as.errors import UserError
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # `ray start` colours its lines even in a file
 READY = "Ray runtime started."  # what `ray start` prints once its GCS and raylet answer
-SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # cluster.SINGLE_MACHINE_SWITCH (not imported: light)
+# cluster.SINGLE_MACHINE_SWITCH (not imported: light)
+SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 AUTH_MODE = "RAY_AUTH_MODE"
 DASHBOARD_PORT = 8265  # Ray's default, taken when free
 PORT_TRIES = 3  # `ray start`s on new ports when another program took one first
@@ -45,7 +49,8 @@ PORT_TAKEN = "already in use"  # in what `ray start` prints when a port it was g
 START_TIMEOUT_S = 180.0
 KILLED_WITHIN_S = 10.0  # `stop` waits this long at most for its SIGKILLed processes to be gone
 PR_SET_PDEATHSIG = 1
-TOKEN_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # where Ray looks for the token before ~/.ray/auth_token
+# where Ray looks for the token before ~/.ray/auth_token
+TOKEN_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
 def token_file() -> Path:
@@ -56,12 +61,13 @@ def token_file() -> Path:
 def ensure_token(environ: dict[str, str]) -> Path | None:
     """The token file, written now if a head in token mode (`environ`) would find no token; None if it would.
 
-    Hand-written, not `ray get-auth-token --generate`: `ray start` refuses to start in token mode without a token
-    (only an in-process `ray.init()` makes one), so a fresh machine's first local search failed; Ray's command
-    would add a second Python that imports Ray (seconds) before the head, and it writes the file in place (another
-    search starting at the same moment, or a test worker, could read half a token) and readable by everyone. The
-    token has Ray's form (32 random bytes, hex). Written whole to a private temporary file beside it, then linked
-    into place: the link fails if another process wrote one first, and that one is kept."""
+    Hand-written, not `ray get-auth-token --generate`: `ray start` refuses to start in token mode without a
+    token (only an in-process `ray.init()` makes one), so a fresh machine's first local search failed; Ray's
+    command would add a second Python that imports Ray (seconds) before the head, and it writes the file in
+    place (another search starting at the same moment, or a test worker, could read half a token) and readable
+    by everyone. The token has Ray's form (32 random bytes, hex). Written whole to a private temporary file
+    beside it, then linked into place: the link fails if another process wrote one first, and that one is
+    kept."""
     if environ.get(AUTH_MODE, "token").lower() != "token" or any(environ.get(name) for name in TOKEN_ENV):
         return None
     path = token_file()
@@ -71,9 +77,9 @@ def ensure_token(environ: dict[str, str]) -> Path | None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".auth_token.")  # mode 0600
     except OSError as exc:
-        raise UserError(f"Ray's token: expected a writable home folder for {path} (HOME={os.environ.get('HOME')}), "
-                        f"got {exc.strerror or exc}; set HOME to a writable folder, or give the token in "
-                        "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH") from None
+        raise UserError(f"Ray's token: expected a writable home folder for {path} "
+                        f"(HOME={os.environ.get('HOME')}), got {exc.strerror or exc}; set HOME to a writable "
+                        "folder, or give the token in RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH") from None
     try:
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_hex(32))
@@ -143,9 +149,10 @@ class Head:
         self.dashboard_port = _free_port(DASHBOARD_PORT, dashboard_host) if dashboard else DASHBOARD_PORT
         fd, name = tempfile.mkstemp(prefix="tune_as_ray_head_", suffix=".log")
         self.log = Path(name)
-        # --temp-dir: `ray start` records its address for a bare `ray.init()` in <temp-dir>/ray_current_cluster;
-        # Ray's own folder would point other programs on this machine (and `ray status`) at this search's Ray
-        # ($RAY_TMPDIR first, as Ray itself reads it; then the system's temporary folder, $TMPDIR included)
+        # --temp-dir: `ray start` records its address for a bare `ray.init()` in
+        # <temp-dir>/ray_current_cluster; Ray's own folder would point other programs on this machine (and
+        # `ray status`) at this search's Ray ($RAY_TMPDIR first, as Ray itself reads it; then the system's
+        # temporary folder, $TMPDIR included)
         temp_dir = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "tune_as"
         command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
                    f"--port={self.port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
@@ -155,20 +162,20 @@ class Head:
                    # the README's search, 0.8 of a one-trial search (docs/benchmarks.md)
                    "--include-log-monitor=false",
                    f"--include-dashboard={str(dashboard).lower()}", f"--dashboard-host={dashboard_host}",
-                   # `ray start` does not move on from a taken dashboard port (ray.init does): its dashboard would
-                   # die, and `--block` would end the whole head with it
+                   # `ray start` does not move on from a taken dashboard port (ray.init does): its dashboard
+                   # would die, and `--block` would end the whole head with it
                    f"--dashboard-port={self.dashboard_port}"]
-        # token authentication, Ray's default for a new local cluster, unless the user chose otherwise (`launch`
-        # puts the driver in the same mode); no drain on SIGTERM (Ray's default waits for leases to return): the
-        # driver has ended its trials already
+        # token authentication, Ray's default for a new local cluster, unless the user chose otherwise
+        # (`launch` puts the driver in the same mode); no drain on SIGTERM (Ray's default waits for leases to
+        # return): the driver has ended its trials already
         env = {**os.environ, AUTH_MODE: os.environ.get(AUTH_MODE, "token"), SINGLE_MACHINE_SWITCH: "0",
                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
         # the path of a token written for this head (a fresh machine)
         self.token_written = ensure_token(env) or self.token_written
         parent = os.getpid()
         with os.fdopen(fd, "wb") as out:
-            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         env=env, start_new_session=True,
+            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                          preexec_fn=lambda: _die_with_parent(parent))
 
     def output(self, lines: int = 6) -> str:
@@ -213,21 +220,22 @@ class Head:
 
     def _watch(self) -> None:
         """A head that ends before `stop` (one of its processes died: `--block` then ends them all, or someone
-        killed it) leaves the driver waiting on a Ray that is gone (60 s, then Ray's core worker ends it, runs left
-        RUNNING): the search is given up at once, its runs closed KILLED, with the resume line."""
+        killed it) leaves the driver waiting on a Ray that is gone (60 s, then Ray's core worker ends it, runs
+        left RUNNING): the search is given up at once, its runs closed KILLED, with the resume line."""
         code = self.proc.wait()
         if not self.stopping:
-            with contextlib.suppress(ProcessLookupError, PermissionError):  # what `ray start` left of its session
+            # what `ray start` left of its session
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             interrupt.abandon(1, f"the local Ray ended (`ray start` exited {code}: {self.output(2)[-300:]})")
 
     def stop(self) -> None:
-        """The head ended at once: SIGKILL to its process group (`ray start`, GCS, raylet, agents) and to the rest
-        of its session (the trials' workers, in groups of their own), and returns once they are gone: nothing the
-        search started outlives the CLI (tests/test_reliability.py checks it). The driver has left Ray
-        (`ray.shutdown`) and ended its trials before this, and a local head keeps nothing worth a graceful stop:
-        `ray start`'s own stop on SIGTERM sends SIGTERM to each process and waits for it (1.7 s of every search's
-        end on a 2-core machine) and leaves the same session folder behind. The log removed."""
+        """The head ended at once: SIGKILL to its process group (`ray start`, GCS, raylet, agents) and to the
+        rest of its session (the trials' workers, in groups of their own), and returns once they are gone:
+        nothing the search started outlives the CLI (tests/test_reliability.py checks it). The driver has left
+        Ray (`ray.shutdown`) and ended its trials before this, and a local head keeps nothing worth a graceful
+        stop: `ray start`'s own stop on SIGTERM sends SIGTERM to each process and waits for it (1.7 s of every
+        search's end on a 2-core machine) and leaves the same session folder behind. The log removed."""
         self.stopping = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -244,14 +252,14 @@ class Head:
 
 
 def launch(address: str | None, dashboard: bool, dashboard_host: str) -> Head | None:
-    """A head for a local search (no --address) on Linux, started now; None otherwise. None too where this process
-    has imported Ray already (a caller that runs searches in-process, the tests): Ray read its settings, the token
-    mode among them, at that import, so the driver could not be made to agree with a new head; Ray then starts
-    in-process (or is the one already running there)."""
+    """A head for a local search (no --address) on Linux, started now; None otherwise. None too where this
+    process has imported Ray already (a caller that runs searches in-process, the tests): Ray read its
+    settings, the token mode among them, at that import, so the driver could not be made to agree with a new
+    head; Ray then starts in-process (or is the one already running there)."""
     if address or not sys.platform.startswith("linux") or "ray" in sys.modules:
         return None
-    # the head and this driver, which reads the mode when it imports Ray (after this), must agree, or Ray refuses
-    # the driver: token authentication unless the user chose a mode
+    # the head and this driver, which reads the mode when it imports Ray (after this), must agree, or Ray
+    # refuses the driver: token authentication unless the user chose a mode
     os.environ.setdefault(AUTH_MODE, "token")
     head = Head(dashboard, dashboard_host)
     if head.token_written is not None:

@@ -1,16 +1,17 @@
 """When Ray cannot stop a search: a signal sent to the whole process group.
 
 A terminal's Ctrl-C and a scheduler's SIGTERM (`timeout`, Slurm, Kubernetes) reach every process of the group:
-the driver, and the local Ray it started (GCS, raylet, workers are its children, in its group). The driver turns
-SIGTERM into Ray Tune's own graceful stop (tune_as.search), and Tune then saves its state and stops the trials
-through Ray. That works when only the driver got the signal; when Ray's GCS got it too it is gone, and the
-driver's next call into Ray blocks for 60 s, then Ray's core worker ends the process ("Failed to connect to
-GCS"), leaving every MLflow run RUNNING.
+the driver, and the local Ray it started (GCS, raylet, workers are its children, in its group). The driver
+turns SIGTERM into Ray Tune's own graceful stop (tune_as.search), and Tune then saves its state and stops the
+trials through Ray. That works when only the driver got the signal; when Ray's GCS got it too it is gone, and
+the driver's next call into Ray blocks for 60 s, then Ray's core worker ends the process ("Failed to connect
+to GCS"), leaving every MLflow run RUNNING.
 
 `watch` therefore gives Ray's graceful stop `GRACE_S` seconds, and gives up at once when Ray's own GCS or
-raylet (children of this process, found in /proc) have died. Giving up (`abandon`) closes every open MLflow run
-as KILLED (bounded), prints the one resume line and exits with the signal's code, without calling Ray again.
-A resume continues from Ray Tune's last saved experiment state, as after a killed driver (tests/test_reliability.py).
+raylet (children of this process, found in /proc) have died. Giving up (`abandon`) closes every open MLflow
+run as KILLED (bounded), prints the one resume line and exits with the signal's code, without calling Ray
+again. A resume continues from Ray Tune's last saved experiment state, as after a killed driver
+(tests/test_reliability.py).
 """
 
 from __future__ import annotations

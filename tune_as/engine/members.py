@@ -1,11 +1,12 @@
-"""Populations in Ray Tune: confirmation seeds of one setting grouped into one trial, and the fan-out that makes
-each member its own result again (its MLflow child run, its TrialRun, its seed in the race).
+"""Populations in Ray Tune: confirmation seeds of one setting grouped into one trial, and the fan-out that
+makes each member its own result again (its MLflow child run, its TrialRun, its seed in the race).
 
-A population trial's config is a solo trial's (the first member's seed) plus `POPULATION`, the seeds it trains.
-Its reports to Tune carry every member's latest report under `member_<seed>.<key>` (a member that reported at
-this evaluation has `member_<seed>.fresh` = 1), and the shared `epoch` (the members see the same samples), so
-the last result of the trial holds each member's final report. Everything downstream reads members through
-`members()`: a solo trial is a population of one, with its own keys. No Ray here (pure, tested without it).
+A population trial's config is a solo trial's (the first member's seed) plus `POPULATION`, the seeds it
+trains. Its reports to Tune carry every member's latest report under `member_<seed>.<key>` (a member that
+reported at this evaluation has `member_<seed>.fresh` = 1), and the shared `epoch` (the members see the same
+samples), so the last result of the trial holds each member's final report. Everything downstream reads
+members through `members()`: a solo trial is a population of one, with its own keys. No Ray here (pure, tested
+without it).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def prefix(seed: int) -> str:
 
 def group(configs: Sequence[TrialSettings], per_trial: int,
           problem: Callable[[TrialSettings], str | None]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Tune configs for `configs`: the seeds of one setting in populations of at most `per_trial`, in the given
-    order; a setting that cannot be a population (`problem` says why) keeps one trial per seed, with a note."""
+    """Tune configs for `configs`: the seeds of one setting in populations of at most `per_trial`, in the
+    given order; a setting that cannot be a population (`problem` says why) keeps one trial per seed, with a
+    note."""
     by_setting: dict[str, list[TrialSettings]] = {}
     for c in configs:
         key = json.dumps({k: v for k, v in c.to_dict().items() if k != "seed"}, sort_keys=True, default=str)
@@ -56,16 +58,16 @@ def group(configs: Sequence[TrialSettings], per_trial: int,
 
 
 def missing(configs: Sequence[dict[str, Any]], ran: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The Tune configs of `configs` that no trial ran (`ran`: the configs of an experiment's trials), in order.
-    A resumed round's Ray state can lack a trial its searcher handed out (a kill while Ray copied the state:
-    docs/architecture.md), and the searcher never hands it out again."""
+    """The Tune configs of `configs` that no trial ran (`ran`: the configs of an experiment's trials), in
+    order. A resumed round's Ray state can lack a trial its searcher handed out (a kill while Ray copied the
+    state: docs/architecture.md), and the searcher never hands it out again."""
     have = {json.dumps(c, sort_keys=True, default=str) for c in ran}
     return [c for c in configs if json.dumps(c, sort_keys=True, default=str) not in have]
 
 
 def population_problem(data: Any, settings: TrialSettings) -> str | None:
-    """Why a setting's seeds cannot train as one population on `data` (tune_as.training.population), judged for
-    the CPU (a GPU without bf16 would need fp16's scaler: such a population fails with that reason)."""
+    """Why a setting's seeds cannot train as one population on `data` (tune_as.training.population), judged
+    for the CPU (a GPU without bf16 would need fp16's scaler: such a population fails with that reason)."""
     from tune_as.training.population import problem
 
     return problem(settings, data, None)
@@ -81,7 +83,8 @@ def members(trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> li
     seeds = config.get(POPULATION)
     if not seeds:
         return [Member(trial_id, config, result, True)]
-    shared = {k: v for k, v in result.items() if not k.startswith("member_") and k not in ("epoch", "members")}
+    shared = {k: v for k, v in result.items()
+              if not k.startswith("member_") and k not in ("epoch", "members")}
     out = []
     for seed in seeds:
         p = prefix(int(seed))
@@ -93,7 +96,8 @@ def members(trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> li
 
 
 def of_grid(grid: Any) -> Iterator[tuple[int, Member]]:
-    """Every run of a Tune result grid with its trial's index: a trial, or each member of a population trial."""
+    """Every run of a Tune result grid with its trial's index: a trial, or each member of a population
+    trial."""
     for i in range(len(grid)):
         metrics = grid[i].metrics or {}
         for member in members(str(metrics.get("trial_id", grid[i].path)), grid[i].config or {}, metrics):
@@ -101,8 +105,8 @@ def of_grid(grid: Any) -> Iterator[tuple[int, Member]]:
 
 
 def flat_report(latest: dict[int, dict[str, Any]], fresh: set[int], size: int) -> dict[str, Any]:
-    """One Tune result for a population: every member's latest report (seed -> report) under its prefix, which of
-    them reported now, the shared epoch (the furthest any member has reached) and the population's size."""
+    """One Tune result for a population: every member's latest report (seed -> report) under its prefix, which
+    of them reported now, the shared epoch (the furthest any member has reached) and the population's size."""
     out: dict[str, Any] = {"members": size, "epoch": max(float(m.get("epoch", 0.0)) for m in latest.values())}
     for seed, report in sorted(latest.items()):
         p = prefix(seed)
@@ -112,6 +116,6 @@ def flat_report(latest: dict[int, dict[str, Any]], fresh: set[int], size: int) -
 
 
 def grid_epochs(grid: Any) -> float:
-    """Epochs trained by every run of a Tune result grid (each member of a population counted), with or without
-    a result."""
+    """Epochs trained by every run of a Tune result grid (each member of a population counted), with or
+    without a result."""
     return sum(float(m.metrics.get("epoch", 0.0)) for _, m in of_grid(grid))

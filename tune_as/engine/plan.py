@@ -19,6 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tune_as.engine.checks import (
+    cache_dir,
+    check_cache,
+    check_capabilities,
+    check_length,
+    check_losses,
+    check_one_step,
+    check_storage,
+    setting_values,
+)
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
 from tune_as.engine.resume import check_in_place, check_unfinished, latest_search, read_state, restore_request
 from tune_as.engine.state import (
@@ -33,7 +43,6 @@ from tune_as.paths import (
     absolute_sqlite,
     check_temp_dir,
     check_tracking_store,
-    check_writable_folder,
     resolved,
 )
 from tune_as.settings import DATA_FIELDS, TRIAL_FIELDS, DataSettings, TrialSettings
@@ -50,8 +59,8 @@ from tune_as.tasks.sources import hub_offline
 from tune_as.training.population import applies as population_applies
 
 # --smoke: a tiny random backbone and little data, so the whole pipeline runs in well under a minute.
-SMOKE: dict[str, Any] = {"backbone": "tiny", "max_train_samples": 256, "max_eval_samples": 128, "max_length": 32,
-                         "epochs": 2.0, "batch_size": 32, "lr": 1e-3}
+SMOKE: dict[str, Any] = {"backbone": "tiny", "max_train_samples": 256, "max_eval_samples": 128,
+                         "max_length": 32, "epochs": 2.0, "batch_size": 32, "lr": 1e-3}
 SMOKE_TRIALS = 2
 # --encoder frozen trains a head from scratch on cached features: the fine-tuning lr of Table 5 (2e-5) is far
 # too small for it (clinc_oos, 3 epochs: 47.6% at 2e-5 against 85.7% at 1e-3; docs/results.md).
@@ -111,8 +120,8 @@ class SearchPlan:
 
     def quota_notes(self) -> list[str]:
         """One line per loss whose finite space holds fewer settings than the search's trials per loss."""
-        return [f"{loss}: {self.quota(loss)} search trials, every setting of its space once (a setting is never "
-                "trained twice)." for loss in self.losses
+        return [f"{loss}: {self.quota(loss)} search trials, every setting of its space once (a setting is "
+                "never trained twice)." for loss in self.losses
                 if self.space.losses[loss].params and self.quota(loss) < self.search_trials]
 
     @property
@@ -127,45 +136,28 @@ class SearchPlan:
         return max_epochs(self.space, self.base, loss)
 
 
-def setting_values(space: SearchSpace, base: TrialSettings, loss: str, key: str) -> list[float]:
-    """Every value of `key` (epochs, batch_size) a trial of `loss` can get: its own `fixed` value, else the
-    base's; the extremes of its searched range; its paper setting (the warm start)."""
-    own = space.losses[loss]
-    searched = [float(v) for d in own.params if d.name == key for v in d.extremes()]
-    paper = (own.paper or {}).get(key)
-    return [float(own.fixed.get(key, getattr(base, key))), *searched, *([float(paper)] if paper is not None else [])]
-
-
 def max_epochs(space: SearchSpace, base: TrialSettings, loss: str) -> float:
     """The most epochs a trial of `loss` can train: its own `fixed`/searched epochs, else the base's.
     Early stopping's max_t and "completed" are judged per trial against the trial's own epochs."""
     return max(setting_values(space, base, loss, "epochs"))
 
 
-def check_one_step(space: SearchSpace, base: TrialSettings, train_rows: int) -> None:
-    """Every loss's fewest epochs train at least one optimizer step (one batch of the training split): fewer would
-    rank models that never trained."""
-    for loss in space.losses:
-        epochs = min(setting_values(space, base, loss, "epochs"))
-        step = min(max(setting_values(space, base, loss, "batch_size")), train_rows)  # rows in one step, at most
-        if epochs * train_rows < step:
-            raise UserError(f"--max-epochs: expected at least one optimizer step of {loss} ({step:g} of "
-                            f"{train_rows} training rows: {step / train_rows:.3g} epochs), got {epochs:g} epochs")
-
-
 def search_trials(r: SearchRequest, space: SearchSpace, base: TrialSettings) -> int:
-    """Trials per loss with parameters: --trials-per-loss (or the space's) if given, else under --budget what the
-    budget pays after the first confirmation round (tune_as.results.budget; BudgetTooSmall when nothing fits)."""
+    """Trials per loss with parameters: --trials-per-loss (or the space's) if given, else under --budget what
+    the budget pays after the first confirmation round (tune_as.results.budget; BudgetTooSmall when nothing
+    fits)."""
     if r.budget is None:
         return space.trials_per_loss
     from tune_as.results.budget import search_trials as split
     from tune_as.results.racing import FIRST_LOOK
 
     losses = list(space.losses)
-    confirmed = losses if r.confirm_top is None else losses[: r.confirm_top + 1]  # at most these are confirmed
+    # at most these are confirmed
+    confirmed = losses if r.confirm_top is None else losses[: r.confirm_top + 1]
     asked = space.trials_per_loss if r.trials_per_loss or r.smoke else None  # else: what the budget pays
     return split(r.budget, {loss: max_epochs(space, base, loss) for loss in losses},
-                 [loss for loss in losses if space.losses[loss].params], confirmed if (r.confirm or r.race) else [],
+                 [loss for loss in losses if space.losses[loss].params],
+                 confirmed if (r.confirm or r.race) else [],
                  r.confirm or (FIRST_LOOK if r.race else 0), asked)
 
 def build(name: str, task_args: tuple[tuple[str, str], ...] = ()) -> Task:
@@ -173,22 +165,6 @@ def build(name: str, task_args: tuple[tuple[str, str], ...] = ()) -> Task:
         return build_task(name, **dict(task_args))
     except (ValueError, TypeError) as exc:
         raise UserError(str(exc)) from None
-
-
-def check_losses(names: tuple[str, ...], kind: str) -> None:
-    from tune_as.losses import LOSSES
-
-    for name in names:
-        if name not in LOSSES:
-            raise UserError(f"--losses: unknown loss {name!r}; expected some of {sorted(LOSSES)}")
-        if kind not in LOSSES[name].kinds:
-            applicable = sorted(k for k, cls in LOSSES.items() if kind in cls.kinds)
-            raise UserError(f"--losses: {name!r} does not apply to {kind} tasks; expected some of {applicable}")
-
-
-def check_storage(storage: Path) -> None:
-    """--storage-path must be (or be creatable as) a writable folder: found now, not after Ray started."""
-    check_writable_folder(storage, "--storage-path")
 
 
 def state_of(plan: SearchPlan) -> dict[str, Any]:
@@ -205,19 +181,6 @@ def state_of(plan: SearchPlan) -> dict[str, Any]:
             "folder": made,  # the folder Ray's pickled state names: a resume elsewhere is refused (resume.py)
             "mlflow_uri": redact_uri(r.mlflow_uri) if r.mlflow_uri else None,  # never a password
             "mlflow_uri_redacted": r.mlflow_uri is not None and redact_uri(r.mlflow_uri) != r.mlflow_uri}
-
-
-def cache_dir(r: SearchRequest) -> Path:
-    return r.cache_dir or Path(os.environ.get("TUNE_AS_CACHE", "~/.cache/tune_as")).expanduser()
-
-
-def check_cache(r: SearchRequest) -> None:
-    """The data cache must be writable before data is prepared; the default lives under $HOME, which a batch job
-    may not be able to write: the error names where the folder came from."""
-    where = ("--cache-dir" if r.cache_dir else "$TUNE_AS_CACHE" if "TUNE_AS_CACHE" in os.environ
-             else f"the data cache (~/.cache/tune_as with HOME={os.environ.get('HOME', '')}; "
-                  f"--cache-dir or $TUNE_AS_CACHE move it)")
-    check_writable_folder(cache_dir(r), where)
 
 
 def resolve_settings(r: SearchRequest, task: Task, space: SearchSpace) -> tuple[DataSettings, TrialSettings]:
@@ -241,34 +204,13 @@ def resolve_settings(r: SearchRequest, task: Task, space: SearchSpace) -> tuple[
     data = {k: v for k, v in settings.items() if k in DATA_FIELDS}
     trial = {k: v for k, v in settings.items() if k in TRIAL_FIELDS}
     try:
-        data_settings = DataSettings(**{**data, "task": task.name, "data_dir": r.data_dir, "encoder": r.encoder,
-                                        "encode_precision": r.encode_precision, "seed": r.seed, "cache_dir": cache})
+        data_settings = DataSettings(**{**data, "task": task.name, "data_dir": r.data_dir,
+                                        "encoder": r.encoder, "encode_precision": r.encode_precision,
+                                        "seed": r.seed, "cache_dir": cache})
         base = TrialSettings(**{**trial, "loss": next(iter(space.losses)), "seed": r.seed})
     except (TypeError, ValueError) as exc:
         raise UserError(f"settings: {first_line(exc)}") from None
     return data_settings, base
-
-
-def check_length(data: DataSettings, task: Task) -> None:
-    """A sequence longer than the backbone's position embeddings fails in every trial: refused now."""
-    from tune_as.tasks.backbones import max_positions
-
-    limit = max_positions(data.backbone) if task.uses_backbone else None
-    if limit is not None and data.max_length > limit:
-        raise UserError(f"max_length: expected at most {limit} for backbone {data.backbone!r} (its position "
-                        f"embeddings), got {data.max_length}")
-
-
-def check_capabilities(base: TrialSettings, space: SearchSpace) -> None:
-    """A setting that only some losses support (row skipping) is refused for the others before anything runs."""
-    from tune_as.losses import row_skipping_problem
-
-    for loss, loss_space in space.losses.items():
-        searched = any(d.name == "skip_masked_rows" for d in loss_space.params)
-        skip = loss_space.fixed.get("skip_masked_rows", base.skip_masked_rows)
-        problem = row_skipping_problem(loss) if skip or searched else None
-        if problem:
-            raise UserError(f"{problem}; set it per loss in the search space, or restrict --losses")
 
 
 def prepare(spec: DataSettings, task: Task) -> PreparedData:
@@ -278,15 +220,17 @@ def prepare(spec: DataSettings, task: Task) -> PreparedData:
     if spec.data_dir is not None and not spec.data_dir.exists():
         raise UserError(f"--data-dir: expected an existing folder, got {spec.data_dir} (not found)")
     hub_data = spec.data_dir is None and task.hub is not None
-    hub_model = task.uses_backbone and spec.backbone not in (MINILM, TINY) and not Path(spec.backbone).expanduser().exists()
+    hub_model = (task.uses_backbone and spec.backbone not in (MINILM, TINY)
+                 and not Path(spec.backbone).expanduser().exists())
     offline = hub_offline() if hub_data or hub_model else None
     try:
         return prepare_data(task, spec)
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:  # OSError: the hub, missing model files
         if offline is None and not isinstance(exc, OSError):
             raise UserError(first_line(exc)) from None
-        raise UserError(f"could not load {task.name}'s data or backbone {spec.backbone!r}: expected a reachable "
-                        f"Hugging Face hub or local files (--data-dir DIR, --backbone minilm|tiny|PATH), got "
+        raise UserError(f"could not load {task.name}'s data or backbone {spec.backbone!r}: expected a "
+                        "reachable Hugging Face hub or local files (--data-dir DIR, --backbone "
+                        "minilm|tiny|PATH), got "
                         + (offline or f"{type(exc).__name__}: {first_line(exc)[:300]}")) from None
 
 
@@ -301,7 +245,8 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     if r.resume:
         name = r.name or latest_search(storage, r.task or None)
         if name is None:
-            raise UserError(f"--resume: expected a previous {r.task or ''} search under {storage}, found none")
+            raise UserError(f"--resume: expected a previous {r.task or ''} search under {storage}, "
+                            "found none")
         if (storage / name).is_dir():  # before anything in it is read: Ray's resume unpickles its state
             check_ownership(storage / name)
         state = read_state(storage / name)
@@ -320,8 +265,8 @@ def plan_search(r: SearchRequest) -> SearchPlan:
         check_losses(r.losses, task.kind)
         space = space.restrict(list(r.losses))
     if r.encoder == "frozen" and not task.uses_backbone:
-        raise UserError(f"--encoder: expected finetune for {task.name} (an image task has no pretrained encoder "
-                        "to freeze), got frozen")
+        raise UserError(f"--encoder: expected finetune for {task.name} (an image task has no pretrained "
+                        "encoder to freeze), got frozen")
     overrides = check_overrides(dict(r.overrides), space.fixed)
     if overrides:
         space = space.with_overrides(overrides)
@@ -330,9 +275,9 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     if state is not None:
         name = (r.name or latest_search(storage, task.name)) or ""
         if state["fingerprint"] != space.fingerprint() or state["losses"] != list(space.losses):
-            raise UserError(f"--resume: the search space of {name} changed since it started (expected fingerprint "
-                            f"{state['fingerprint']} for losses {state['losses']}, got {space.fingerprint()} "
-                            f"for {list(space.losses)}); start a new search instead")
+            raise UserError(f"--resume: the search space of {name} changed since it started (expected "
+                            f"fingerprint {state['fingerprint']} for losses {state['losses']}, got "
+                            f"{space.fingerprint()} for {list(space.losses)}); start a new search instead")
         check_unfinished(state, r, name)
         check_in_place(state, storage / name)
     else:
@@ -345,15 +290,17 @@ def plan_search(r: SearchRequest) -> SearchPlan:
 
         baseline = baseline_for(task.kind, r.baseline)
         if baseline not in space.losses:
-            raise UserError(f"--baseline: expected one of the searched losses {sorted(space.losses)} (every verdict "
-                            f"compares with it), got {baseline!r}; add it to --losses or choose --baseline")
+            raise UserError(f"--baseline: expected one of the searched losses {sorted(space.losses)} "
+                            f"(every verdict compares with it), got {baseline!r}; "
+                            "add it to --losses or choose --baseline")
         if len(space.losses) < 2:
-            raise UserError(f"--losses: expected at least two losses to confirm a comparison, got {list(space.losses)}")
+            raise UserError(f"--losses: expected at least two losses to confirm a comparison, got "
+                            f"{list(space.losses)}")
     data_settings, base = resolve_settings(r, task, space)
     model = data_settings.encoder if task.uses_backbone else "cnn"  # an image task's model is its CNN
     if r.seeds_per_trial > 1 and not population_applies(model, task.kind):
-        raise UserError(f"--seeds-per-trial: expected 1 for {task.name} with encoder {data_settings.encoder} (a "
-                        f"population trains frozen-feature heads of sentence tasks and image CNNs), got "
+        raise UserError(f"--seeds-per-trial: expected 1 for {task.name} with encoder {data_settings.encoder} "
+                        f"(a population trains frozen-feature heads of sentence tasks and image CNNs), got "
                         f"{r.seeds_per_trial}")
     check_length(data_settings, task)
     check_capabilities(base, space)
@@ -364,14 +311,16 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     data = prepare(data_settings, task)
     space.check_classes(data.num_labels)
     check_one_step(space, base, len(data.train))
-    return SearchPlan(r, task, space, data_settings, base, data, name, storage / name, r.experiment or task.name,
-                      state["search_id"] if state else name, state.get("token") if state else new_token())
+    return SearchPlan(r, task, space, data_settings, base, data, name, storage / name,
+                      r.experiment or task.name, state["search_id"] if state else name,
+                      state.get("token") if state else new_token())
 
 
-def plan_confirmation(r: SearchRequest, data_settings: DataSettings, configs: list[TrialSettings]) -> SearchPlan:
+def plan_confirmation(r: SearchRequest, data_settings: DataSettings,
+                      configs: list[TrialSettings]) -> SearchPlan:
     """A plan that runs given trial settings on the data `data_settings` describes (the report's `--confirm`):
-    the data is prepared from them, no search space is read and nothing is re-planned. `r` gives where to track
-    and run (storage, MLflow, Ray) and the task's options (`--task-arg`)."""
+    the data is prepared from them, no search space is read and nothing is re-planned. `r` gives where to
+    track and run (storage, MLflow, Ray) and the task's options (`--task-arg`)."""
     r.check()
     storage = resolved(r.storage_path, "--storage-path")
     check_storage(storage)

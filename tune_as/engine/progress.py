@@ -1,6 +1,6 @@
-"""The search's progress view: one line per loss, at most 100 columns, instead of Ray's table with a column for
-every parameter of every loss (250+ columns, most cells empty, wrapped in any terminal). `--verbose` brings
-Ray's per-trial table back.
+"""The search's progress view: one line per loss, at most 100 columns, instead of Ray's table with a column
+for every parameter of every loss (250+ columns, most cells empty, wrapped in any terminal). `--verbose`
+brings Ray's per-trial table back.
 
 `loss_lines` is pure (plain records in, lines out) so its widths are tested without Ray; `LossProgress` is the
 Ray `ProgressReporter` that turns Tune's trials into those records.
@@ -49,8 +49,9 @@ def clock(seconds: float) -> str:
 
 def time_left(trials: Sequence[TrialStatus], total: int | None, elapsed_s: float) -> float | None:
     """Seconds left, from the epochs trained so far per second of this run and the epochs still to train: the
-    rest of every running or pending trial's epochs, and for trials not created yet the mean epochs of those that
-    are (a trial that ended, stopped early or failed, has nothing left). None before the first epoch's progress."""
+    rest of every running or pending trial's epochs, and for trials not created yet the mean epochs of those
+    that are (a trial that ended, stopped early or failed, has nothing left). None before the first epoch's
+    progress."""
     ended = ("TERMINATED", "ERROR")
     trained = sum(min(t.epoch, t.epochs) for t in trials)
     if trained <= 0 or elapsed_s <= 0 or not trials:
@@ -62,18 +63,20 @@ def time_left(trials: Sequence[TrialStatus], total: int | None, elapsed_s: float
 
 def loss_lines(trials: Sequence[TrialStatus], title: str, metric: str, total: int | None = None,
                elapsed_s: float | None = None) -> list[str]:
-    """A header line (with the elapsed time and an estimate of the time left when `elapsed_s` is given), a column
-    line, then per loss: trials done / running / stopped early / failed, the best validation metric so far and
-    the setting that reached it. Every line at most WIDTH characters. `total`: the trials the run will have (Tune
-    creates them as the searcher suggests them)."""
+    """A header line (with the elapsed time and an estimate of the time left when `elapsed_s` is given), a
+    column line, then per loss: trials done / running / stopped early / failed, the best validation metric so
+    far and the setting that reached it. Every line at most WIDTH characters. `total`: the trials the run will
+    have (Tune creates them as the searcher suggests them)."""
     done = sum(t.status in ("TERMINATED", "ERROR") for t in trials)  # ended, whichever way
     running = sum(t.status == "RUNNING" for t in trials)
     when = ""
     if elapsed_s is not None:
         left = time_left(trials, total, elapsed_s)
         when = f"; {clock(elapsed_s)} elapsed" + (f", about {clock(left)} left" if left is not None else "")
-    lines = [_fit(f"{title}: {done}/{max(total or 0, len(trials))} trials ended, {running} running{when}", WIDTH),
-             f"{'loss':<{LOSS_WIDTH}} {'done':>4} {'run':>4} {'stop':>4} {'fail':>4} {'best ' + metric[:9]:>14}  setting"]
+    lines = [_fit(f"{title}: {done}/{max(total or 0, len(trials))} trials ended, {running} running{when}",
+                  WIDTH),
+             f"{'loss':<{LOSS_WIDTH}} {'done':>4} {'run':>4} {'stop':>4} {'fail':>4} "
+             f"{'best ' + metric[:9]:>14}  setting"]
     for loss in dict.fromkeys(t.loss for t in trials):
         mine = [t for t in trials if t.loss == loss]
         failed = sum(t.status == "ERROR" or t.error for t in mine)
@@ -89,9 +92,9 @@ def loss_lines(trials: Sequence[TrialStatus], title: str, metric: str, total: in
 
 
 class LossProgress(ProgressReporter):
-    """Prints `loss_lines` while the trials run, and once at the end. In a terminal the block is redrawn in place
-    every `tty_every_s`; in a pipe or a log a block is appended only when something other than the clock changed,
-    at most every `every_s`."""
+    """Prints `loss_lines` while the trials run, and once at the end. In a terminal the block is redrawn in
+    place every `tty_every_s`; in a pipe or a log a block is appended only when something other than the clock
+    changed, at most every `every_s`."""
 
     def __init__(self, title: str, metric: str, searched: dict[str, tuple[str, ...]], every_s: float = 30.0,
                  tty_every_s: float = 2.0) -> None:
@@ -104,8 +107,8 @@ class LossProgress(ProgressReporter):
         self.drawn = 0  # lines of the block on screen (a terminal's redraw moves up over them)
         self.shown: list[str] = []  # the last block appended, without its clock (a pipe's "no repeats")
 
-    def setup(self, start_time: float | None = None, total_samples: int | None = None, metric: str | None = None,
-              mode: str | None = None, **kwargs: Any) -> None:
+    def setup(self, start_time: float | None = None, total_samples: int | None = None,
+              metric: str | None = None, mode: str | None = None, **kwargs: Any) -> None:
         self.total = total_samples
         self.start = time.monotonic()
 
@@ -131,8 +134,9 @@ class LossProgress(ProgressReporter):
         loss = str(config.get("loss", "?"))
         setting = ", ".join(f"{k.removeprefix('loss.')}={config[k]}" for k in self.searched.get(loss, ())
                             if k in config)
-        return TrialStatus(loss, str(trial.status), float(last.get("epoch", 0.0)), float(config.get("epochs", 0.0)),
-                           best_of(config, last, self.metric), setting, bool(last.get("error")))
+        return TrialStatus(loss, str(trial.status), float(last.get("epoch", 0.0)),
+                           float(config.get("epochs", 0.0)), best_of(config, last, self.metric), setting,
+                           bool(last.get("error")))
 
 
 def best_of(config: dict[str, Any], last: dict[str, Any], metric: str) -> float | None:
@@ -143,13 +147,15 @@ def best_of(config: dict[str, Any], last: dict[str, Any], metric: str) -> float 
 
 
 def reporter(plan: SearchPlan, role: str) -> ProgressReporter:
-    """One line per loss in 100 columns; `--verbose`: Ray's per-trial table. Validation only: test metrics during
-    a search invite choosing on test."""
+    """One line per loss in 100 columns; `--verbose`: Ray's per-trial table. Validation only: test metrics
+    during a search invite choosing on test."""
     metric = plan.metric
     if plan.request.verbose >= 2:
-        params = {"seed": "seed"} | {config_key(d.name): d.name for s in plan.space.losses.values() for d in s.params}
+        params = {"seed": "seed"} | {config_key(d.name): d.name for s in plan.space.losses.values()
+                                     for d in s.params}
         return CLIReporter(metric_columns={"epoch": "epoch", f"val_{metric}": f"val_{metric}",
-                                           f"best_val_{metric}": f"best_val_{metric}", "masked_ratio": "masked"},
+                                           f"best_val_{metric}": f"best_val_{metric}",
+                                           "masked_ratio": "masked"},
                            parameter_columns=params, max_report_frequency=30, sort_by_metric=False)
     searched = {loss: tuple(config_key(d.name) for d in s.params) for loss, s in plan.space.losses.items()}
     what = "confirmation" if role == schema.ROLE_CONFIRMATION else "search"

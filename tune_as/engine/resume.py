@@ -1,6 +1,6 @@
-"""What `--resume` may do: read a search folder's saved state, restore the saved request with this call's runtime
-options, and refuse what would change the answer (each refusal says why), or say that a finished search has
-nothing to resume."""
+"""What `--resume` may do: read a search folder's saved state, restore the saved request with this call's
+runtime options, and refuse what would change the answer (each refusal says why), or say that a finished
+search has nothing to resume."""
 
 from __future__ import annotations
 
@@ -27,21 +27,23 @@ def read_state(search_dir: Path, check: Callable[[Any, Path], None] | None = Non
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: expected the search's saved state (JSON), got {first_line(exc)[:200]}") from None
+        raise UserError(f"{path}: expected the search's saved state (JSON), got "
+                        f"{first_line(exc)[:200]}") from None
     check(state, path)
     return dict(state)
 
 
 def _fits(annotation: str, value: Any) -> bool:
-    """Whether a JSON value can be a SearchRequest field of this annotation (a string: the module's annotations are
-    postponed). Tuples are saved as lists; task_args and overrides as [name, value] pairs."""
+    """Whether a JSON value can be a SearchRequest field of this annotation (a string: the module's
+    annotations are postponed). Tuples are saved as lists; task_args and overrides as [name, value] pairs."""
     for kind in annotation.split(" | "):
         if (kind == "None" and value is None
                 or kind == "bool" and isinstance(value, bool)
                 or kind == "int" and isinstance(value, int) and not isinstance(value, bool)
                 or kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool)
                 or kind in ("str", "Path") and isinstance(value, str)
-                or kind == "tuple[str, ...]" and isinstance(value, list) and all(isinstance(v, str) for v in value)
+                or kind == "tuple[str, ...]" and isinstance(value, list)
+                and all(isinstance(v, str) for v in value)
                 or kind.startswith("tuple[tuple[str,") and isinstance(value, list)
                 and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) for v in value)):
             return True
@@ -50,11 +52,11 @@ def _fits(annotation: str, value: Any) -> bool:
 
 def check_saved(state: Any, path: Path) -> None:
     """A saved state validated like user input (issue 32): a file of the wrong shape, or a saved option of the
-    wrong type or out of its range, is one line naming the key, before anything is resumed (it was a traceback,
-    or Ray restarting the experiment)."""
+    wrong type or out of its range, is one line naming the key, before anything is resumed (it was a
+    traceback, or Ray restarting the experiment)."""
     def damaged(where: str, expected: str, got: Any) -> UserError:
-        return UserError(f"{path}: {where}: expected {expected}, got {str(got)[:80]!r} (the saved state is damaged: "
-                         "restore it, or start a new search)")
+        return UserError(f"{path}: {where}: expected {expected}, got {str(got)[:80]!r} (the saved state is "
+                         "damaged: restore it, or start a new search)")
 
     if not isinstance(state, dict):
         raise damaged("the file", "a JSON object", type(state).__name__)
@@ -85,9 +87,10 @@ def check_deliverable(state: Any, path: Path) -> None:
     """What delivering kept writes reads of a saved state (tune_as.sync): where the search's runs are."""
     for key, kinds in (("search_id", (str,)), ("experiment", (str,)), ("mlflow_uri", (str, type(None)))):
         if not isinstance(state, dict) or not isinstance(state.get(key), kinds):
-            raise UserError(f"{path}: {key}: expected a JSON {'object' if not isinstance(state, dict) else 'string'}"
-                            f", got {str(state.get(key) if isinstance(state, dict) else type(state).__name__)[:80]!r} "
-                            "(the saved state is damaged: restore it)")
+            raise UserError(
+                f"{path}: {key}: expected a JSON {'object' if not isinstance(state, dict) else 'string'}, "
+                f"got {str(state.get(key) if isinstance(state, dict) else type(state).__name__)[:80]!r} "
+                "(the saved state is damaged: restore it)")
 
 
 class SearchFinished(Exception, Ending):
@@ -102,40 +105,42 @@ class SearchFinished(Exception, Ending):
 def _why_fixed(key: str, saved: dict[str, Any]) -> str:
     """Why a result option cannot change when a search resumes."""
     if key in ("confirm", "max_seeds") and saved.get("race"):
-        return (f"the race's looks and the alpha each spends were fixed for --max-seeds {saved.get('max_seeds')} "
-                "before its first seed (more seeds, or a fixed number, after a look would break its error control)")
+        return (f"the race's looks and the alpha each spends were fixed for --max-seeds "
+                f"{saved.get('max_seeds')} before its first seed (more seeds, or a fixed number, after a "
+                "look would break its error control)")
     if key == "confirm":
-        return (f"its verdicts were planned for {saved.get('confirm')} seeds; more seeds after its answer would be a "
-                "second look at the same comparison (docs/verdicts.md)")
+        return (f"its verdicts were planned for {saved.get('confirm')} seeds; more seeds after its answer "
+                "would be a second look at the same comparison (docs/verdicts.md)")
     return "it changes what the trials compute or how the answer is decided"
 
 
 def check_unfinished(state: dict[str, Any], r: SearchRequest, name: str) -> None:
-    """SearchFinished when the saved search has finished and this resume asks for nothing new (called once every
-    refusal has had its say: a changed space is refused, not called finished)."""
+    """SearchFinished when the saved search has finished and this resume asks for nothing new (called once
+    every refusal has had its say: a changed space is refused, not called finished)."""
     if state.get("finished") and r.confirm == state["request"].get("confirm", 0):
         raise SearchFinished(f"{name} has finished: nothing to resume (its runs are left as they are; "
-                             f"`python -m tune_as.report --experiment {state.get('experiment')} --search {name}` "
-                             "prints its answer)")
+                             f"`python -m tune_as.report --experiment {state.get('experiment')} "
+                             f"--search {name}` prints its answer)")
 
 
 def check_in_place(state: dict[str, Any], search_dir: Path) -> None:
-    """Refuse to resume an unfinished search whose folder was moved or copied: Ray Tune's pickled state (the search
-    algorithm's experiment, the searcher's study) names the folder it was started in, and Ray would write the
-    trials still to run there, outside this folder. A finished search only gets new confirmation rounds, made here.
-    A state saved before the folder was recorded is not checked."""
+    """Refuse to resume an unfinished search whose folder was moved or copied: Ray Tune's pickled state (the
+    search algorithm's experiment, the searcher's study) names the folder it was started in, and Ray would
+    write the trials still to run there, outside this folder. A finished search only gets new confirmation
+    rounds, made here. A state saved before the folder was recorded is not checked."""
     made = state.get("folder")
     if made and Path(made) != search_dir and not state.get("finished"):
-        raise UserError(f"--resume: expected the search folder where {search_dir.name} was started, {made}, got "
-                        f"{search_dir}: Ray Tune's saved state names {made} and would write the trials still to run "
-                        f"there, not here; resume it with --storage-path {Path(made).parent} (move the folder back "
-                        "first if it was moved)")
+        raise UserError(f"--resume: expected the search folder where {search_dir.name} was started, {made}, "
+                        f"got {search_dir}: Ray Tune's saved state names {made} and would write the trials "
+                        f"still to run there, not here; resume it with --storage-path {Path(made).parent} "
+                        "(move the folder back first if it was moved)")
 
 
 def _check_moved_store(uri: str, shown: str, state: dict[str, Any], name: str, experiment: str) -> None:
-    """Another --mlflow-uri on resume is the same store moved (a copied SQLite file, a server at a new address) only
-    if it holds this search's runs (its parent run, found by the search's tag, as `tune_as.sync` finds it); else
-    the resumed search would split its runs over two stores. Nothing is created: an SQLite file must exist."""
+    """Another --mlflow-uri on resume is the same store moved (a copied SQLite file, a server at a new
+    address) only if it holds this search's runs (its parent run, found by the search's tag, as `tune_as.sync`
+    finds it); else the resumed search would split its runs over two stores. Nothing is created: an SQLite
+    file must exist."""
     from tune_as.tracking.tracker import MlflowTracker
 
     file = schema.sqlite_file(uri)
@@ -146,9 +151,9 @@ def _check_moved_store(uri: str, shown: str, state: dict[str, Any], name: str, e
         except UserError as exc:
             why = first_line(exc)
     if why is not None:
-        raise UserError(f"--resume: --mlflow-uri: expected a store that holds {name}'s runs (it was started with "
-                        f"{state['mlflow_uri']}; a moved store must hold its parent run), got {shown}: {why}; "
-                        "resume without it, or point it at the store its runs were moved to")
+        raise UserError(f"--resume: --mlflow-uri: expected a store that holds {name}'s runs (it was started "
+                        f"with {state['mlflow_uri']}; a moved store must hold its parent run), got {shown}: "
+                        f"{why}; resume without it, or point it at the store its runs were moved to")
 
 
 # Options whose default changed when they were added: a search saved before them keeps what it ran with.
@@ -158,12 +163,14 @@ BEFORE_OPTIONS = {"noise": "per-loss"}
 def restore_request(r: SearchRequest, state: dict[str, Any], name: str) -> SearchRequest:
     """The saved request with this process's runtime options; refuse a changed option that changes results."""
     defaults = {f.name: f.default for f in dataclasses.fields(SearchRequest) if f.name in RESULT_OPTIONS}
-    # an option added since the search was saved: what that search did before the option existed, else its default
+    # an option added since the search was saved: what that
+    # search did before the option existed, else its default
     saved = {**defaults, **BEFORE_OPTIONS, **state["request"]}
     saved = {k: list(v) if isinstance(v, tuple) else v for k, v in saved.items()}  # as JSON has them
     for key, value in r.given().items():
         old = saved.get(key)
-        mine = str(value) if isinstance(value, Path) else (list(map(list, value)) if key in ("task_args", "overrides")
+        mine = str(value) if isinstance(value, Path) else (list(map(list, value))
+                                                          if key in ("task_args", "overrides")
                                                           else (list(value) if key == "losses" else value))
         if key == "task" or mine == old:
             continue

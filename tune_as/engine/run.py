@@ -76,8 +76,8 @@ class Outcome:
 
 
 def run_search(r: SearchRequest, head: Head | None = None, answer_to: TextIO | None = None) -> Outcome:
-    """Plan, open, search, confirm, decide, record, print (the module's docstring). `head`: the CLI's local Ray
-    (engine.head), joined. `answer_to`: where the answer is printed (default stdout)."""
+    """Plan, open, search, confirm, decide, record, print (the module's docstring). `head`: the CLI's local
+    Ray (engine.head), joined. `answer_to`: where the answer is printed (default stdout)."""
     plan = plan_search(r)
     check_margin(plan)
     state = state_of(plan)
@@ -89,7 +89,8 @@ def run_search(r: SearchRequest, head: Head | None = None, answer_to: TextIO | N
         trials = trial_runs(grids, plan)
         search_epochs = sum(members.grid_epochs(grid) for grid in grids)
         confirmed = confirm(session, trials, search_epochs) if plan.confirming else Confirmed()
-        record = answer_record(plan, trials, confirmed.race, confirmed.notes, confirmed.rounds, failures_of(grids))
+        record = answer_record(plan, trials, confirmed.race, confirmed.notes, confirmed.rounds,
+                               failures_of(grids))
         answered = answer_table(record, trials, confirmed.runs)  # the decision, as the report replays it
         compute = Compute(search_epochs, confirmed.epochs, sum(map(len, grids)), len(confirmed.runs),
                           time.monotonic() - tic, r.budget)
@@ -126,7 +127,8 @@ def search(session: Session) -> list[tune.ResultGrid]:
     """The search's trials: one Tuner (a resume restores it), and the parts that run trials its state lost."""
     plan = session.plan
     if plan.request.resume and storage.restorable(plan.experiment_dir):
-        return _lost_trials(session, fit(session, restored(session, plan.experiment_dir, per_loss(session)), None))
+        return _lost_trials(session, fit(session, restored(session, plan.experiment_dir, per_loss(session)),
+                                         None))
     return [fit(session, tuner(session, plan.experiment_dir, schema.ROLE_TRIAL, _searcher(session),
                                search_scheduler(plan), plan.n_trials), plan.n_trials)]
 
@@ -140,8 +142,9 @@ def _searcher(session: Session, ran: dict[str, int] | None = None) -> Searcher:
 
 
 def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGrid]:
-    """The resumed search's grid and its parts: a trial Ray's state lost (docs/architecture.md), never asked for
-    again by the searcher, runs in a part of the search's own, `<search>.part2`, asked from its loss's study."""
+    """The resumed search's grid and its parts: a trial Ray's state lost (docs/architecture.md), never asked
+    for again by the searcher, runs in a part of the search's own, `<search>.part2`, asked from its loss's
+    study."""
     plan, grids = session.plan, [grid]
     while True:
         ran = Counter(str((g[i].config or {}).get("loss")) for g in grids for i in range(len(g)))
@@ -153,8 +156,8 @@ def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGri
             grids.append(fit(session, restored(session, where, per_loss(session), dict(ran)), None))
             continue
         print(fitted(f"Search: Ray's saved state of {plan.experiment_dir.name} lacks {sum(lost.values())} "
-                     f"trial(s) of {', '.join(sorted(lost))} (the driver was killed while Ray copied it); they "
-                     "run now."))
+                     f"trial(s) of {', '.join(sorted(lost))} (the driver was killed while Ray copied it); "
+                     "they run now."))
         grids.append(fit(session, tuner(session, where, schema.ROLE_TRIAL, _searcher(session, dict(ran)),
                                         search_scheduler(plan), sum(lost.values())), sum(lost.values())))
 
@@ -173,8 +176,8 @@ def show(session: Session, answered: Answered, compute: Compute, answer_to: Text
 
 
 def keep(session: Session, record: AnswerRecord, answered: Answered, compute: Compute) -> None:
-    """The answer on the parent run: ranking.md and .csv, answer.json (what the report replays), answer.png, and
-    the summary metrics and tags that let the MLflow UI show it."""
+    """The answer on the parent run: ranking.md and .csv, answer.json (what the report replays), answer.png,
+    and the summary metrics and tags that let the MLflow UI show it."""
     plan = session.plan
     text = answered.table.markdown()
     with tempfile.TemporaryDirectory() as tmp:
@@ -187,6 +190,7 @@ def keep(session: Session, record: AnswerRecord, answered: Answered, compute: Co
         figure = Path(tmp) / schema.ANSWER_PNG  # the answer as a forest plot (tune_as.results.forest)
         drawn = forest(answered, record.margin_points, plan.baseline, plan.metric, figure, plan.name)
         session.tracker.search_artifacts([md, csv, record_file, *([figure] if drawn else [])], {
-            schema.SEARCH_EPOCHS: compute.search_epochs, schema.CONFIRM_EPOCHS: compute.confirm_epochs, **metrics},
+            schema.SEARCH_EPOCHS: compute.search_epochs, schema.CONFIRM_EPOCHS: compute.confirm_epochs,
+            **metrics},
             {schema.NOTE: text, **{schema.ANSWER_TAG_PREFIX + k: v for k, v in tags.items()}})
 

@@ -1,19 +1,20 @@
 """Early stopping that compares a trial only with trials of its own loss.
 
 One ASHA for the whole search would rank every loss's trials together: in their first epochs several losses
-are numerically identical to softmax (AS-Softmax masks nothing yet, a 6th-order Taylor exp equals exp for small
-logits), and a loss that learns slower early is cut by other losses' trials, so the final comparison mixes
-1-epoch runs with full runs. `PerLossASHA` keeps one set of rungs per loss (`scope="loss"`), or one for every
-loss (`scope="search"`, the ablation that shows the harm).
+are numerically identical to softmax (AS-Softmax masks nothing yet, a 6th-order Taylor exp equals exp for
+small logits), and a loss that learns slower early is cut by other losses' trials, so the final comparison
+mixes 1-epoch runs with full runs. `PerLossASHA` keeps one set of rungs per loss (`scope="loss"`), or one for
+every loss (`scope="search"`, the ablation that shows the harm).
 
 Why the rungs are kept here and not in Ray's `ASHAScheduler`: Ray Tune saves the searcher's and the callbacks'
 state with an experiment, not the scheduler's, and `ASHAScheduler` keeps its rungs in private attributes (and
 pickles them in `save`). A resumed search must judge a trial against the rung values recorded before the
 interruption, so the rungs are ours: `Rungs` is asynchronous successive halving with one bracket (Li et al.,
 2020, Alg. 2; what `ASHAScheduler(brackets=1)` decides, which tests/test_engine.py checks decision by decision
-against Ray's own scheduler), and its state is a JSON file (`state_path`, written after every decision, read when
-a resumed search first calls the scheduler): per loss, `null` for a loss without early stopping, else its rungs as
-[milestone, {trial id: recorded value}]. JSON, never a pickle (a planted pickle would run whatever it names).
+against Ray's own scheduler), and its state is a JSON file (`state_path`, written after every decision, read
+when a resumed search first calls the scheduler): per loss, `null` for a loss without early stopping, else its
+rungs as [milestone, {trial id: recorded value}]. JSON, never a pickle (a planted pickle would run whatever it
+names).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def default_grace_period(epochs: float, reduction_factor: float) -> float:
 @dataclass
 class Rungs:
     """One bracket of asynchronous successive halving: rungs at grace * rf^k epochs below max_t. A trial that
-    reaches a rung for the first time records its value there and is stopped when the value is below the rung's
-    (1 - 1/rf) quantile of the values recorded before it; a trial reaching max_t is stopped (it is done)."""
+    reaches a rung for the first time records its value there and is stopped when the value is below the
+    rung's (1 - 1/rf) quantile of the values recorded before it; a trial reaching max_t is stopped (it is
+    done)."""
 
     max_t: float
     grace_period: float
@@ -53,7 +55,8 @@ class Rungs:
     def __post_init__(self) -> None:
         if not self.recorded:
             count = int(math.log(self.max_t / self.grace_period) / math.log(self.reduction_factor) + 1)
-            self.recorded = [(self.grace_period * self.reduction_factor ** k, {}) for k in reversed(range(count))]
+            self.recorded = [(self.grace_period * self.reduction_factor ** k, {})
+                             for k in reversed(range(count))]
 
     def cutoff(self, values: dict[str, float]) -> float | None:
         if not values:
@@ -61,7 +64,8 @@ class Rungs:
         return float(np.nanpercentile(list(values.values()), (1 - 1 / self.reduction_factor) * 100))
 
     def record(self, trial_id: str, t: float, value: float) -> bool:
-        """Records `value` at the highest rung `t` has reached and this trial has not; True: stop the trial."""
+        """Records `value` at the highest rung `t` has reached and this trial has not; True: stop the
+        trial."""
         for milestone, values in self.recorded:
             if t < milestone or trial_id in values:
                 continue
@@ -78,7 +82,8 @@ class Rungs:
 
     @classmethod
     def from_json(cls, saved: Any, max_t: float, grace_period: float, reduction_factor: float) -> Rungs:
-        """Rungs of a search built with the same settings (the same milestones), filled with the saved values."""
+        """Rungs of a search built with the same settings (the same milestones), filled with the saved
+        values."""
         built = cls(max_t, grace_period, reduction_factor)
         milestones = [m for m, _ in built.recorded]
         if not isinstance(saved, list) or [float(m) for m, _ in saved] != milestones:
@@ -93,8 +98,9 @@ class PerLossASHA(TrialScheduler):
     other epochs than the rest); a loss with fewer trials than the reduction factor is never stopped early
     (there is nothing to compare a trial with). Trials run in the order they were added (Ray's FIFO)."""
 
-    def __init__(self, time_attr: str, max_t: dict[str, float] | float, grace_period: float, reduction_factor: float,
-                 trials_per_loss: int, state_path: Path | None = None, scope: str = "loss") -> None:
+    def __init__(self, time_attr: str, max_t: dict[str, float] | float, grace_period: float,
+                 reduction_factor: float, trials_per_loss: int, state_path: Path | None = None,
+                 scope: str = "loss") -> None:
         super().__init__()
         self.time_attr, self.max_t, self.grace_period = time_attr, max_t, grace_period
         self.reduction_factor, self.trials_per_loss = reduction_factor, trials_per_loss
@@ -188,6 +194,6 @@ class PerLossASHA(TrialScheduler):
                 self.by_loss[str(key)] = None if state is None else Rungs.from_json(
                     state, self._max_t(str(key)), self.grace_period, self.reduction_factor)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise UserError(f"{self.state_path}: expected {SCHEDULER_WHAT} tune_as writes (JSON: per loss, the "
-                            f"rungs of its early stopping), got a file it cannot rebuild them from "
+            raise UserError(f"{self.state_path}: expected {SCHEDULER_WHAT} tune_as writes (JSON: per loss, "
+                            f"the rungs of its early stopping), got a file it cannot rebuild them from "
                             f"({type(exc).__name__}: {str(exc)[:120]})") from None

@@ -1,19 +1,20 @@
 """One Optuna study per loss behind one Ray Tune `Searcher`.
 
 ONE Tuner runs every loss of a search and `PerLossSearcher` keeps ONE Optuna study per loss (TPE,
-multivariate, seeded, in an SQLite file optuna-dashboard can open). Each loss gets exactly its own trial budget
-and TPE models each loss's own parameters, while the cluster stays full across losses (a Tuner per loss would
-idle GPUs whenever one loss has fewer pending trials than there are GPUs).
+multivariate, seeded, in an SQLite file optuna-dashboard can open). Each loss gets exactly its own trial
+budget and TPE models each loss's own parameters, while the cluster stays full across losses (a Tuner per loss
+would idle GPUs whenever one loss has fewer pending trials than there are GPUs).
 
-Warm start: each loss's first trial is the paper's Table 6 setting where the search space has one (`paper`), else
-the loss's own defaults. Without it a loss's first trial is a random draw, and with few trials per loss the answer
-is a lottery: on digits one draw of taylor_softmax backward=inf trained to 18% where its defaults reach 98%
-(docs/bench_efficiency.md). `sampler="random"` draws every other trial uniformly instead of by TPE (a baseline).
+Warm start: each loss's first trial is the paper's Table 6 setting where the search space has one (`paper`),
+else the loss's own defaults. Without it a loss's first trial is a random draw, and with few trials per loss
+the answer is a lottery: on digits one draw of taylor_softmax backward=inf trained to 18% where its defaults
+reach 98% (docs/bench_efficiency.md). `sampler="random"` draws every other trial uniformly instead of by TPE
+(a baseline).
 
 Each Optuna trial mirrors its Ray trial: the objective so far at every evaluation (intermediate values), then
-COMPLETE with its value, FAIL (an error, no result), or PRUNED when early stopping cut it before its epochs (the
-same rule as the MLflow run's stopped-early tag, `callbacks.completed`): optuna-dashboard shows it as pruned, and
-TPE ranks a pruned trial by how far it got, then by its last value, as after Optuna's own pruning.
+COMPLETE with its value, FAIL (an error, no result), or PRUNED when early stopping cut it before its epochs
+(the same rule as the MLflow run's stopped-early tag, `callbacks.completed`): optuna-dashboard shows it as
+pruned, and TPE ranks a pruned trial by how far it got, then by its last value, as after Optuna's own pruning.
 """
 
 from __future__ import annotations
@@ -49,20 +50,22 @@ from tune_as.tracking import schema
 # One "A new study created" line per loss, and one per trial, would bury Ray's progress table.
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Draws in a row that may repeat a tried setting before a loss's search ends (`PerLossSearcher._ask_new`); a
-# finite space ends as soon as every point is tried, so this only bounds a sampler stuck on one continuous point.
+# finite space ends as soon as every point is tried, so this only bounds a sampler stuck on one
+# continuous point.
 MAX_ASKS = 50
 MAX_LISTED = 100_000  # a finite space listed to enqueue an untried point; a larger one just draws again
 REPEATS = 5  # repeats in a row before a finite space's next point is an untried one, enqueued
-# An intermediate value's step: the samples a trial has seen (an int that grows with training, comparable across a
-# loss's trials; the epoch is fractional when evaluations fall inside epochs).
+# An intermediate value's step: the samples a trial has seen (an int that grows with training, comparable
+# across a loss's trials; the epoch is fractional when evaluations fall inside epochs).
 STEP = "samples_seen"
-PLANNED_EPOCHS = "config/epochs"  # Tune hands a searcher its results flattened (tune_controller, flatten_dict)
+# Tune hands a searcher its results flattened (tune_controller, flatten_dict)
+PLANNED_EPOCHS = "config/epochs"
 
 
 def warm_start(space: LossSpace) -> dict[str, Any]:
-    """A loss's first trial (search-space names): its `paper` setting, else its defaults (the loss constructor's,
-    TrialSettings's for trial settings such as warmup_r) for each searched parameter whose default is in range.
-    Parameters left out are drawn by the sampler."""
+    """A loss's first trial (search-space names): its `paper` setting, else its defaults (the loss
+    constructor's, TrialSettings's for trial settings such as warmup_r) for each searched parameter whose
+    default is in range. Parameters left out are drawn by the sampler."""
     if space.paper:
         return {d.name: space.paper[d.name] for d in space.params if d.name in space.paper}
     from tune_as.losses import LOSSES
@@ -83,21 +86,23 @@ def _point(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 class _Searcher(Searcher):
     """What tune_as's searchers share: they count their live trials against --max-concurrent themselves
-    (`set_max_concurrency`), and a searcher unpickled from an older search's `tuner.pkl` gets, in one place, the
-    attributes added since (`_ADDED`: name -> default, copied)."""
+    (`set_max_concurrency`), and a searcher unpickled from an older search's `tuner.pkl` gets, in one place,
+    the attributes added since (`_ADDED`: name -> default, copied)."""
 
     _ADDED: dict[str, Any] = {}
     max_concurrent: int | None = None  # trials at a time (`set_max_concurrency`); None: not limited here
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({name: copy.copy(value) for name, value in self._ADDED.items() if name not in state})
+        self.__dict__.update({name: copy.copy(value) for name, value in self._ADDED.items()
+                              if name not in state})
         self.__dict__.update(state)
 
     def set_max_concurrency(self, max_concurrent: int) -> bool:
-        """Ray's protocol for a searcher that limits itself: True, so the ConcurrencyLimiter around it passes calls
-        through and keeps no count of live trials in Ray's pickled state, which a killed driver can leave behind or
-        ahead of the trials Ray saved; the searcher's own count (`live`) is caught up before a restore
-        (`catch_up`). The wrapper stays: Ray sizes its queue of pending trials by it (else one at a time)."""
+        """Ray's protocol for a searcher that limits itself: True, so the ConcurrencyLimiter around it passes
+        calls through and keeps no count of live trials in Ray's pickled state, which a killed driver can
+        leave behind or ahead of the trials Ray saved; the searcher's own count (`live`) is caught up before a
+        restore (`catch_up`). The wrapper stays: Ray sizes its queue of pending trials by it (else one at a
+        time)."""
         self.max_concurrent = max_concurrent
         return True
 
@@ -132,8 +137,9 @@ class PerLossSearcher(_Searcher):
             self.quota = dict.fromkeys(self.space.losses, self.space.trials_per_loss)
 
     def storage(self) -> optuna.storages.RDBStorage:
-        """Every loss's study in one storage; its public API is how a value reaches a trial known by its number
-        (a Ray trial outlives the driver's `optuna.trial.Trial` objects: a resumed search has only numbers)."""
+        """Every loss's study in one storage; its public API is how a value reaches a trial known by its
+        number (a Ray trial outlives the driver's `optuna.trial.Trial` objects: a resumed search has only
+        numbers)."""
         storage = self._storage
         if storage is None:
             storage = self._storage = optuna.storages.RDBStorage(self.storage_url)
@@ -149,7 +155,8 @@ class PerLossSearcher(_Searcher):
                                         storage=self.storage(), direction="maximize", sampler=sampler,
                                         load_if_exists=True)
             if study.metric_names is None:  # optuna-dashboard shows the objective by this name
-                with warnings.catch_warnings():  # "experimental" since Optuna 3.2, stable in use; not the user's
+                # "experimental" since Optuna 3.2, stable in use; not the user's
+                with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     study.set_metric_names([str(self.metric)])
             point = warm_start(self.space.losses[loss]) if self.warm else {}
@@ -158,7 +165,8 @@ class PerLossSearcher(_Searcher):
             self._studies[loss] = study
         return self._studies[loss]
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
+    # FINISHED is a str
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]
         if self._full(self.live):
             return None
         while True:
@@ -170,7 +178,8 @@ class PerLossSearcher(_Searcher):
             asked = self._ask_new(loss)
             if asked is not None:
                 break
-            self.exhausted.add(loss)  # every point of its space has been tried: its remaining trials are not run
+            # every point of its space has been tried: its remaining trials are not run
+            self.exhausted.add(loss)
         trial, params = asked
         space = self.space.losses[loss]
         if not space.params:  # nothing to tune: repeat over seeds, so every loss is "best of N" alike
@@ -183,14 +192,14 @@ class PerLossSearcher(_Searcher):
         """An Optuna trial of `loss` whose setting no earlier trial of this search has, with its trial config
         params; None when the loss's finite space has no untried point left.
 
-        Every search trial of a loss runs on the same seed, so a repeated setting is the same run: TPE and random
-        sampling of a small discrete space repeat points (taylor_softmax's 10 settings, an integer k), which
-        trained the same run twice and counted it as two trials. Optuna has no option to sample without
-        repetition, hence this check (hand-written). A repeat is closed as failed (TPE ignores failed trials, so
-        the original's result is not counted twice) and marked `repeat_of` (optuna-dashboard shows it). In a
-        finite space, after REPEATS repeats in a row, an untried point drawn with the study's seed is enqueued,
-        so a loss runs min(quota, points) trials (`LossSpace.size`; the engine expects that many). A continuous
-        space takes its MAX_ASKS-th draw as it is."""
+        Every search trial of a loss runs on the same seed, so a repeated setting is the same run: TPE and
+        random sampling of a small discrete space repeat points (taylor_softmax's 10 settings, an integer k),
+        which trained the same run twice and counted it as two trials. Optuna has no option to sample without
+        repetition, hence this check (hand-written). A repeat is closed as failed (TPE ignores failed trials,
+        so the original's result is not counted twice) and marked `repeat_of` (optuna-dashboard shows it). In
+        a finite space, after REPEATS repeats in a row, an untried point drawn with the study's seed is
+        enqueued, so a loss runs min(quota, points) trials (`LossSpace.size`; the engine expects that many). A
+        continuous space takes its MAX_ASKS-th draw as it is."""
         space = self.space.losses[loss]
         study = self.study(loss)
         size = space.size()
@@ -200,7 +209,8 @@ class PerLossSearcher(_Searcher):
             params = {config_key(d.name): d.suggest(trial) for d in space.params}
             if not listed and (not space.params or attempt == MAX_ASKS - 1):
                 return trial, params
-            tried = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number and self._tried(loss, t)]
+            tried = [t for t in study.get_trials(deepcopy=False)
+                     if t.number != trial.number and self._tried(loss, t)]
             first = next((t for t in tried if t.params == trial.params), None)
             if first is None:
                 return trial, params
@@ -218,16 +228,17 @@ class PerLossSearcher(_Searcher):
         raise AssertionError("unreachable: a finite space enqueues an untried point after REPEATS repeats")
 
     def _tried(self, loss: str, t: optuna.trial.FrozenTrial) -> bool:
-        """Whether a study's trial stands for a run of its setting: not a repeat (told failed in its place), not
-        an orphan a driver restart closed before it ran. A failed run counts: the same setting on the same seed
-        fails again."""
+        """Whether a study's trial stands for a run of its setting: not a repeat (told failed in its place),
+        not an orphan a driver restart closed before it ran. A failed run counts: the same setting on the same
+        seed fails again."""
         return "repeat_of" not in t.user_attrs and t.number not in self.orphans.get(loss, ())
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         if trial_id in self.live:
             self._report(*self.live[trial_id], result)
 
-    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                          error: bool = False) -> None:
         if trial_id not in self.live:
             return
         loss, number = self.live.pop(trial_id)
@@ -238,17 +249,19 @@ class PerLossSearcher(_Searcher):
         if result is None or value is None:
             study.tell(number, state=optuna.trial.TrialState.FAIL)
         else:
-            self._report(loss, number, result)  # Tune passes the result it stopped a trial on to no on_trial_result
+            # Tune passes the result it stopped a trial on to no on_trial_result
+            self._report(loss, number, result)
             planned = result.get(PLANNED_EPOCHS)
             if planned is not None and not completed(result, float(planned)):
-                study.tell(number, state=optuna.trial.TrialState.PRUNED)  # valued by its last intermediate value
+                # valued by its last intermediate value
+                study.tell(number, state=optuna.trial.TrialState.PRUNED)
             else:
                 study.tell(number, value, state=optuna.trial.TrialState.COMPLETE)
         self._ids.pop((loss, number), None)
 
     def _report(self, loss: str, number: int, result: dict[str, Any]) -> None:
-        """The trial's objective so far as its Optuna trial's intermediate value at STEP (a step reported again,
-        by a trial resumed from an earlier checkpoint, is overwritten with the same value)."""
+        """The trial's objective so far as its Optuna trial's intermediate value at STEP (a step reported
+        again, by a trial resumed from an earlier checkpoint, is overwritten with the same value)."""
         value, step = result.get(self.metric), result.get(STEP)
         if value is None or step is None or result.get("error"):
             return
@@ -272,8 +285,8 @@ class PerLossSearcher(_Searcher):
         self.close_running(keep={(loss, number) for loss, number in self.live.values()})
 
     def close_running(self, keep: Collection[tuple[str, int]] = ()) -> None:
-        """Close each Optuna trial still running, but those in `keep` ((loss, number)), as an orphan: failed, and
-        never counted as a tried setting (`_tried`), so its setting can be drawn again."""
+        """Close each Optuna trial still running, but those in `keep` ((loss, number)), as an orphan: failed,
+        and never counted as a tried setting (`_tried`), so its setting can be drawn again."""
         for loss in self.space.losses:
             for t in self.study(loss).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
                 if (loss, t.number) not in keep:
@@ -282,7 +295,8 @@ class PerLossSearcher(_Searcher):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_studies"], state["_storage"], state["_ids"] = {}, None, {}  # studies live in the database, not in pickles
+        # studies live in the database, not in pickles
+        state["_studies"], state["_storage"], state["_ids"] = {}, None, {}
         return state
 
 
@@ -296,7 +310,8 @@ class FixedConfigs(_Searcher):
         self.configs, self.next = configs, 0
         self.live: set[str] = set()
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
+    # FINISHED is a str
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]
         if self.next >= len(self.configs):
             return Searcher.FINISHED
         if self._full(self.live):
@@ -305,7 +320,8 @@ class FixedConfigs(_Searcher):
         self.live.add(trial_id)
         return dict(self.configs[self.next - 1])
 
-    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                          error: bool = False) -> None:
         self.live.discard(trial_id)
 
     def save(self, checkpoint_path: str) -> None:
@@ -318,18 +334,18 @@ class FixedConfigs(_Searcher):
 
 def catch_up(experiment_dir: Path, trials: Sequence[SavedTrial], searcher: PerLossSearcher | None = None,
              before: Mapping[str, int] | None = None) -> bool:
-    """Bring the searcher state saved in an experiment's folder (the newest file, as Ray picks it) up to `trials`,
-    the trials Ray saved beside it (engine.storage.saved_trials), before Ray restores both; whether it changed.
-    `searcher`: the search's (its Optuna studies), None for FixedConfigs; `before`: per loss, the trials of the
-    search's earlier parts (engine.run).
+    """Bring the searcher state saved in an experiment's folder (the newest file, as Ray picks it) up to
+    `trials`, the trials Ray saved beside it (engine.storage.saved_trials), before Ray restores both; whether
+    it changed. `searcher`: the search's (its Optuna studies), None for FixedConfigs; `before`: per loss, the
+    trials of the search's earlier parts (engine.run).
 
-    Ray saves an experiment's trials and its searcher's state as two files, copied side by side: a driver killed
-    inside the copy can leave the searcher's state behind the trials (it would hand out again what Ray already
-    has: a confirmation seed run twice, a loss's trial beyond its quota) or ahead of them (engine.run runs what
-    Ray lost in a part). Made consistent here (hand-written: Ray restores each file as it finds it): the state
-    counts every saved trial, FixedConfigs' `next` and each loss's count, and its live trials are exactly Ray's
-    unfinished ones, each of a search matched to the Optuna trial of its loss still running with its setting
-    (the others are closed as orphans when the searcher restores)."""
+    Ray saves an experiment's trials and its searcher's state as two files, copied side by side: a driver
+    killed inside the copy can leave the searcher's state behind the trials (it would hand out again what Ray
+    already has: a confirmation seed run twice, a loss's trial beyond its quota) or ahead of them (engine.run
+    runs what Ray lost in a part). Made consistent here (hand-written: Ray restores each file as it finds it):
+    the state counts every saved trial, FixedConfigs' `next` and each loss's count, and its live trials are
+    exactly Ray's unfinished ones, each of a search matched to the Optuna trial of its loss still running with
+    its setting (the others are closed as orphans when the searcher restores)."""
     path = max(experiment_dir.glob(SEARCHER_FILES), default=None, key=str)
     if path is None:
         return False
@@ -337,14 +353,16 @@ def catch_up(experiment_dir: Path, trials: Sequence[SavedTrial], searcher: PerLo
     unfinished = [t for t in trials if not t.ended]
     if searcher is None:
         nxt, had = fixed_searcher_state(saved, path)
-        state: dict[str, Any] = {"next": max(nxt, len(trials)), "live": sorted(t.trial_id for t in unfinished)}
+        state: dict[str, Any] = {"next": max(nxt, len(trials)),
+                                 "live": sorted(t.trial_id for t in unfinished)}
         changed = state != {"next": nxt, "live": sorted(had)}
         if changed:
             write_json(path, state)
         return changed
     old = loss_searcher_state(saved, path)
     counts = Counter(str(t.config.get("loss")) for t in trials)
-    suggested = {loss: max(n, (before or {}).get(loss, 0) + counts[loss]) for loss, n in old["suggested"].items()}
+    suggested = {loss: max(n, (before or {}).get(loss, 0) + counts[loss])
+                 for loss, n in old["suggested"].items()}
     live = {t.trial_id: old["live"][t.trial_id] for t in unfinished if t.trial_id in old["live"]}
     for t in unfinished:
         loss = str(t.config.get("loss"))
@@ -353,7 +371,8 @@ def catch_up(experiment_dir: Path, trials: Sequence[SavedTrial], searcher: PerLo
         taken = set(live.values())
         running = searcher.study(loss).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         match = next((o for o in running if (loss, o.number) not in taken
-                      and all(t.config.get(config_key(name)) == value for name, value in o.params.items())), None)
+                      and all(t.config.get(config_key(name)) == value
+                              for name, value in o.params.items())), None)
         if match is not None:
             live[t.trial_id] = (loss, match.number)
     if (suggested, live) == (old["suggested"], old["live"]):

@@ -1,9 +1,9 @@
 """A search's session with the outside world: Ray, the MLflow parent run, the search's folder, and the Tuners.
 
-`open_session` checks the world, joins Ray, opens the tracking store and the parent run, holds the search's folder,
-and closes them all (the parent FINISHED, KILLED or FAILED) however the search ends. The rest builds, restores and
-runs one Tune experiment: `tuner` (new), `restored` (saved, its searcher caught up), `fit` (Ctrl-C and lost trials
-raise `SearchInterrupted`).
+`open_session` checks the world, joins Ray, opens the tracking store and the parent run, holds the search's
+folder, and closes them all (the parent FINISHED, KILLED or FAILED) however the search ends. The rest builds,
+restores and runs one Tune experiment: `tuner` (new), `restored` (saved, its searcher caught up), `fit`
+(Ctrl-C and lost trials raise `SearchInterrupted`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from tune_as.tracking import tracker as tracking
 
 
 class SearchInterrupted(KeyboardInterrupt, Ending):
-    """Ctrl-C or SIGTERM: Ray Tune stopped the trials and saved its state; the message is the resume command."""
+    """Ctrl-C or SIGTERM: Ray Tune stopped the trials and saved its state; the message is the resume
+    command."""
     exit_code = INTERRUPTED
 
     def message(self) -> str:
@@ -54,13 +55,16 @@ class Session:
 def open_session(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
                  state: dict[str, Any] | None = None, hint: str | None = None,
                  head: Head | None = None) -> Iterator[Session]:
-    """The world checked, then the search's folder (held), state and parent run (FINISHED/KILLED/FAILED at end)."""
+    """The world checked, then the search's folder (held), state and parent run (FINISHED/KILLED/FAILED at
+    end)."""
     r = plan.request
     cluster.tune_environment(resume=r.resume)
     if r.address:  # before the tracking store: a first use of an SQLite file creates it
         cluster.check_address(r.address)
-    tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id, journal_dir=plan.search_dir)
-    # the tracking store opens (seconds for a new SQLite schema) while Ray starts, both before anything is written
+    tracker = tracking.MlflowTracker(r.mlflow_uri, plan.experiment, plan.search_id,
+                                     journal_dir=plan.search_dir)
+    # the tracking store opens (seconds for a new SQLite
+    # schema) while Ray starts, both before anything is written
     with ThreadPoolExecutor(1, thread_name_prefix="tune_as-mlflow-open") as pool:
         opened = pool.submit(tracker.check_reachable, not r.resume)
         lock = claim(plan.search_dir, resume=True) if r.resume else None
@@ -70,9 +74,10 @@ def open_session(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     lock = lock or claim(plan.search_dir, resume=False)  # a new search writes its folder only now
     if state is not None:
         write_state(plan.search_dir, state)
-    tracker.start_search(params=params, tags={schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}",
-                                              schema.MODE: "max", **tags})
-    if tracker.replay(skip_search_end=True):  # writes an earlier run of this search could not deliver go first
+    tracker.start_search(params=params, tags={
+        schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max", **tags})
+    # writes an earlier run of this search could not deliver go first
+    if tracker.replay(skip_search_end=True):
         print(f"MLflow: delivering {len(tracker.pending)} writes kept in {tracking.JOURNAL} first")
     callbacks.MlflowCallback.register(tracker)
     session = Session(plan, tracker, res, hint or resume_hint(plan))
@@ -109,20 +114,24 @@ def tuner(session: Session, path: Path, role: str, search_alg: Searcher, schedul
     callback = callbacks.MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
     run_config = tune.RunConfig(
         name=path.name, storage_path=str(path.parent),  # an experiment of the search's (engine.state)
-        storage_filesystem=storage.whole_files(),  # no state file cut short by a killed driver (engine.storage)
+        # no state file cut short by a killed driver (engine.storage)
+        storage_filesystem=storage.whole_files(),
         callbacks=[callback, *callbacks.common()], verbose=min(r.verbose, 1),
-        progress_reporter=reporter(plan, role), failure_config=tune.FailureConfig(max_failures=r.max_failures),
+        progress_reporter=reporter(plan, role),
+        failure_config=tune.FailureConfig(max_failures=r.max_failures),
         stop=disk.StopOnFullDisk(),  # a worker's full disk ends the search (engine.disk), not only its trial
         # one: Ray snapshots the experiment once a trial saved a checkpoint (a killed driver forgets no trial)
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
-    return tune.Tuner(trainable_for(plan, session.resources), run_config=run_config, tune_config=tune.TuneConfig(
-        scheduler=scheduler, search_alg=search_alg, num_samples=num_samples, reuse_actors=True,
-        trial_name_creator=callbacks.trial_name, trial_dirname_creator=callbacks.trial_name))
+    return tune.Tuner(
+        trainable_for(plan, session.resources), run_config=run_config, tune_config=tune.TuneConfig(
+            scheduler=scheduler, search_alg=search_alg, num_samples=num_samples, reuse_actors=True,
+            trial_name_creator=callbacks.trial_name, trial_dirname_creator=callbacks.trial_name))
 
 
 def restored(session: Session, where: Path, searcher: PerLossSearcher | None = None,
              before: dict[str, int] | None = None) -> tune.Tuner:
-    """A saved experiment, its searcher's state first caught up with the trials Ray saved (`searcher.catch_up`)."""
+    """A saved experiment, its searcher's state first caught up with the trials Ray saved
+    (`searcher.catch_up`)."""
     catch_up(where, storage.saved_trials(where), searcher, before)
     return storage.restored(where, trainable_for(session.plan, session.resources))
 
@@ -134,7 +143,8 @@ def search_scheduler(plan: SearchPlan) -> TrialScheduler:
         return FIFOScheduler()
     max_t = {loss: plan.max_epochs(loss) for loss in plan.losses}
     epochs = min(max_t.values())  # the grace period must fit the shortest loss's budget
-    grace = min(r.grace_period, epochs) if r.grace_period else default_grace_period(epochs, r.reduction_factor)
+    grace = (min(r.grace_period, epochs) if r.grace_period
+             else default_grace_period(epochs, r.reduction_factor))
     # scope "search" is the ablation: every loss's trials in one set of rungs
     compared = plan.search_trials * (len(plan.losses) if r.asha_scope == "search" else 1)
     chosen = PerLossASHA("epoch", max_t, grace, r.reduction_factor, compared,
@@ -144,7 +154,8 @@ def search_scheduler(plan: SearchPlan) -> TrialScheduler:
 
 
 def fit(session: Session, experiment: tune.Tuner, expected: int | None) -> tune.ResultGrid:
-    """The grid; Ray Tune swallows Ctrl-C, so fewer than `expected` trials ended (None: any not ended) is one."""
+    """The grid; Ray Tune swallows Ctrl-C, so fewer than `expected` trials ended (None: any not ended) is
+    one."""
     try:
         grid = experiment.fit()
     except KeyboardInterrupt:
@@ -165,4 +176,5 @@ def per_loss(session: Session) -> PerLossSearcher:
 
 def limited(session: Session, searcher: Searcher) -> Searcher:
     """`searcher` with at most as many trials running as the cluster holds (counted by the searcher)."""
-    return ConcurrencyLimiter(searcher, cluster.concurrency(session.plan.request.max_concurrent, session.resources))
+    return ConcurrencyLimiter(searcher, cluster.concurrency(session.plan.request.max_concurrent,
+                                                            session.resources))

@@ -1,10 +1,11 @@
-"""The state a search writes and reads back on `--resume`: JSON written atomically, never a pickle, and the check
-that the search's folder is the user's own.
+"""The state a search writes and reads back on `--resume`: JSON written atomically, never a pickle, and the
+check that the search's folder is the user's own.
 
-Reading a pickle runs whatever code it names, so a state file planted in a search folder would run in the driver.
-tune_as's own state (the searcher's, the early-stopping brackets, the saved request) is therefore JSON. Ray Tune's
-own experiment state (`tuner.pkl`, `experiment_state-*.json` with cloudpickled parts, `search_gen_state-*`) is
-unpickled by Ray on every resume: that is why `check_ownership` refuses a folder someone else could have written to.
+Reading a pickle runs whatever code it names, so a state file planted in a search folder would run in the
+driver. tune_as's own state (the searcher's, the early-stopping brackets, the saved request) is therefore
+JSON. Ray Tune's own experiment state (`tuner.pkl`, `experiment_state-*.json` with cloudpickled parts,
+`search_gen_state-*`) is unpickled by Ray on every resume: that is why `check_ownership` refuses a folder
+someone else could have written to.
 """
 
 from __future__ import annotations
@@ -26,37 +27,39 @@ TOKEN = re.compile(r"[0-9a-f]{8}")  # a search's token (`new_token`), as its sav
 
 def new_token() -> str:
     """A new search's token, saved in its state: the name Ray knows its Tune experiments by. Ray stages an
-    experiment's files on the driver's node in `<Ray session>/artifacts/<second it started>/<experiment name>/`:
-    two searches on one cluster whose experiments shared one name (the user's --name, or `confirm`) and started
-    within one second wrote one staging folder, and a resume read the other's half-written state
-    (ray-project/ray#35006). Random, not derived from the name or the time: those are what two searches share."""
+    experiment's files on the driver's node in
+    `<Ray session>/artifacts/<second it started>/<experiment name>/`: two searches on one cluster whose
+    experiments shared one name (the user's --name, or `confirm`) and started within one second wrote one
+    staging folder, and a resume read the other's half-written state (ray-project/ray#35006). Random, not
+    derived from the name or the time: those are what two searches share."""
     return secrets.token_hex(4)
 
 
 def search_experiment(search_dir: Path, token: str | None) -> Path:
-    """The search's own Tune experiment: `<search folder>/search.<token>`; the folder itself for a search an older
-    tune_as started (no token in its state), so that a resume continues it where it is."""
+    """The search's own Tune experiment: `<search folder>/search.<token>`; the folder itself for a search an
+    older tune_as started (no token in its state), so that a resume continues it where it is."""
     return search_dir / f"{SEARCH_DIR}.{token}" if token else search_dir
 
 
 def round_name(search_dir: Path, suffix: str, round_no: int) -> str:
-    """The Tune experiment (a folder inside the search's) of confirmation round `round_no`: `confirm.<suffix>`,
-    `confirm-2.<suffix>`, ..., the suffix the search's token (`new_token`: why), or its id where an older tune_as
-    saved no token. A round an older tune_as named `confirm`, `confirm-2` keeps its folder, so a resume continues
-    it."""
+    """The Tune experiment (a folder inside the search's) of confirmation round `round_no`:
+    `confirm.<suffix>`, `confirm-2.<suffix>`, ..., the suffix the search's token (`new_token`: why), or its id
+    where an older tune_as saved no token. A round an older tune_as named `confirm`, `confirm-2` keeps its
+    folder, so a resume continues it."""
     older = CONFIRM_DIR if round_no == 1 else f"{CONFIRM_DIR}-{round_no}"
     return older if (search_dir / older).is_dir() else f"{older}.{suffix}"
 
 
 def part_dir(search_dir: Path, experiment: Path, part: int) -> Path:
-    """Part `part` of a Tune experiment of the search (1: the experiment itself): `<name>.part2`, ..., in the search's
-    folder, for the trials its resumed Ray state lost (engine.run)."""
+    """Part `part` of a Tune experiment of the search (1: the experiment itself): `<name>.part2`, ..., in the
+    search's folder, for the trials its resumed Ray state lost (engine.run)."""
     return experiment if part == 1 else search_dir / f"{experiment.name}.part{part}"
 
 
 def experiment_folders(search_dir: Path) -> list[Path]:
-    """The search's folder, its own Tune experiment where it is a folder of its own (`search_experiment`), then its
-    confirmation rounds' (`round_name`: engine.confirm), each with its parts (`<name>.part2`: engine.run, engine.confirm)."""
+    """The search's folder, its own Tune experiment where it is a folder of its own (`search_experiment`),
+    then its confirmation rounds' (`round_name`: engine.confirm), each with its parts (`<name>.part2`:
+    engine.run, engine.confirm)."""
     return [search_dir, *sorted(p for p in search_dir.glob(SEARCH_DIR + ".*") if p.is_dir()),
             *sorted(p for p in search_dir.glob(CONFIRM_DIR + "*") if p.is_dir())]
 
@@ -68,8 +71,8 @@ def write_json(path: Path, state: Any) -> None:
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
-    """The JSON object `write_json` wrote; anything else (a pickle of an older tune_as, a damaged or planted file)
-    is a UserError naming the file. Nothing in it is executed."""
+    """The JSON object `write_json` wrote; anything else (a pickle of an older tune_as, a damaged or planted
+    file) is a UserError naming the file. Nothing in it is executed."""
     try:
         state = json.loads(Path(path).read_bytes())
     except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
@@ -93,9 +96,9 @@ def _refusal(path: Path, st: os.stat_result, uid: int, check_mode: bool) -> str 
 
 def check_ownership(search_dir: Path) -> None:
     """Refuse to resume a search whose folder another user could have written to: with `os.stat`, the search
-    folder (and its `confirm*` round folders) must be owned by this process's user and not writable by group or others,
-    and every file directly in them owned by this user and, unless its folder is closed to group and others
-    (no x bit: nobody else can reach it), not writable by group or others."""
+    folder (and its `confirm*` round folders) must be owned by this process's user and not writable by group
+    or others, and every file directly in them owned by this user and, unless its folder is closed to group
+    and others (no x bit: nobody else can reach it), not writable by group or others."""
     uid = os.getuid()
     for folder in experiment_folders(search_dir):
         st = os.stat(folder)
@@ -105,20 +108,23 @@ def check_ownership(search_dir: Path) -> None:
             reason = reason or _refusal(path, os.stat(path), uid, check_mode=not closed)
         if reason:
             raise UserError(f"--resume: expected a search folder only you can write to (Ray unpickles the "
-                            f"experiment state in it), got {reason}; if you trust what is in it, make it yours "
-                            f"(chown, chmod -R go-w {search_dir})")
+                            f"experiment state in it), got {reason}; if you trust what is in it, make it "
+                            f"yours (chown, chmod -R go-w {search_dir})")
 
 
-# -- the searchers' state (engine.searcher); pure so that --resume checks it before Ray or MLflow starts ------------
+# -- the searchers' state (engine.searcher); pure so that --resume checks it before Ray or MLflow starts -----
 SEARCHER_WHAT = "the searcher state"
-SEARCHER_FILES = "searcher-state-*.pkl"  # Ray's name for what Searcher.save writes (JSON inside, despite the name)
+# Ray's name for what Searcher.save writes (JSON inside, despite the name)
+SEARCHER_FILES = "searcher-state-*.pkl"
 
 
 def loss_searcher_state(saved: dict[str, Any], path: Path) -> dict[str, Any]:
-    """PerLossSearcher's saved state, typed: suggestions per loss, live trials, exhausted losses, orphaned numbers."""
+    """PerLossSearcher's saved state, typed: suggestions per loss, live trials, exhausted losses, orphaned
+    numbers."""
     try:
         return {"suggested": {str(loss): int(n) for loss, n in dict(saved["suggested"]).items()},
-                "live": {str(t): (str(loss), int(number)) for t, (loss, number) in dict(saved["live"]).items()},
+                "live": {str(t): (str(loss), int(number))
+                         for t, (loss, number) in dict(saved["live"]).items()},
                 # absent from a state written before they existed
                 "exhausted": {str(loss) for loss in saved.get("exhausted", [])},
                 "orphans": {str(loss): [int(n) for n in numbers]
@@ -145,11 +151,12 @@ SCHEDULER_WHAT = "the early-stopping state"
 
 
 def _rungs_shape(rungs: Any) -> bool:
-    """[[milestone, {trial: value}], ...] (engine.schedulers.Rungs.to_json); the milestones are checked against
-    the search's settings when the scheduler loads it."""
+    """[[milestone, {trial: value}], ...] (engine.schedulers.Rungs.to_json); the milestones are checked
+    against the search's settings when the scheduler loads it."""
     return isinstance(rungs, list) and all(
         isinstance(r, list) and len(r) == 2 and isinstance(r[0], (int, float)) and isinstance(r[1], dict)
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r[1].values()) for r in rungs)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r[1].values())
+        for r in rungs)
 
 
 def check_scheduler_state(search_dir: Path) -> None:
@@ -159,16 +166,17 @@ def check_scheduler_state(search_dir: Path) -> None:
         return
     losses = read_json(path, SCHEDULER_WHAT).get("losses")
     bad = (f"losses={str(losses)[:40]}" if not isinstance(losses, dict) else
-           next((f"{key}: {str(r)[:40]}" for key, r in losses.items() if r is not None and not _rungs_shape(r)), ""))
+           next((f"{key}: {str(r)[:40]}" for key, r in losses.items()
+                 if r is not None and not _rungs_shape(r)), ""))
     if bad:
-        raise UserError(f"{path}: expected {SCHEDULER_WHAT} tune_as writes (JSON: per loss, the rungs of its early "
-                        f"stopping), got {bad}")
+        raise UserError(f"{path}: expected {SCHEDULER_WHAT} tune_as writes (JSON: per loss, the rungs of its "
+                        f"early stopping), got {bad}")
 
 
 def check_searcher_states(search_dir: Path) -> None:
-    """The searcher state Ray would restore in the search's experiment and in each confirmation round's (the newest
-    file, as `Searcher.restore_from_dir` picks it), read as the searchers read it: on `--resume`, before Ray
-    starts, so that a damaged file is one line naming it, not a traceback from Ray's copy of it."""
+    """The searcher state Ray would restore in the search's experiment and in each confirmation round's (the
+    newest file, as `Searcher.restore_from_dir` picks it), read as the searchers read it: on `--resume`,
+    before Ray starts, so that a damaged file is one line naming it, not a traceback from Ray's copy of it."""
     for folder in experiment_folders(search_dir):
         found = [str(p) for p in folder.glob(SEARCHER_FILES)]
         if found:

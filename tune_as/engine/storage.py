@@ -1,21 +1,22 @@
 """Where Ray Tune keeps a search's experiments: the local (or shared) file system, with every file whole.
 
 Ray Tune writes an experiment's state (`experiment_state-*.json`, `search_gen_state-*`, the searcher's state)
-on the driver's node, in a staging folder, and copies it to the storage path every few seconds; trials copy their
-checkpoints the same way. The copy (`pyarrow.fs.copy_files`) writes each file in place: a driver killed while it
-copied (SIGKILL, the OOM killer, a node lost) left a state file cut short in the search's folder, and the resume
-failed to read it ("Failed to restore the run state ... EOFError"), after which Ray restarted the experiment: a
-round's finished runs ran again, and the search ended "interrupted" (a failure of CI on b29019a). pyarrow has no
-atomic local writes, and Ray takes the file system to write to (`storage_filesystem`): `whole_files()` is the local
-one, writing every file under a hidden temporary name in its folder and renaming it into place when complete
-(a rename within a folder is atomic on POSIX file systems, NFS included). Listings never show those temporary
-names, so a copy left by a killed writer is never read back, and `sweep` removes them.
+on the driver's node, in a staging folder, and copies it to the storage path every few seconds; trials copy
+their checkpoints the same way. The copy (`pyarrow.fs.copy_files`) writes each file in place: a driver killed
+while it copied (SIGKILL, the OOM killer, a node lost) left a state file cut short in the search's folder, and
+the resume failed to read it ("Failed to restore the run state ... EOFError"), after which Ray restarted the
+experiment: a round's finished runs ran again, and the search ended "interrupted" (a failure of CI on
+b29019a). pyarrow has no atomic local writes, and Ray takes the file system to write to
+(`storage_filesystem`): `whole_files()` is the local one, writing every file under a hidden temporary name in
+its folder and renaming it into place when complete (a rename within a folder is atomic on POSIX file systems,
+NFS included). Listings never show those temporary names, so a copy left by a killed writer is never read
+back, and `sweep` removes them.
 
-A kill still leaves one snapshot's files from two moments (the new experiment state beside the previous searcher
-state, say), as on Ray's cloud storage: each file is whole and Ray's own (engine.searcher.catch_up brings the
-searcher's state up to the trials `saved_trials` reads; engine.run runs, in a part of its own, a trial such a mix
-lost; docs/architecture.md). `check_whole` refuses a folder whose Ray state an older tune_as left
-cut short, with one line, instead of letting Ray restart it.
+A kill still leaves one snapshot's files from two moments (the new experiment state beside the previous
+searcher state, say), as on Ray's cloud storage: each file is whole and Ray's own (engine.searcher.catch_up
+brings the searcher's state up to the trials `saved_trials` reads; engine.run runs, in a part of its own, a
+trial such a mix lost; docs/architecture.md). `check_whole` refuses a folder whose Ray state an older tune_as
+left cut short, with one line, instead of letting Ray restart it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from tune_as.errors import UserError
 PARTIAL = ".tune_as-partial-"  # in the name of a file being written (`_WholeFile`): hidden from every listing
 # the files of an experiment that Ray reads back on Tuner.restore (their names do not say what they hold:
 # `search_gen_state-*.json` is a pickle, and tune_as's searchers save JSON as `searcher-state-*.pkl`)
-RAY_STATE = ("experiment_state-*.json", "search_gen_state-*", "searcher-state-*", "tuner.pkl", "trainable.pkl")
+RAY_STATE = ("experiment_state-*.json", "search_gen_state-*", "searcher-state-*", "tuner.pkl",
+             "trainable.pkl")
 
 
 class _WholeFile(io.FileIO):
@@ -48,7 +50,8 @@ class _WholeFile(io.FileIO):
     def __init__(self, path: str) -> None:
         folder, name = os.path.split(path)
         self.target, self.failed = path, False
-        # mode "x" creates it 0o666 less the umask, as Ray's own files were (a shared storage path stays readable)
+        # mode "x" creates it 0o666 less the umask, as Ray's
+        # own files were (a shared storage path stays readable)
         super().__init__(os.path.join(folder, f".{name}{PARTIAL}{secrets.token_hex(4)}"), "xb")
 
     def write(self, data: Any) -> int:
@@ -84,7 +87,8 @@ class WholeFilesHandler(pyarrow.fs.FileSystemHandler):
     def __init__(self) -> None:
         self.local = pyarrow.fs.LocalFileSystem()
 
-    # pyarrow compares two PyFileSystems by their handlers' ==, `equals` is the handler's abstract method: both
+    # pyarrow compares two PyFileSystems by their handlers' ==, `equals` is the handler's abstract
+    # method: both
     def __eq__(self, other: object) -> bool:
         return isinstance(other, WholeFilesHandler)
 
@@ -154,8 +158,8 @@ def sweep(folder: Path) -> None:
 
 
 def restorable(experiment_dir: Path) -> bool:
-    """Whether the experiment can be resumed (Tuner.can_restore): then with its leftover partial files removed and
-    its Ray state checked whole (`check_whole`)."""
+    """Whether the experiment can be resumed (Tuner.can_restore): then with its leftover partial files removed
+    and its Ray state checked whole (`check_whole`)."""
     if not tune.Tuner.can_restore(str(experiment_dir), storage_filesystem=whole_files()):
         return False
     sweep(experiment_dir)
@@ -180,24 +184,26 @@ class SavedTrial:
 
 
 def saved_trials(experiment_dir: Path) -> list[SavedTrial]:
-    """The trials of a restorable experiment, as `Tuner.restore` will restore them (Ray's public ExperimentAnalysis
-    reads the same newest experiment state), in the order they were created."""
+    """The trials of a restorable experiment, as `Tuner.restore` will restore them (Ray's public
+    ExperimentAnalysis reads the same newest experiment state), in the order they were created."""
     analysis = tune.ExperimentAnalysis(str(experiment_dir), storage_filesystem=whole_files())
-    return [SavedTrial(str(t.trial_id), t.status == Trial.TERMINATED, dict(t.config)) for t in analysis.trials]
+    return [SavedTrial(str(t.trial_id), t.status == Trial.TERMINATED, dict(t.config))
+            for t in analysis.trials]
 
 
 def check_whole(experiment_dir: Path) -> None:
-    """Refuse, with one line, an experiment whose Ray state is cut short (a driver killed while an older tune_as
-    copied it): Ray would fail to read it and restart the experiment, running its finished trials again. Ray reads
-    the newest file of each kind (the name's time stamp), as checked here.
+    """Refuse, with one line, an experiment whose Ray state is cut short (a driver killed while an older
+    tune_as copied it): Ray would fail to read it and restart the experiment, running its finished trials
+    again. Ray reads the newest file of each kind (the name's time stamp), as checked here.
 
-    A pickle is read as opcodes only (pickletools.genops parses, never builds objects or imports): whole when its
-    STOP opcode ends the file. JSON is parsed."""
+    A pickle is read as opcodes only (pickletools.genops parses, never builds objects or imports): whole when
+    its STOP opcode ends the file. JSON is parsed."""
     for pattern in RAY_STATE:
         path = max(experiment_dir.glob(pattern), default=None)  # the newest, as Ray picks it
         if path is not None and not _whole(path):
-            raise UserError(f"{path}: expected Ray Tune's saved state, got a file cut short (a driver killed "
-                            "while Ray copied it): this search cannot be resumed; start it again with a new --name")
+            raise UserError(f"{path}: expected Ray Tune's saved state, got a file cut short (a driver "
+                            "killed while Ray copied it): this search cannot be resumed; "
+                            "start it again with a new --name")
 
 
 def _whole(path: Path) -> bool:

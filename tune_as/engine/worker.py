@@ -1,8 +1,9 @@
 """What Tune runs in a worker: one trial (or one population of seeds) and its reporter over `ray.tune.report`.
 
-A worker imports this module (Ray unpickles `trainable` by reference) at the start of every Tuner's first trial,
-so it imports only what training needs: not MLflow, Optuna or the driver's plan (about 2 s per worker on a
-2-core machine; tests/test_imports.py keeps it so). The driver's side of a trial is tune_as.engine.callbacks."""
+A worker imports this module (Ray unpickles `trainable` by reference) at the start of every Tuner's first
+trial, so it imports only what training needs: not MLflow, Optuna or the driver's plan (about 2 s per worker
+on a 2-core machine; tests/test_imports.py keeps it so). The driver's side of a trial is
+tune_as.engine.callbacks."""
 
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ HOOK_ENV = "TUNE_AS_TRIAL_HOOK"
 
 
 class RayReporter:
-    """`tune_as.training.trial.Reporter` over `ray.tune.report`. A trial checkpoints at an evaluation only when
-    `interval_s` seconds have passed since its last checkpoint, and always at its last one: with a checkpoint
-    at every epoch of a fast trial, Ray snapshots the whole experiment each time (CheckpointConfig(num_to_keep)
-    forces a snapshot once a trial has checkpointed num_to_keep times since the last one)."""
+    """`tune_as.training.trial.Reporter` over `ray.tune.report`. A trial checkpoints at an evaluation only
+    when `interval_s` seconds have passed since its last checkpoint, and always at its last one: with a
+    checkpoint at every epoch of a fast trial, Ray snapshots the whole experiment each time
+    (CheckpointConfig(num_to_keep) forces a snapshot once a trial has checkpointed num_to_keep times since the
+    last one)."""
 
     def __init__(self, loss: str, interval_s: float) -> None:
         self.loss, self.interval_s = loss, interval_s
@@ -62,10 +64,10 @@ class RayReporter:
 
 
 class PopulationReporter:
-    """`tune_as.training.population.PopulationReporter` over `ray.tune.report`: each evaluation is one result with
-    every member's latest report (tune_as.engine.members). A population checkpoints once, at its end: a marker
-    that it finished and each member's p_margin (`seed_<seed>/pmargin.npy`); a population interrupted before its
-    end trains again from its start on resume (the same runs: every member is seeded)."""
+    """`tune_as.training.population.PopulationReporter` over `ray.tune.report`: each evaluation is one result
+    with every member's latest report (tune_as.engine.members). A population checkpoints once, at its end: a
+    marker that it finished and each member's p_margin (`seed_<seed>/pmargin.npy`); a population interrupted
+    before its end trains again from its start on resume (the same runs: every member is seeded)."""
 
     def __init__(self, seeds: list[int]) -> None:
         self.seeds = seeds
@@ -92,9 +94,11 @@ class PopulationReporter:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def trainable(config: dict[str, Any], data: Any = None, task: Any = None, checkpoint_interval_s: float = 30.0) -> None:
-    """What Tune runs in a worker: one trial (or one population of seeds), restored from Tune's checkpoint when
-    there is one. A full disk under the storage path ends it with a result saying so (tune_as.engine.disk)."""
+def trainable(config: dict[str, Any], data: Any = None, task: Any = None,
+              checkpoint_interval_s: float = 30.0) -> None:
+    """What Tune runs in a worker: one trial (or one population of seeds), restored from Tune's checkpoint
+    when there is one. A full disk under the storage path ends it with a result saying so
+    (tune_as.engine.disk)."""
     disk.reported(partial(_train, config, data, task, checkpoint_interval_s))
 
 
