@@ -49,7 +49,8 @@ def test_replayed_results_are_logged_once_across_a_driver_restart(mlflow_server)
     second.trial_ended("t1", "FINISHED")
     assert second.search_ended("FINISHED") and second.experiment_id is not None
     client = MlflowClient(mlflow_server.uri)
-    (run,) = [r for r in client.search_runs([second.experiment_id]) if r.data.tags.get(schema.ROLE) == "trial"]
+    (run,) = [r for r in client.search_runs([second.experiment_id])
+              if r.data.tags.get(schema.ROLE) == "trial"]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [1, 2, 3, 4]
     assert run.info.status == "FINISHED" and run.data.params["lr"] == "0.1"
 
@@ -57,8 +58,8 @@ def test_replayed_results_are_logged_once_across_a_driver_restart(mlflow_server)
 @pytest.mark.slow
 def test_a_writer_delivers_off_the_callers_thread_in_order(mlflow_server) -> None:
     """With a writer (what the search's Tune callback starts), an event only queues its write: a flush in
-    progress (a slow MLflow's: held here by another thread) never holds Tune's event loop; the writes then arrive
-    in order, and the search's end delivers what is left."""
+    progress (a slow MLflow's: held here by another thread) never holds Tune's event loop; the writes then
+    arrive in order, and the search's end delivers what is left."""
     tracker = _tracker(mlflow_server.uri, "trk-writer")
     tracker.start_writer()
     held, release = threading.Event(), threading.Event()
@@ -85,16 +86,17 @@ def test_a_writer_delivers_off_the_callers_thread_in_order(mlflow_server) -> Non
     release.set()
     assert tracker.search_ended("FINISHED") and not tracker.pending and tracker.writer is None
     client = MlflowClient(mlflow_server.uri)
-    (run,) = [r for r in client.search_runs([str(tracker.experiment_id)]) if r.data.tags.get(schema.ROLE) == "trial"]
+    (run,) = [r for r in client.search_runs([str(tracker.experiment_id)])
+              if r.data.tags.get(schema.ROLE) == "trial"]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [1, 2, 3]
     assert run.info.status == "FINISHED" and run.data.params["lr"] == "0.1"
 
 
 @pytest.mark.slow
 def test_a_driver_killed_between_a_results_metrics_and_its_tags_logs_no_step_twice(tmp_path: Path) -> None:
-    """The SQLite store commits a batch's metrics, then its tags: a driver SIGKILLed in between leaves step 2's
-    metrics with the last-step tag still at 1 (the state is made here by hand; tests/test_reliability.py's racing
-    resume met it for real). The resumed driver's replay of step 2 must not log it again."""
+    """The SQLite store commits a batch's metrics, then its tags: a driver SIGKILLed in between leaves step
+    2's metrics with the last-step tag still at 1 (the state is made here by hand; tests/test_reliability.py's
+    racing resume met it for real). The resumed driver's replay of step 2 must not log it again."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # where the driver itself writes the database
     killed = _tracker(uri, "trk-torn")
     killed.trial_started("t1", {"loss": "softmax"}, TAGS)
@@ -124,7 +126,8 @@ def test_orphaned_run_of_a_killed_driver_is_closed_and_hidden(mlflow_server) -> 
     resumed.trial_ended("kept", "FINISHED")
     assert resumed.search_ended("FINISHED") and resumed.experiment_id is not None
     client = MlflowClient(mlflow_server.uri)
-    visible = [r for r in client.search_runs([resumed.experiment_id]) if r.data.tags.get(schema.ROLE) == "trial"]
+    visible = [r for r in client.search_runs([resumed.experiment_id])
+               if r.data.tags.get(schema.ROLE) == "trial"]
     assert [r.data.tags[schema.TRIAL] for r in visible] == ["kept"]
     lost = client.get_run(killed.trials["lost"].run_id)
     assert lost.info.status == "KILLED" and lost.info.lifecycle_stage == "deleted"
@@ -162,7 +165,8 @@ def test_unreachable_database_fails_in_seconds_without_the_password() -> None:
 
 # -- outages are told by exception type (what MLflow 3 raises, from real failures) --------------------------
 class _Unavailable(BaseHTTPRequestHandler):
-    """A real HTTP server in maintenance: 503 to everything, as a proxy in front of a restarting MLflow says."""
+    """A real HTTP server in maintenance: 503 to everything, as a proxy in front of a restarting MLflow
+    says."""
 
     def do_GET(self) -> None:
         self.send_response(503)
@@ -184,11 +188,12 @@ def _raised(call: Callable[[], object]) -> BaseException:
 
 
 def test_a_stopped_server_and_a_503_are_outages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # as tracking.open_client sets them for every tracker (without them MLflow retries for minutes): not left to
-    # whichever test opened a tracker first
+    # as tracking.open_client sets them for every tracker (without them MLflow retries for minutes): not left
+    # to whichever test opened a tracker first
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-    refused = _raised(lambda: MlflowClient(f"http://127.0.0.1:{free_port()}").search_experiments(max_results=1))
+    refused = _raised(
+        lambda: MlflowClient(f"http://127.0.0.1:{free_port()}").search_experiments(max_results=1))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Unavailable)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -205,7 +210,8 @@ def test_answers_are_not_outages_even_when_their_text_says_timeout(mlflow_server
     client = MlflowClient(mlflow_server.uri)
     run_id = client.create_run(client.create_experiment("trk-answers")).info.run_id
     client.log_param(run_id, "on_error", "Timeout")
-    changed = _raised(lambda: client.log_param(run_id, "on_error", "retry"))  # MLflow refuses to change a param
+    # MLflow refuses to change a param
+    changed = _raised(lambda: client.log_param(run_id, "on_error", "retry"))
     missing = _raised(lambda: client.get_run("0" * 32))
     assert "Timeout" in str(changed)  # the old text match took this for an outage and retried it forever
     assert not tracking.is_outage(changed) and not tracking.is_outage(missing)
@@ -266,7 +272,8 @@ MlflowTracker(sys.argv[1], "race", "s").check_reachable()
 @pytest.mark.slow
 def test_two_processes_opening_a_fresh_sqlite_file_at_once(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'fresh.db'}"
-    logs = [tmp_path / f"opener{i}.log" for i in range(2)]  # files, not pipes: a full pipe would block a child
+    # files, not pipes: a full pipe would block a child
+    logs = [tmp_path / f"opener{i}.log" for i in range(2)]
     procs = []
     for log in logs:
         with open(log, "w") as err:
@@ -297,8 +304,8 @@ def _away(tracker: MlflowTracker) -> str:
 @pytest.mark.slow
 def test_writes_mlflow_never_took_are_kept_in_the_folder_and_delivered_later(mlflow_server, tmp_path: Path,
                                                                           capsys) -> None:
-    """MLflow away from a trial's second result to the end of the search: nothing is dropped. The writes (with the
-    files they log) are kept in the search's folder, the search would exit 4 saying so, and `python -m
+    """MLflow away from a trial's second result to the end of the search: nothing is dropped. The writes (with
+    the files they log) are kept in the search's folder, the search would exit 4 saying so, and `python -m
     tune_as.sync FOLDER` delivers them: the run's metrics in order, its artifact, its status, the parent's
     ranking and status. Delivering again is a no-op; a damaged journal is one line, exit 2."""
     from tune_as import sync
@@ -326,7 +333,8 @@ def test_writes_mlflow_never_took_are_kept_in_the_folder_and_delivered_later(mlf
     assert not tracker.search_ended("FINISHED")
     kept = (folder / JOURNAL).read_text().splitlines()
     assert len(kept) == len(tracker.pending) == 7, kept
-    assert sorted(p.name for p in (folder / JOURNAL_FILES).rglob("*") if p.is_file()) == ["pmargin.npy", "ranking.md"]
+    assert sorted(p.name for p in (folder / JOURNAL_FILES).rglob("*") if p.is_file()) == \
+        ["pmargin.npy", "ranking.md"]
     assert f"kept in {folder / JOURNAL}" in str(WritesKept(tracker))
 
     assert sync.main([str(folder)]) == 0
@@ -337,8 +345,10 @@ def test_writes_mlflow_never_took_are_kept_in_the_folder_and_delivered_later(mlf
                 if schema.TRIAL in r.data.tags}
     one, two = by_trial["t1"], by_trial["t2"]
     assert [m.value for m in client.get_metric_history(one.info.run_id, "val_accuracy")] == [0.5, 0.6]
-    assert one.info.status == "FINISHED" and [a.path for a in client.list_artifacts(one.info.run_id)] == ["pmargin.npy"]
-    assert two.info.status == "FAILED" and two.data.params["lr"] == "1.0" and "diverged" in two.data.tags[schema.ERROR]
+    assert one.info.status == "FINISHED" and [a.path for a in client.list_artifacts(one.info.run_id)] == \
+        ["pmargin.npy"]
+    assert two.info.status == "FAILED" and two.data.params["lr"] == "1.0" and \
+        "diverged" in two.data.tags[schema.ERROR]
     parent = client.get_run(str(tracker.parent_id))
     assert parent.info.status == "FINISHED" and parent.data.tags["tune_as.winner"] == "softmax"
     assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["ranking.md"]
@@ -348,17 +358,19 @@ def test_writes_mlflow_never_took_are_kept_in_the_folder_and_delivered_later(mlf
     assert sync.main([str(folder)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{JOURNAL}:1: expected a tracking write" in err, err
-    assert sync.main([str(tmp_path / "nowhere")]) == 2 and "expected a search's folder" in capsys.readouterr().err
+    assert sync.main([str(tmp_path / "nowhere")]) == 2 and \
+        "expected a search's folder" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_a_resumed_search_delivers_the_kept_writes_first(mlflow_server, tmp_path: Path) -> None:
-    """`--resume` of a search that kept writes: its tracker queues the journal before its own writes (leaving out
-    the journal's end of the search: the resumed search ends its parent itself), and the journal is gone once
-    everything is delivered."""
+    """`--resume` of a search that kept writes: its tracker queues the journal before its own writes (leaving
+    out the journal's end of the search: the resumed search ends its parent itself), and the journal is gone
+    once everything is delivered."""
     from tune_as.tracking.tracker import JOURNAL
 
-    first = MlflowTracker(mlflow_server.uri, "trk-resume-journal", "kept-2", final_flush_s=0.2, journal_dir=tmp_path)
+    first = MlflowTracker(mlflow_server.uri, "trk-resume-journal", "kept-2", final_flush_s=0.2,
+                          journal_dir=tmp_path)
     first.check_reachable()
     first.start_search(params={"task": "digits"}, tags={schema.TASK: "digits"})
     first.trial_started("t1", {"loss": "softmax"}, TAGS)
@@ -367,7 +379,8 @@ def test_a_resumed_search_delivers_the_kept_writes_first(mlflow_server, tmp_path
     first.trial_ended("t1", "FINISHED")
     assert not first.search_ended("KILLED") and (tmp_path / JOURNAL).is_file()
 
-    resumed = MlflowTracker(mlflow_server.uri, "trk-resume-journal", "kept-2", final_flush_s=5, journal_dir=tmp_path)
+    resumed = MlflowTracker(mlflow_server.uri, "trk-resume-journal", "kept-2", final_flush_s=5,
+                            journal_dir=tmp_path)
     resumed.check_reachable()
     assert resumed.start_search(params={}, tags={}) == first.parent_id
     assert resumed.replay(skip_search_end=True) == 2 and resumed.pending[0][1]["op"] == "result"
@@ -381,9 +394,39 @@ def test_a_resumed_search_delivers_the_kept_writes_first(mlflow_server, tmp_path
     assert client.get_run(str(first.parent_id)).info.status == "FINISHED"
 
 
+@pytest.mark.slow
+def test_a_kept_write_delivered_on_resume_is_no_trial_left_running(mlflow_server, tmp_path: Path) -> None:
+    """Issue 70, case 5: `--resume` after exit 4 turned a FINISHED search KILLED (exit 130). The kept result of a
+    trial the resumed driver never started was delivered before its kept end, and in between the trial counted as
+    running (`unfinished`), which the search takes for an interruption. A replayed write is no running trial."""
+    first = MlflowTracker(mlflow_server.uri, "trk-resume-running", "kept-3", final_flush_s=0.2,
+                          journal_dir=tmp_path)
+    first.check_reachable()
+    first.start_search(params={"task": "digits"}, tags={schema.TASK: "digits"})
+    first.trial_started("t1", {"loss": "softmax"}, TAGS)
+    _away(first)
+    first.trial_result("t1", {"training_iteration": 1, "val_accuracy": 0.5})
+    first.trial_ended("t1", "FINISHED")
+    assert not first.search_ended("FINISHED")
+
+    resumed = MlflowTracker(mlflow_server.uri, "trk-resume-running", "kept-3", final_flush_s=5,
+                            journal_dir=tmp_path)
+    resumed.check_reachable()
+    resumed.start_search(params={}, tags={})
+    assert resumed.replay(skip_search_end=True) == 3  # t1's result and end, the orphans' check
+    _, op = resumed.pending.popleft()
+    assert op["op"] == "result"
+    resumed._execute(op)  # delivered; its end is not yet
+    assert resumed.unfinished() == [], "a trial of the journal counts as running"
+    assert resumed.search_ended("FINISHED")
+    client = MlflowClient(mlflow_server.uri)
+    runs = [r for r in client.search_runs([str(resumed.experiment_id)]) if schema.TRIAL in r.data.tags]
+    assert [r.info.status for r in runs] == ["FINISHED"]
+
+
 def test_writes_that_cannot_be_kept_either_are_said_to_be_lost(tmp_path: Path) -> None:
-    """The journal's folder cannot be written (here: a file where the folder should be; a full disk is the same
-    OSError): one error, no traceback, and the exit-4 line says the writes are lost, not kept."""
+    """The journal's folder cannot be written (here: a file where the folder should be; a full disk is the
+    same OSError): one error, no traceback, and the exit-4 line says the writes are lost, not kept."""
     from tune_as.tracking.tracker import WritesKept
 
     (tmp_path / "search").write_text("a file, not a folder")
@@ -391,34 +434,42 @@ def test_writes_that_cannot_be_kept_either_are_said_to_be_lost(tmp_path: Path) -
     tracker.pending.append(("end of search", {"op": "search_end", "status": "FINISHED"}))
     assert tracker.keep() is None and tracker.unkept is not None and "NotADirectoryError" in tracker.unkept
     message = str(WritesKept(tracker))
-    assert message.startswith("MLflow: 1 writes could not be delivered to http://127.0.0.1:5000, and could not be "
-                              "kept in the search's folder either (NotADirectoryError") and message.endswith("lost")
+    assert message.startswith("MLflow: 1 writes could not be delivered to http://127.0.0.1:5000, and could "
+                              "not be kept in the search's folder either (NotADirectoryError") and \
+        message.endswith("lost")
 
 
-def test_the_ui_line_opens_the_runs_table_of_the_experiment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """MLflow 3.17 opens an experiment on its GenAI overview whatever its kind tag says: the printed address asks
-    for the runs table; a store under the working folder is named as a person would type it."""
+def test_the_ui_line_opens_the_runs_table_of_the_experiment(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow 3.17 opens an experiment on its GenAI overview whatever its kind tag says: the printed address
+    asks for the runs table; a store under the working folder is named as a person would type it."""
     monkeypatch.chdir(tmp_path)
     page = "#/experiments/7?workflowType=machine_learning"
     assert schema.ui_line("http://127.0.0.1:5000/", "7") == f"MLflow UI: http://127.0.0.1:5000/{page}"
     assert schema.ui_line(f"sqlite:///{tmp_path}/runs/m.db", "7").splitlines() == [
-        "MLflow UI: mlflow ui --backend-store-uri sqlite:///runs/m.db", f"  then open http://127.0.0.1:5000/{page}"]
-    assert schema.ui_line("sqlite:////elsewhere/m.db", "7").splitlines()[0].endswith("sqlite:////elsewhere/m.db")
+        "MLflow UI: mlflow ui --backend-store-uri sqlite:///runs/m.db",
+        f"  then open http://127.0.0.1:5000/{page}"]
+    assert schema.ui_line("sqlite:////elsewhere/m.db", "7").splitlines()[0].endswith(
+        "sqlite:////elsewhere/m.db")
 
 
 def test_the_database_file_of_a_store_uri() -> None:
     assert schema.sqlite_file("sqlite:////data/m.db") == Path("/data/m.db")
     assert schema.sqlite_file("sqlite:///m.db?mode=ro") == Path("m.db")
     assert schema.sqlite_file("sqlite:///:memory:") is None and schema.sqlite_file("sqlite:///") is None
-    assert schema.sqlite_file("http://127.0.0.1:5000") is None and schema.sqlite_file("postgresql://h/db") is None
+    assert schema.sqlite_file("http://127.0.0.1:5000") is None and \
+        schema.sqlite_file("postgresql://h/db") is None
 
 
-def test_sync_refuses_a_saved_state_without_where_the_runs_are(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """tune_as.sync reads search_id, experiment and mlflow_uri of a saved state: another shape is one line, exit 2."""
+def test_sync_refuses_a_saved_state_without_where_the_runs_are(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """tune_as.sync reads search_id, experiment and mlflow_uri of a saved state: another shape is one line,
+    exit 2."""
     from tune_as import sync
 
-    (tmp_path / schema.SEARCH_STATE_FILE).write_text(json.dumps({"search_id": 3, "experiment": "e", "mlflow_uri": None}))
+    (tmp_path / schema.SEARCH_STATE_FILE).write_text(
+        json.dumps({"search_id": 3, "experiment": "e", "mlflow_uri": None}))
     assert sync.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: {tmp_path / schema.SEARCH_STATE_FILE}: search_id: expected a JSON string, got '3' (the "
-                   "saved state is damaged: restore it)"], err
+    assert err == [f"error: {tmp_path / schema.SEARCH_STATE_FILE}: search_id: expected a JSON string, got "
+                   "'3' (the saved state is damaged: restore it)"], err

@@ -207,14 +207,14 @@ class MlflowTracker:
             {"start": self._start, "result": self._result, "end": self._end,
              "artifacts": self._search_artifacts}[kind](op)
 
-    def _record(self, trial_id: str) -> TrialRecord:
-        """A trial's record; one the driver never saw start (a restored Ray trial's events) gets a bare
-        one."""
-        return self.trials.setdefault(trial_id, TrialRecord(tags={}, name=trial_id))
+    def _record(self, trial_id: str, ended: bool = False) -> TrialRecord:
+        """A trial's record; one the driver never saw start gets a bare one, `ended` when the writer makes it (a
+        journal's write replayed by --resume is of no trial running now: never one `unfinished` waits for)."""
+        return self.trials.setdefault(trial_id, TrialRecord(tags={}, name=trial_id, ended=ended))
 
     def _child(self, trial_id: str) -> str:
         """The run of a trial: from memory, else from MLflow (after a driver restart), else a new one."""
-        record = self._record(trial_id)
+        record = self._record(trial_id, ended=True)
         if record.run_id is not None:
             return record.run_id
         assert self.experiment_id is not None and self.parent_id is not None, "start_search() comes first"
@@ -254,7 +254,7 @@ class MlflowTracker:
                                                "tags": tags, "name": name or trial_id, "settle": settle})
 
     def _start(self, op: dict[str, Any]) -> None:
-        record = self._record(op["trial"])
+        record = self._record(op["trial"], ended=True)
         record.tags, record.name = op["tags"], op["name"]
         new = record.run_id is None
         run_id = self._child(op["trial"])
@@ -282,7 +282,7 @@ class MlflowTracker:
                                                        "metrics": metrics, "tags": tags})
 
     def _result(self, op: dict[str, Any]) -> None:
-        record, step = self._record(op["trial"]), int(op["step"])
+        record, step = self._record(op["trial"], ended=True), int(op["step"])
         run_id = self._child(op["trial"])
         if step <= record.logged:
             return  # queued before the run (and how far it is logged) was found after a restart
@@ -304,7 +304,7 @@ class MlflowTracker:
                                              "staged": _staged(artifacts), "settle": settle})
 
     def _end(self, op: dict[str, Any]) -> None:
-        record = self._record(op["trial"])
+        record = self._record(op["trial"], ended=True)
         record.ended = True  # a replayed end too: not left for search_ended to close as KILLED
         run_id = self._child(op["trial"])
         if op.get("settle") and record.closed:
