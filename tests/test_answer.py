@@ -1,5 +1,6 @@
 """One answer: the search's record (tune_as.results.answer) read back exactly, and the report replaying a real
-race-shaped search (rounds, a loss decided at the first look, a failed loss) to the byte of its ranking.csv."""
+race-shaped search (rounds, a loss decided at the first look, a failed loss) to the byte of its
+ranking.csv."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from tune_as.tracking import schema
 def record(**changes) -> AnswerRecord:
     plan = racing.Plan(("softmax", "a", "b"), "softmax", (5, 6, 7, 8, 9), max_seeds=5, margin_points=0.5,
                        resolution_points=100 / 359)
-    base = dict(task="digits", metric="accuracy", title="digits: which loss wins", losses=("softmax", "a", "b", "c"),
-                baseline="softmax", margin_points=0.5, mode="race", race=plan,
-                trials={"t0": True, "t1": True, "t2": False}, rounds=(("c0", "c1"), ("c2",)),
+    base = dict(task="digits", metric="accuracy", title="digits: which loss wins",
+                losses=("softmax", "a", "b", "c"), baseline="softmax", margin_points=0.5, mode="race",
+                race=plan, trials={"t0": True, "t1": True, "t2": False}, rounds=(("c0", "c1"), ("c2",)),
                 failures={"c": "failed or diverged: nan"}, notes=("Data: a note",))
     return AnswerRecord(**{**base, **changes})
 
@@ -36,7 +37,8 @@ def test_a_record_reads_back_exactly_and_a_damaged_one_says_what_is_wrong() -> N
     assert AnswerRecord.from_json(r.to_json()) == r
     assert AnswerRecord.from_json(record(race=None, mode="none").to_json()).race is None
     for text, expected in [("{", "unreadable"), ("[]", "version 1"), ('{"version": 2}', "version 1"),
-                           (r.to_json().replace('"mode": "race"', '"mode": "best"'), "mode none, race or fixed"),
+                           (r.to_json().replace('"mode": "race"', '"mode": "best"'),
+                            "mode none, race or fixed"),
                            (r.to_json().replace('"trials": {', '"trials": ["x"], "old": {'), "'trials'")]:
         with pytest.raises(ValueError, match=expected):
             AnswerRecord.from_json(text)
@@ -58,14 +60,16 @@ def test_the_table_uses_only_the_runs_the_record_names() -> None:
     confirmations = [run(f"s{s}", "softmax", s, 0.9, 0.9) for s in (5, 6, 7)]
     confirmations += [run(f"a{s}", "a", s, 0.9 + s / 1000, 0.956) for s in (5, 6, 7)]
     named = answer_table(r, trials, confirmations)
-    stray = answer_table(r, [*trials, run("y", "a", 2, 0.99, 0.99)], [*confirmations, run("a8", "a", 8, 0.1, 0.1)])
+    stray = answer_table(r, [*trials, run("y", "a", 2, 0.99, 0.99)],
+                         [*confirmations, run("a8", "a", 8, 0.1, 0.1)])
     assert stray.table.csv() == named.table.csv(), "a run the record does not name changes nothing"
     rows = {row["loss"]: row for row in csv.DictReader(io.StringIO(named.table.csv()))}
     assert rows["a"]["test mean ± std"] == "95.60 ± 0.00"
     # a constant +5.6 points on every seed is no evidence, and its interval is one test item wide at least
     assert rows["a"]["verdict (Holm, family-wise 2.5%, margin ±0.5 pts)"] == "undecided (3 seeds)"
     step = 100 / 359
-    assert rows["a"][next(k for k in rows["a"] if k.startswith("Δ"))] == f"+5.60 [{5.6 - step:+.2f}, {5.6 + step:+.2f}]"
+    assert rows["a"][next(k for k in rows["a"] if k.startswith("Δ"))] == \
+        f"+5.60 [{5.6 - step:+.2f}, {5.6 + step:+.2f}]"
 
 
 def test_settings_print_as_they_reproduce_the_run() -> None:
@@ -94,12 +98,12 @@ def _answers(report) -> dict[str, list[list[str]]]:
 @pytest.mark.slow
 def test_a_race_is_reproducible_replayed_exactly_and_never_pooled(tmp_path: Path, mlflow_server,
                                                                           ray_local) -> None:
-    """A race in rounds: sparsemax (lr 1e-7 cannot learn) is decided `loss` at the first look on 3 seeds and leaves
-    the race, label_smoothing goes on to 5 seeds, am_softmax (lr 1e9) diverges and has no result. Run again with
-    two trials at a time, it prints the same table (each trial is seeded and runs on its own CPU; the answer is a
-    pure function of the runs). The report of that search prints its answer byte for byte as the search logged it
-    (ranking.csv). A second search of the same experiment is a second answer and a second column, never pooled
-    with the first."""
+    """A race in rounds: sparsemax (lr 1e-7 cannot learn) is decided `loss` at the first look on 3 seeds and
+    leaves the race, label_smoothing goes on to 5 seeds, am_softmax (lr 1e9) diverges and has no result. Run
+    again with two trials at a time, it prints the same table (each trial is seeded and runs on its own CPU;
+    the answer is a pure function of the runs). The report of that search prints its answer byte for byte as
+    the search logged it (ranking.csv). A second search of the same experiment is a second answer and a second
+    column, never pooled with the first."""
     from tune_as.engine import SearchRequest
     from tune_as.engine.run import run_search
     from tune_as.report.cli import build_report
@@ -108,7 +112,8 @@ def test_a_race_is_reproducible_replayed_exactly_and_never_pooled(tmp_path: Path
     space.write_text(RACE_SPACE)
     experiment = f"answer-{uuid.uuid4().hex[:6]}"
     common = dict(task="digits", search_space=space, mlflow_uri=mlflow_server.uri, experiment=experiment,
-                  storage_path=tmp_path / "results", cache_dir=tmp_path / "cache", max_train_samples=600, verbose=0)
+                  storage_path=tmp_path / "results", cache_dir=tmp_path / "cache", max_train_samples=600,
+                  verbose=0)
     outcome = run_search(SearchRequest(**common, name="race", race=True, max_seeds=5, max_concurrent=1))
     # the same race with two trials at a time (they finish in another order): the same table, byte for byte
     again = run_search(SearchRequest(**{**common, "experiment": f"{experiment}-again"}, name="race-again",
@@ -117,7 +122,8 @@ def test_a_race_is_reproducible_replayed_exactly_and_never_pooled(tmp_path: Path
     client = MlflowClient(mlflow_server.uri)
     exp = client.get_experiment_by_name(experiment)
     (parent,) = client.search_runs([exp.experiment_id], f"tags.`{schema.ROLE}` = '{schema.ROLE_SEARCH}'")
-    logged = Path(client.download_artifacts(parent.info.run_id, schema.RANKING_CSV, str(tmp_path))).read_text()
+    logged = Path(client.download_artifacts(parent.info.run_id, schema.RANKING_CSV,
+                                            str(tmp_path))).read_text()
     rows = {row["loss"]: row for row in csv.DictReader(io.StringIO(logged))}
     verdict = next(k for k in rows["softmax"] if k.startswith("verdict"))
     assert unmarked(rows["sparsemax"][verdict]) == "loss"
@@ -131,9 +137,11 @@ def test_a_race_is_reproducible_replayed_exactly_and_never_pooled(tmp_path: Path
     assert metrics["delta_low_sparsemax"] < metrics["delta_sparsemax"] < metrics["delta_high_sparsemax"]
     assert tags["tune_as.verdict.label_smoothing"] == unmarked(rows["label_smoothing"][verdict])
     assert "sparsemax" not in tags["tune_as.best_set"] and tags["tune_as.winner"]
-    assert tags[schema.NOTE] == outcome.markdown, "the parent run's Description in the UI is the answer's table"
+    assert tags[schema.NOTE] == outcome.markdown, \
+        "the parent run's Description in the UI is the answer's table"
     # confirmation runs are named by the seed they confirm: every run name of the search is unique
-    names = [r.info.run_name for r in client.search_runs([exp.experiment_id], f"tags.`{schema.SEARCH}` = 'race'")]
+    names = [r.info.run_name for r in client.search_runs([exp.experiment_id],
+                                                         f"tags.`{schema.SEARCH}` = 'race'")]
     assert len(names) == len(set(names)) and "softmax_seed5" in names
 
     report = build_report([experiment], tmp_path / "out", mlflow_server.uri)
@@ -167,30 +175,34 @@ def test_a_step_down_claim_is_marked_and_the_note_says_which_look_made_it() -> N
               "x": list(0.80 + np.array([-0.01, -0.0036, -0.0148, -0.0076, -0.014]))}
     plan = racing.Plan.fixed(tuple(values), "softmax", seeds, 5, alpha=0.1)
     trials = [run(f"t{loss}", loss, 0, 0.8, 0.8) for loss in values]
-    confirmations = [run(f"{loss}{s}", loss, s, v, v) for loss, vs in values.items() for s, v in zip(seeds, vs,
-                                                                                                      strict=True)]
+    confirmations = [run(f"{loss}{s}", loss, s, v, v)
+                     for loss, vs in values.items() for s, v in zip(seeds, vs, strict=True)]
     r = record(losses=tuple(values), race=plan, mode="fixed", trials={t.run_id: True for t in trials},
                rounds=(tuple(c.run_id for c in confirmations),), failures={}, notes=())
     answered = answer_table(r, trials, confirmations)
     words = {row[1]: row[7] for row in answered.table.rows}
     assert words["x"] == "loss" + STEP_DOWN_MARK and words["a"] == "loss"
     notes = " ".join(answered.table.notes)
-    assert f"{STEP_DOWN_MARK}: the interval shown reaches past the claim (x: made at look 1 by Holm's step-down" in notes
+    assert f"{STEP_DOWN_MARK}: the interval shown reaches past the claim (x: made at look 1 by Holm's " \
+           "step-down" in notes
     assert "Claims made at look 1 (5 seeds): a loss, b loss, c loss, x loss." in notes
     assert "family-wise error of 5.0%" in notes and "softmax alone" in notes
     assert "training seeds on this test split" in notes
-    plain = answer_table(record(losses=("softmax", "a"), race=racing.Plan.fixed(("softmax", "a"), "softmax", seeds, 5),
+    plain = answer_table(record(losses=("softmax", "a"),
+                                race=racing.Plan.fixed(("softmax", "a"), "softmax", seeds, 5),
                                 mode="fixed", trials={"tsoftmax": True, "ta": True}, rounds=(tuple(
-                                    c.run_id for c in confirmations if c.loss in ("softmax", "a")),), failures={}),
+                                    c.run_id for c in confirmations if c.loss in ("softmax", "a")),),
+                                failures={}),
                          trials, confirmations)
     assert not any(n.startswith(STEP_DOWN_MARK) for n in plain.table.notes)
 
 
 @pytest.mark.slow
-def test_the_report_replays_a_clinc_oos_race_and_its_raised_margin(tmp_path: Path, mlflow_server, ray_local) -> None:
-    """A clinc_oos race on the real data (--smoke: 128 test items, one item = 0.78 points): the default margin of
-    0.5 points cannot be measured there, so it is raised to one item and the answer says so; the report prints
-    that answer exactly."""
+def test_the_report_replays_a_clinc_oos_race_and_its_raised_margin(tmp_path: Path, mlflow_server,
+                                                                   ray_local) -> None:
+    """A clinc_oos race on the real data (--smoke: 128 test items, one item = 0.78 points): the default margin
+    of 0.5 points cannot be measured there, so it is raised to one item and the answer says so; the report
+    prints that answer exactly."""
     from conftest import shared_data
 
     from tune_as.engine import SearchRequest
@@ -199,16 +211,18 @@ def test_the_report_replays_a_clinc_oos_race_and_its_raised_margin(tmp_path: Pat
 
     experiment = f"answer-clinc-{uuid.uuid4().hex[:6]}"
     outcome = run_search(SearchRequest(
-        task="clinc_oos", data_dir=shared_data("clinc_oos"), losses=("softmax", "as_softmax"), trials_per_loss=1,
-        smoke=True, race=True, max_seeds=3, storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri,
-        experiment=experiment, cache_dir=tmp_path / "cache", max_concurrent=2, verbose=0, asha=False))
-    assert "the default 0.5 points is less than one item of the test split; equivalence is judged within ±0.781" \
-        in outcome.markdown
+        task="clinc_oos", data_dir=shared_data("clinc_oos"), losses=("softmax", "as_softmax"),
+        trials_per_loss=1, smoke=True, race=True, max_seeds=3, storage_path=tmp_path / "results",
+        mlflow_uri=mlflow_server.uri, experiment=experiment, cache_dir=tmp_path / "cache", max_concurrent=2,
+        verbose=0, asha=False))
+    assert "the default 0.5 points is less than one item of the test split; equivalence is judged within " \
+           "±0.781" in outcome.markdown
     assert "margin ±0.78125 pts" in outcome.markdown
     client = MlflowClient(mlflow_server.uri)
     exp = client.get_experiment_by_name(experiment)
     (parent,) = client.search_runs([exp.experiment_id], f"tags.`{schema.ROLE}` = '{schema.ROLE_SEARCH}'")
-    logged = Path(client.download_artifacts(parent.info.run_id, schema.RANKING_CSV, str(tmp_path))).read_text()
+    logged = Path(client.download_artifacts(parent.info.run_id, schema.RANKING_CSV,
+                                            str(tmp_path))).read_text()
     report = build_report([experiment], tmp_path / "out", mlflow_server.uri)
     (answer,) = [t for t in report.tables if t.name.startswith("answer_")]
     assert answer.csv() == logged
@@ -218,8 +232,9 @@ def test_the_report_replays_a_clinc_oos_race_and_its_raised_margin(tmp_path: Pat
 def test_a_race_with_populations_gives_the_answer_of_one_seed_per_trial(tmp_path: Path, mlflow_server,
                                                                        ray_local) -> None:
     """The same race twice on frozen features, the second with its confirmation seeds trained 3 to a trial
-    (populations, tune_as.training.population): the members are the solo trials of their seeds, so the answer is
-    the same, each member is a child run of its own (named by its seed), and the report replays the answer."""
+    (populations, tune_as.training.population): the members are the solo trials of their seeds, so the answer
+    is the same, each member is a child run of its own (named by its seed), and the report replays the
+    answer."""
     from conftest import shared_data
 
     from tune_as.engine import SearchRequest
@@ -229,10 +244,11 @@ def test_a_race_with_populations_gives_the_answer_of_one_seed_per_trial(tmp_path
     experiment = f"answer-pop-{uuid.uuid4().hex[:6]}"
     common = dict(task="clinc_oos", data_dir=shared_data("clinc_oos"), losses=("softmax", "as_softmax"),
                   trials_per_loss=1, smoke=True, encoder="frozen", race=True, max_seeds=3,
-                  storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri, cache_dir=tmp_path / "cache",
-                  max_concurrent=2, verbose=0, asha=False)
+                  storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri,
+                  cache_dir=tmp_path / "cache", max_concurrent=2, verbose=0, asha=False)
     solo = run_search(SearchRequest(**common, experiment=experiment, name="solo"))
-    populated = run_search(SearchRequest(**common, experiment=f"{experiment}-pop", name="pop", seeds_per_trial=3))
+    populated = run_search(SearchRequest(**common, experiment=f"{experiment}-pop", name="pop",
+                                         seeds_per_trial=3))
     assert populated.markdown == solo.markdown
     assert sorted((r.loss, r.seed, r.best_val) for r in populated.confirmations) == \
         sorted((r.loss, r.seed, r.best_val) for r in solo.confirmations)
@@ -241,9 +257,11 @@ def test_a_race_with_populations_gives_the_answer_of_one_seed_per_trial(tmp_path
     client = MlflowClient(mlflow_server.uri)
     pop = client.get_experiment_by_name(f"{experiment}-pop")
     runs = client.search_runs([pop.experiment_id], f"tags.`{schema.ROLE}` = '{schema.ROLE_CONFIRMATION}'")
-    assert sorted(r.info.run_name for r in runs) == sorted(f"{r.loss}_seed{r.seed}" for r in solo.confirmations)
+    assert sorted(r.info.run_name for r in runs) == \
+        sorted(f"{r.loss}_seed{r.seed}" for r in solo.confirmations)
     assert {r.info.status for r in runs} == {"FINISHED"}
-    assert all(r.data.params["seed"] in r.info.run_name and "population_seeds" not in r.data.params for r in runs)
+    assert all(r.data.params["seed"] in r.info.run_name and "population_seeds" not in r.data.params
+               for r in runs)
     assert all("best_val_accuracy" in r.data.metrics and "test_accuracy" in r.data.metrics for r in runs)
     # one Ray trial per loss trained its 3 seeds (the first round asks 3 of each), against one per seed
     trials = {name: [p for p in round_dir(tmp_path / "results" / name).iterdir() if p.is_dir()]
@@ -257,29 +275,44 @@ def test_a_race_with_populations_gives_the_answer_of_one_seed_per_trial(tmp_path
 
 
 def test_the_answer_fits_a_terminal_of_100_columns_and_keeps_every_cell() -> None:
-    """The printed answer: at 100 columns no line is wider, no word of a cell is cut (a setting's long number folds
-    onto the next line of its row), and the rows are in the CSV and JSON forms too."""
+    """The printed answer: at 100 columns no line is wider, no word of a cell is cut (a setting's long number
+    folds onto the next line of its row), and the rows are in the CSV and JSON forms too."""
     import json
 
-    rows = [ranking.Row("sm_softmax", {"loss.m": "0.8963863270334698", "loss.n": "6", "loss.backward": "inf"}, 2, 2,
-                        [0.8, 0.81, 0.82], [0.79, 0.8, 0.83], True, diff="+5.07 [+2.79, +7.35]",
+    rows = [ranking.Row("sm_softmax", {"loss.m": "0.8963863270334698", "loss.n": "6", "loss.backward": "inf"},
+                        2, 2, [0.8, 0.81, 0.82], [0.79, 0.8, 0.83], True, diff="+5.07 [+2.79, +7.35]",
                         verdict="undecided (5 seeds)", best=True),
             ranking.Row("multilabel_sparse_softmax", {"loss.k": "5"}, 2, 2, [0.8, 0.81], [0.79, 0.8], True,
                         diff="-1.00 [-2.69, +0.69]", verdict="equivalent\u2020"),
             ranking.Row("bce", {}, 2, 0, [], [], False, failure="failed or diverged: nan loss at step 3")]
-    table = ranking.table(rows, "digits: which loss wins", "softmax", 0.5, 0.05, ["Best set on validation {x}."])
+    table = ranking.table(rows, "digits: which loss wins", "softmax", 0.5, 0.05,
+                          ["Best set on validation {x}."])
     text = table.terminal(100)
     lines = text.splitlines()
     assert max(map(len, lines)) <= 100
     flat = " ".join(text.split())
-    for word in ("multilabel_sparse_softmax", "undecided", "equivalent\u2020", "[+2.79,", "+7.35]", "81.00", "±"):
+    for word in ("multilabel_sparse_softmax", "undecided", "equivalent\u2020", "[+2.79,", "+7.35]", "81.00",
+                 "±"):
         assert word in flat, word
-    assert "m=0.8963" in text and "Holm, family-wise 2.5%, margin ±0.5 points" in flat
+    assert "m=0.896," in text and "Holm, family-wise 2.5%, margin ±0.5 points" in flat
     assert [line.split()[:2] for line in lines if line.split()[:2] in (["1", "sm_softmax"], ["-", "bce"])]
     wide = table.terminal(200)
-    assert "backward=inf, m=0.8963863270334698, n=6" in wide, "on a wide terminal a row is one line"
+    assert "backward=inf, m=0.896, n=6" in wide, "on a wide terminal a row is one line"
     assert json.loads(table.render("json"))["rows"][0]["loss"] == "sm_softmax"
+    assert "m=0.8963863270334698" in table.csv() and "m=0.8963863270334698" in table.render("json"), "exact"
     assert table.render("csv") == table.csv() and table.render("markdown") == table.markdown()
+
+
+def test_settings_print_to_the_fewest_digits_that_keep_distinct_settings_distinct() -> None:
+    """Issue 69: a person reads 3 significant digits, more only where two settings would look the same;
+    integers and words as they are."""
+    from tune_as.results.render import short_settings
+
+    shown = short_settings([{"loss.tau": "0.6732733905579756", "lr": "0.001", "epochs": "3"},
+                            {"loss.tau": "0.6731", "lr": "0.001", "loss.backward": "inf"}])
+    assert shown == ["epochs=3, tau=0.6733, lr=0.001", "backward=inf, tau=0.6731, lr=0.001"]
+    assert short_settings([{"m": "0.30000000000000004"}, {"m": "0.3"}]) == ["m=0.30000000000000004", "m=0.3"]
+    assert short_settings([{"m": "12345.678"}]) == ["m=1.23e+04"]
 
 
 def test_the_forest_plot_draws_the_answers_own_differences_intervals_and_verdicts(tmp_path: Path) -> None:
@@ -292,7 +325,8 @@ def test_the_forest_plot_draws_the_answers_own_differences_intervals_and_verdict
                rounds=(tuple(f"{x}{s}" for x in "sab" for s in (5, 6, 7, 8)),))
     rng = np.random.default_rng(0)
     confirmations = [run(f"s{s}", "softmax", s, 0.9, 0.90 + rng.normal(0, 0.002)) for s in (5, 6, 7, 8)]
-    confirmations += [run(f"a{s}", "a", s, 0.9, 0.95 + rng.normal(0, 0.002)) for s in (5, 6, 7, 8)]  # a clear win
+    # a clear win
+    confirmations += [run(f"a{s}", "a", s, 0.9, 0.95 + rng.normal(0, 0.002)) for s in (5, 6, 7, 8)]
     confirmations += [run(f"b{s}", "b", s, 0.9, 0.90 + rng.normal(0, 0.03)) for s in (5, 6, 7, 8)]  # noise
     answered = answer_table(r, [run("s", "softmax", 0, 0.9, 0.9)], confirmations)
     fig = forest(answered, 0.5, "softmax", "accuracy", tmp_path / "answer.png", "digits")
@@ -303,7 +337,8 @@ def test_the_forest_plot_draws_the_answers_own_differences_intervals_and_verdict
     rows = {row.loss: row for row in answered.decision.rows}
     for y, loss in enumerate(("b", "a")):
         assert points[y].get_xdata()[0] == pytest.approx(100 * rows[loss].mean_diff)
-    assert points[1].get_color() == VERDICT_COLOURS["win"] and points[0].get_color() == VERDICT_COLOURS["undecided"]
+    assert points[1].get_color() == VERDICT_COLOURS["win"] and \
+        points[0].get_color() == VERDICT_COLOURS["undecided"]
     labels = [t.get_text() for t in ax.child_axes[0].get_yticklabels()]  # the words at the right
     assert labels[1].startswith("win") and labels[0].startswith("undecided (4 seeds)")
     unconfirmed = answer_table(record(race=None, mode="none"), [run("s", "softmax", 0, 0.9, 0.9)], [])
@@ -311,13 +346,14 @@ def test_the_forest_plot_draws_the_answers_own_differences_intervals_and_verdict
 
 
 def test_a_record_that_contradicts_its_search_is_refused_naming_the_field() -> None:
-    """answer.json is data to check (issue 70): a record whose alpha is not the search's 0.05, or whose margin,
-    baseline, losses, noise model or seeds differ from the parent run's params, is not replayed."""
+    """answer.json is data to check (issue 70): a record whose alpha is not the search's 0.05, or whose
+    margin, baseline, losses, noise model or seeds differ from the parent run's params, is not replayed."""
     r = record()
     params = {"baseline": "softmax", "losses": "softmax,a,b,c", "margin_points": "0.5", "noise": "moderated",
               "max_seeds": "5", "race": "True", "confirm": "0"}
     assert r.disagreement(params) is None
-    assert r.disagreement({}) is None, "a search that logged none of them (older tune_as) has nothing to contradict"
+    assert r.disagreement({}) is None, \
+        "a search that logged none of them (older tune_as) has nothing to contradict"
     for key, value, field in [("margin_points", "1.0", "margin_points"), ("baseline", "a", "baseline"),
                               ("losses", "softmax,a", "losses"), ("noise", "per-loss", "race.noise"),
                               ("max_seeds", "3", "race.max_seeds")]:

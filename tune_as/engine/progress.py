@@ -18,6 +18,7 @@ from ray.tune import CLIReporter, ProgressReporter
 
 from tune_as.engine.members import members
 from tune_as.engine.plan import SearchPlan
+from tune_as.results.render import short_settings
 from tune_as.space.search_space import config_key
 from tune_as.tracking import schema
 
@@ -132,8 +133,8 @@ class LossProgress(ProgressReporter):
     def _status(self, trial: Any) -> TrialStatus:
         config, last = trial.config or {}, trial.last_result or {}
         loss = str(config.get("loss", "?"))
-        setting = ", ".join(f"{k.removeprefix('loss.')}={config[k]}" for k in self.searched.get(loss, ())
-                            if k in config)
+        setting = short_settings([{k: str(config[k]) for k in self.searched.get(loss, ()) if k in config}],
+                                 least=4)[0]
         return TrialStatus(loss, str(trial.status), float(last.get("epoch", 0.0)),
                            float(config.get("epochs", 0.0)), best_of(config, last, self.metric), setting,
                            bool(last.get("error")))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tune_as.results import racing, verdicts
-from tune_as.results.render import Table
+from tune_as.results.render import Table, short_settings
 from tune_as.results.selection import Cell, TrialRun, new_seeds, same_setting, select
 from tune_as.settings import DataSettings, TrialSettings
 
@@ -165,16 +165,18 @@ def exact_value(v: str) -> str:
         return v
 
 
-def table_rows(rows: Sequence[Row]) -> list[list[str]]:
+def table_rows(rows: Sequence[Row], exact: bool = True) -> list[list[str]]:
+    """The answer's cells; `exact`: each setting as it reproduces the run, else to a few digits (render)."""
     out: list[list[str]] = []
     tied = sum(r.best for r in rows)
+    short = short_settings([r.setting for r in rows if r.val])
     for i, r in enumerate(rows, 1):
         if not r.val:
             out.append(["-", r.loss, f"no result: {r.failure}", f"{r.trials} ({r.completed})",
                         "-", "-", "-", "-", "-"])
             continue
-        setting = ", ".join(f"{k.removeprefix('loss.')}={exact_value(v)}"
-                            for k, v in sorted(r.setting.items())) or "-"
+        setting = (", ".join(f"{k.removeprefix('loss.')}={exact_value(v)}" for k, v in sorted(r.setting.items()))
+                   if exact else short.pop(0)) or "-"
         out.append(["1=" if r.best and tied > 1 else str(i), r.loss, setting, f"{r.trials} ({r.completed})",
                     _mean_std(r.val, 100), _mean_std(r.test, 100), r.diff or "-",
                     r.verdict or ("-" if r.confirmed else "not confirmed"),
@@ -192,4 +194,4 @@ def table(rows: Sequence[Row], title: str, baseline: str, margin_points: float, 
                       f"seeds; Δ vs {baseline}: test points [simultaneous interval] (val where no test); "
                       f"verdict: Holm, family-wise {alpha / 2:.1%}, margin ±{margin_points:g} points; "
                       f"best: in the best set (tied)"),
-                 keep_whole=(0, 1), fold=(2,))
+                 keep_whole=(0, 1), fold=(2,), shown=table_rows(rows, exact=False))

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -39,6 +40,34 @@ def fmt_value(v: str) -> str:
     return v if v.lstrip("-").isdigit() else f"{x:.3g}"
 
 
+def _float(v: str) -> float | None:
+    """A value that prints as a float (not an integer, not a word), as a float."""
+    if v.lstrip("-").isdigit():
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def short_settings(settings: Sequence[Mapping[str, str]], least: int = 3) -> list[str]:
+    """Each setting as "k=v, ..." (sorted keys, `loss.` dropped) for a person: a float to the fewest significant
+    digits, at least `least`, at which the distinct values its key takes among `settings` print distinct;
+    integers and words as they are. The exact values are in the CSV, the JSON and MLflow."""
+    digits: dict[str, int | None] = {}  # None: only the shortest exact form (repr) keeps them apart
+    for key in {k for setting in settings for k in setting}:
+        values = {x for setting in settings if key in setting and (x := _float(setting[key])) is not None}
+        digits[key] = next((d for d in range(least, 17) if len({f"{x:.{d}g}" for x in values}) == len(values)),
+                           None)
+
+    def shown(key: str, v: str) -> str:
+        x, d = _float(v), digits[key]
+        return v if x is None else repr(x) if d is None else f"{x:.{d}g}"
+
+    return [", ".join(f"{k.removeprefix('loss.')}={shown(k, v)}" for k, v in sorted(setting.items()))
+            for setting in settings]
+
+
 @dataclass(frozen=True)
 class Table:
     name: str  # file stem, e.g. "table6"
@@ -53,11 +82,14 @@ class Table:
     # columns never wrapped (names): the others wrap at spaces inside their cells
     keep_whole: tuple[int, ...] = ()
     fold: tuple[int, ...] = ()  # columns whose long words fold onto the next line (a setting's many digits)
+    # the rows as a person reads them (Markdown, the terminal; [] = rows): settings to a few digits, where the
+    # CSV and JSON keep them exact
+    shown: list[list[str]] = field(default_factory=list)
 
     def markdown(self) -> str:
         lines = [f"### {self.title}", "", "| " + " | ".join(self.header) + " |",
                  "|" + "|".join(" --- " for _ in self.header) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        lines += ["| " + " | ".join(row) + " |" for row in self.shown or self.rows]
         lines += ["", *self.notes] if self.notes else []
         return "\n".join(lines) + "\n"
 
@@ -100,7 +132,7 @@ class Table:
                                               strict=True)):
             rich_table.add_column(escape(name), width=cells, no_wrap=i in self.keep_whole,
                                   overflow="fold" if i in self.fold else "ellipsis")
-        for row in self.rows:
+        for row in self.shown or self.rows:
             rich_table.add_row(*map(escape, row))
         console.print(rich_table)
         for note in ([self.key] if self.key else []) + self.notes:
@@ -112,7 +144,7 @@ class Table:
         wrappable column narrowed one character at a time, never below its longest word (a folded column: 10)
         nor a kept-whole one at all. Hand-written: rich shares the room in proportion to the widest cells,
         which left 10 characters to "81.00 ±" while "equivalent" was cut to "equivale…"."""
-        columns = [[name, *(row[i] for row in self.rows)] for i, name in enumerate(header)]
+        columns = [[name, *(row[i] for row in self.shown or self.rows)] for i, name in enumerate(header)]
         widths = [max(len(cell) for cell in column) for column in columns]
         floors = [w if i in self.keep_whole else
                   min(10, max(len(word) for cell in column for word in cell.split() or [""]))
