@@ -175,8 +175,9 @@ def table_rows(rows: Sequence[Row], exact: bool = True) -> list[list[str]]:
             out.append(["-", r.loss, f"no result: {r.failure}", f"{r.trials} ({r.completed})",
                         "-", "-", "-", "-", "-"])
             continue
-        setting = (", ".join(f"{k.removeprefix('loss.')}={exact_value(v)}" for k, v in sorted(r.setting.items()))
-                   if exact else short.pop(0)) or "-"
+        exact_text = ", ".join(f"{k.removeprefix('loss.')}={exact_value(v)}"
+                               for k, v in sorted(r.setting.items()))
+        setting = (exact_text if exact else short.pop(0)) or "-"
         out.append(["1=" if r.best and tied > 1 else str(i), r.loss, setting, f"{r.trials} ({r.completed})",
                     _mean_std(r.val, 100), _mean_std(r.test, 100), r.diff or "-",
                     r.verdict or ("-" if r.confirmed else "not confirmed"),

@@ -51,14 +51,14 @@ def _float(v: str) -> float | None:
 
 
 def short_settings(settings: Sequence[Mapping[str, str]], least: int = 3) -> list[str]:
-    """Each setting as "k=v, ..." (sorted keys, `loss.` dropped) for a person: a float to the fewest significant
-    digits, at least `least`, at which the distinct values its key takes among `settings` print distinct;
-    integers and words as they are. The exact values are in the CSV, the JSON and MLflow."""
+    """Each setting as "k=v, ..." (sorted keys, `loss.` dropped) for a person: a float to the fewest
+    significant digits, at least `least`, at which the distinct values its key takes among `settings` print
+    distinct; integers and words as they are. The exact values are in the CSV, the JSON and MLflow."""
     digits: dict[str, int | None] = {}  # None: only the shortest exact form (repr) keeps them apart
     for key in {k for setting in settings for k in setting}:
         values = {x for setting in settings if key in setting and (x := _float(setting[key])) is not None}
-        digits[key] = next((d for d in range(least, 17) if len({f"{x:.{d}g}" for x in values}) == len(values)),
-                           None)
+        digits[key] = next((d for d in range(least, 17)
+                            if len({f"{x:.{d}g}" for x in values}) == len(values)), None)
 
     def shown(key: str, v: str) -> str:
         x, d = _float(v), digits[key]

@@ -208,8 +208,8 @@ class MlflowTracker:
              "artifacts": self._search_artifacts}[kind](op)
 
     def _record(self, trial_id: str, ended: bool = False) -> TrialRecord:
-        """A trial's record; one the driver never saw start gets a bare one, `ended` when the writer makes it (a
-        journal's write replayed by --resume is of no trial running now: never one `unfinished` waits for)."""
+        """A trial's record; one the driver never saw start gets a bare one, `ended` when the writer makes it
+        (a replayed journal's write is of no trial running now: never one `unfinished` waits for)."""
         return self.trials.setdefault(trial_id, TrialRecord(tags={}, name=trial_id, ended=ended))
 
     def _child(self, trial_id: str) -> str:
