@@ -28,19 +28,21 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def _ray_in_single_machine_mode() -> None:
-    """This process's Ray in Ray's single-machine mode, as a local search's driver (engine.cluster.loopback_ray: the
-    switch is read when Ray is imported, so here, before any test imports it, and removed at once so that no process
-    a test starts inherits it): the in-process searches join the session's head on loopback (`ray_local`); without
-    it Ray swaps 127.0.0.1 for the machine's routable IP, where the head does not listen."""
+    """This process's Ray in Ray's single-machine mode, as a local search's driver
+    (engine.cluster.loopback_ray: the switch is read when Ray is imported, so here, before any test imports
+    it, and removed at once so that no process a test starts inherits it): the in-process searches join the
+    session's head on loopback (`ray_local`); without it Ray swaps 127.0.0.1 for the machine's routable IP,
+    where the head does not listen."""
     from unittest.mock import patch
 
     from tune_as.engine.head import AUTH_MODE, SINGLE_MACHINE_SWITCH, ensure_token
 
-    # token authentication for the whole session, as a CLI sets it for its own (engine.head.launch): Ray reads the
-    # mode at import and again when it connects; the processes the tests start inherit it, as a CLI's head does
+    # token authentication for the whole session, as a CLI sets it for its own (engine.head.launch): Ray reads
+    # the mode at import and again when it connects; the processes the tests start inherit it, as a CLI's head
+    # does
     os.environ.setdefault(AUTH_MODE, "token")
-    # the token now, once, as a fresh machine's first search writes it (engine.head.ensure_token; safe when two
-    # workers race): the heads the tests start find it, so none of them prints the first-search line
+    # the token now, once, as a fresh machine's first search writes it (engine.head.ensure_token; safe when
+    # two workers race): the heads the tests start find it, so none of them prints the first-search line
     ensure_token(os.environ)
     if "ray" in sys.modules:
         return
@@ -53,11 +55,11 @@ _ray_in_single_machine_mode()
 
 def _torch_on_a_share_of_the_cores() -> None:
     """Each pytest-xdist worker's own torch computations (the tests that train in-process) on its share of the
-    cores: by default each worker's torch starts one thread per core, so two workers run 4 threads on 2 cores, and
-    the threads of one parallel region wait for each other while the other worker holds their core. The tests of
-    losses, populations, tasks, chunks and trials (634 tests, `-n 2`, 2026-12-05) took 141 and 174 s that way, and
-    25 s at one thread per worker (docs/benchmarks.md). The processes the tests start are not touched (a Ray
-    trial's threads are its CPUs, set by Ray)."""
+    cores: by default each worker's torch starts one thread per core, so two workers run 4 threads on 2 cores,
+    and the threads of one parallel region wait for each other while the other worker holds their core. The
+    tests of losses, populations, tasks, chunks and trials (634 tests, `-n 2`, 2026-12-05) took 141 and 174 s
+    that way, and 25 s at one thread per worker (docs/benchmarks.md). The processes the tests start are not
+    touched (a Ray trial's threads are its CPUs, set by Ray)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch
@@ -76,12 +78,14 @@ def free_port() -> int:
 
 
 def _token(search_dir: Path) -> str:
-    """The token a search saved in its state (engine.state.new_token): its Tune experiments' names carry it."""
+    """The token a search saved in its state (engine.state.new_token): its Tune experiments' names carry
+    it."""
     return str(json.loads((search_dir / "tune_as_search.json").read_text())["token"])
 
 
 def search_experiment(search_dir: Path) -> Path:
-    """A search's own Tune experiment (engine.state.search_experiment; its naming is pinned by a test of its own)."""
+    """A search's own Tune experiment (engine.state.search_experiment; its naming is pinned by a test of its
+    own)."""
     from tune_as.engine import state
 
     return state.search_experiment(search_dir, _token(search_dir))
@@ -95,8 +99,8 @@ def round_dir(search_dir: Path, round_no: int = 1) -> Path:
 
 
 def shared_data(task: str) -> Path:
-    """The real dataset folder from ../shared/data ($TUNE_AS_SHARED_DATA, as the tasks find it), or skip with the
-    reason."""
+    """The real dataset folder from ../shared/data ($TUNE_AS_SHARED_DATA, as the tasks find it), or skip with
+    the reason."""
     # imported here: the offline variables above must be set before tune_as (and so transformers) is imported
     from tune_as.tasks.sources import shared_data_root
 
@@ -142,7 +146,8 @@ class MlflowServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"mlflow server exited early: {self.log.read_text()[-2000:]}")
             try:
-                with urllib.request.urlopen(probe, timeout=max(1.0, min(30.0, deadline - time.monotonic()))) as r:
+                with urllib.request.urlopen(probe,
+                                            timeout=max(1.0, min(30.0, deadline - time.monotonic()))) as r:
                     if r.status == 200:
                         return
             except OSError:
@@ -177,13 +182,14 @@ SERVICES = ("mlflow_server", "ray_local", "ray_cluster", "ray_head")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that starts a real service (directly or through another fixture) belongs to the slow tier: the fast
-    tier (`-m "not slow"`) is the one a developer runs after each change. Refused at collection, naming them."""
+    """A test that starts a real service (directly or through another fixture) belongs to the slow tier: the
+    fast tier (`-m "not slow"`) is the one a developer runs after each change. Refused at collection, naming
+    them."""
     unmarked = [item.nodeid for item in items if item.get_closest_marker("slow") is None
                 and set(SERVICES) & set(getattr(item, "fixturenames", ()))]
     if unmarked:
-        raise pytest.UsageError(f"expected @pytest.mark.slow on tests that start {', '.join(SERVICES)}, got none on: "
-                                f"{', '.join(unmarked)}")
+        raise pytest.UsageError(f"expected @pytest.mark.slow on tests that start {', '.join(SERVICES)}, got "
+                                f"none on: {', '.join(unmarked)}")
 
 
 @pytest.fixture(scope="session")
@@ -195,10 +201,10 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
 @pytest.fixture(scope="session")
 def ray_local(ray_head: str) -> Iterator[None]:
-    """Ray for the searches a test runs in this process: the test session joins `ray_head`, the Ray the CLIs the
-    tests start join too (one Ray for the session: a second one, in-process, cost ~10 CPU s to start and ~2 CPU s a
-    minute idle). It joins as a local search's driver joins its own head: on loopback, in token mode (Ray read both
-    switches when this process imported it: `_ray_in_single_machine_mode`)."""
+    """Ray for the searches a test runs in this process: the test session joins `ray_head`, the Ray the CLIs
+    the tests start join too (one Ray for the session: a second one, in-process, cost ~10 CPU s to start and
+    ~2 CPU s a minute idle). It joins as a local search's driver joins its own head: on loopback, in token
+    mode (Ray read both switches when this process imported it: `_ray_in_single_machine_mode`)."""
     import ray
 
     if not ray.is_initialized():
@@ -209,19 +215,20 @@ def ray_local(ray_head: str) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def ray_head() -> Iterator[str]:
-    """A Ray of this machine for the CLIs the tests start (`--address`, the cluster path): `ray start --head` as
-    tune_as.engine.head starts a local search's own, without its dashboard, in token mode. A search that joins it
-    skips starting a Ray of its own: 4-6 s of wall and ~10 CPU s each on 2 cores (docs/benchmarks.md). The searches'
-    TUNE_AS_* settings reach its workers through each job's runtime_env (engine.cluster.trial_env); the fault hook's
-    module (tests/faults.py) is on its workers' path. Its address, once it answers; stopped with the session. The
-    in-process searches join it too (`ray_local`)."""
+    """A Ray of this machine for the CLIs the tests start (`--address`, the cluster path): `ray start --head`
+    as tune_as.engine.head starts a local search's own, without its dashboard, in token mode. A search that
+    joins it skips starting a Ray of its own: 4-6 s of wall and ~10 CPU s each on 2 cores
+    (docs/benchmarks.md). The searches' TUNE_AS_* settings reach its workers through each job's runtime_env
+    (engine.cluster.trial_env); the fault hook's module (tests/faults.py) is on its workers' path. Its
+    address, once it answers; stopped with the session. The in-process searches join it too (`ray_local`)."""
     from unittest.mock import patch
 
     from tune_as.engine.head import READY, START_TIMEOUT_S, Head
 
     tests = str(Path(__file__).resolve().parent)
     path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
-    with patch.dict(os.environ, {"PYTHONPATH": path, "RAY_AUTH_MODE": "token"}):  # the head's environment only
+    # the head's environment only
+    with patch.dict(os.environ, {"PYTHONPATH": path, "RAY_AUTH_MODE": "token"}):
         head = Head(dashboard=False, dashboard_host="127.0.0.1")
     try:
         # not Head.wait_ready: its watch ends the process (the CLI's) at once if the head dies, pytest with it

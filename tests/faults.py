@@ -6,9 +6,10 @@ After every report of a trial, in the worker:
   line: experiment, trial_id, loss, epoch): what a test reads to count the epochs every trial trained;
 - with TUNE_AS_BLOCK_ONCE=1, blocks (forever) after the first report of the search, once: the test then
   SIGKILLs a worker that is certainly alive and certainly between two evaluation points (no sleep, no race);
-- with TUNE_AS_BLOCK_IN=EXPERIMENT:K (e.g. confirm-2:3), blocks the same way, once, at the first report of the K-th
-  trial to report in the Tune experiment EXPERIMENT (the order of first lines in reports.jsonl): its whole name, or
-  its kind (`search`, `confirm`, `confirm-2`, ...: the name before its search's token, engine.state.new_token);
+- with TUNE_AS_BLOCK_IN=EXPERIMENT:K (e.g. confirm-2:3), blocks the same way, once, at the first report of the
+  K-th trial to report in the Tune experiment EXPERIMENT (the order of first lines in reports.jsonl): its
+  whole name, or its kind (`search`, `confirm`, `confirm-2`, ...: the name before its search's token,
+  engine.state.new_token);
 - with TUNE_AS_HOLD_UNTIL=PATH, holds the first report of the search, once, until PATH exists (a test does
   something to the search's world meanwhile, e.g. fills its disk), then lets the trial go on;
 - with TUNE_AS_MEET=N, holds the first report of each of the first N trials until N trials have reported (they
@@ -58,7 +59,8 @@ def _hold_once(where: Path, until: Path) -> None:
 
 
 def kind(experiment: str) -> str:
-    """A Tune experiment's name before its search's token: `confirm-2` of `confirm-2.0123abcd` (engine.state)."""
+    """A Tune experiment's name before its search's token: `confirm-2` of `confirm-2.0123abcd`
+    (engine.state)."""
     return experiment.split(".", 1)[0]
 
 
@@ -96,7 +98,8 @@ def hook(metrics: dict[str, Any], loss: str) -> None:
     trial_id, experiment = context.get_trial_id(), context.get_experiment_name()
     (where / f"pid_{trial_id}").write_text(str(os.getpid()))
     row = {"experiment": experiment, "trial_id": trial_id, "loss": loss, "epoch": metrics.get("epoch", 0.0)}
-    with open(where / REPORTS, "a") as out:  # one short write in append mode: lines of workers never interleave
+    # one short write in append mode: lines of workers never interleave
+    with open(where / REPORTS, "a") as out:
         out.write(json.dumps(row) + "\n")
     if os.environ.get("TUNE_AS_BLOCK_ONCE"):
         _block_once(where)

@@ -3,8 +3,8 @@
 Each writer produces what a real user has after `load_dataset(...).save_to_disk(folder)` (ClassLabel and
 Image features included), or the JSON Lines a user gets from `Dataset.to_json`, so the tests drive the
 same loader code as a real run. Schemas: coastalcph/lex_glue eurlex (and ../shared/data/eurlex's EURLEX57K),
-web_of_science WOS46985, google-research-datasets/go_emotions simplified (and ../shared/data/goemotions's JSON Lines),
-nyu-mll/glue mnli / qnli / qqp, ylecun/mnist, uoft-cs/cifar10, uoft-cs/cifar100.
+web_of_science WOS46985, google-research-datasets/go_emotions simplified (and ../shared/data/goemotions's JSON
+Lines), nyu-mll/glue mnli / qnli / qqp, ylecun/mnist, uoft-cs/cifar10, uoft-cs/cifar100.
 The last section writes broken files, as users end up with them (cut-off downloads, misnamed files).
 """
 
@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 WORDS = [
-    "court", "regulation", "import", "tariff", "member", "state", "fishery", "quota", "wheat", "animal", "health",
-    "directive", "council", "protein", "signal", "neural", "network", "molecule", "voltage", "enzyme", "theorem",
+    "court", "regulation", "import", "tariff", "member", "state", "fishery", "quota", "wheat", "animal",
+    "health", "directive", "council", "protein", "signal", "neural", "network", "molecule", "voltage",
+    "enzyme", "theorem",
 ]
 
 
@@ -59,30 +60,34 @@ def eurlex(folder: Path, sizes: tuple[int, int, int] = (60, 20, 20)) -> Path:
 
     features = datasets.Features({"text": datasets.Value("string"),
                                   "labels": datasets.Sequence(datasets.ClassLabel(names=EURLEX_LABELS))})
-    splits = {name: eurlex_rows(n, i) for i, (name, n) in enumerate(zip(("train", "validation", "test"), sizes, strict=True))}
+    splits = {name: eurlex_rows(n, i)
+              for i, (name, n) in enumerate(zip(("train", "validation", "test"), sizes, strict=True))}
     return save_to_disk(folder, splits, features)
 
 
-# EURLEX57K's layout (../shared/data/eurlex): EUROVOC descriptor ids as strings, names in labels.json; the last two
-# concepts never occur in train, so they are only in `labels_all` (as the real data's 163 zero-shot concepts).
+# EURLEX57K's layout (../shared/data/eurlex): EUROVOC descriptor ids as strings, names in labels.json; the
+# last two concepts never occur in train, so they are only in `labels_all` (as the real data's 163 zero-shot
+# concepts).
 EURLEX57K_NAMES = {"3": "adhesive", "4": "State trading", "5": "retail trade", "6": "wholesale trade",
-                   "7": "arms trade", "9": "foreign trade", "10": "domestic trade", "11": "international trade",
-                   "12": "accession to the European Union", "13": "marketing", "15": "committee of inquiry",
-                   "20": "award of contract"}
+                   "7": "arms trade", "9": "foreign trade", "10": "domestic trade",
+                   "11": "international trade", "12": "accession to the European Union", "13": "marketing",
+                   "15": "committee of inquiry", "20": "award of contract"}
 EURLEX57K_IN_TRAIN = list(EURLEX57K_NAMES)[:10]
 
 
 def eurlex57k(folder: Path, sizes: tuple[int, int, int] = (60, 20, 20)) -> Path:
-    """JSON Lines {"text", "labels", "labels_all", "id"} per split and labels.json, as tools/make_eurlex.py writes
-    them. Concept "3" is on every row, "4" on every other, "5" on every third: in train the three most frequent.
-    Every fifth validation and test row also has a zero-shot concept, in `labels_all` only."""
+    """JSON Lines {"text", "labels", "labels_all", "id"} per split and labels.json, as tools/make_eurlex.py
+    writes them. Concept "3" is on every row, "4" on every other, "5" on every third: in train the three most
+    frequent. Every fifth validation and test row also has a zero-shot concept, in `labels_all` only."""
     concepts = list(EURLEX57K_NAMES)
     for seed, (split, n) in enumerate(zip(("train", "validation", "test"), sizes, strict=True)):
         rng = random.Random(seed)
         rows = []
         for i in range(n):
-            picked = {"3", *(["4"] if i % 2 == 0 else []), *(["5"] if i % 3 == 0 else []), rng.choice(concepts[3:10])}
-            every = sorted(picked | ({rng.choice(concepts[10:])} if split != "train" and i % 5 == 0 else set()), key=int)
+            picked = {"3", *(["4"] if i % 2 == 0 else []), *(["5"] if i % 3 == 0 else []),
+                      rng.choice(concepts[3:10])}
+            every = sorted(picked | ({rng.choice(concepts[10:])} if split != "train" and i % 5 == 0
+                                     else set()), key=int)
             rows.append({"text": sentence(rng, 30), "labels": sorted(picked, key=int), "labels_all": every,
                          "id": f"3{seed}{i:04d}R"})
         write_jsonl(folder / f"{split}.jsonl.gz", rows)
@@ -114,18 +119,22 @@ def wos46985(folder: Path, n: int = 100, single: bool = False) -> Path:
     return save_to_disk(folder, {"train": wos_rows(n, 0)}, features)
 
 
-# The hub's ClassLabel order (the authors' emotions.txt, neutral last), as ../shared/data/goemotions/meta.json lists it.
+# The hub's ClassLabel order (the authors' emotions.txt, neutral last), as ../shared/data/goemotions/meta.json
+# lists it.
 GOEMOTIONS_LABELS = [
     "admiration", "amusement", "anger", "annoyance", "approval", "caring", "confusion", "curiosity", "desire",
-    "disappointment", "disapproval", "disgust", "embarrassment", "excitement", "fear", "gratitude", "grief", "joy",
-    "love", "nervousness", "optimism", "pride", "realization", "relief", "remorse", "sadness", "surprise", "neutral",
+    "disappointment", "disapproval", "disgust", "embarrassment", "excitement", "fear", "gratitude", "grief",
+    "joy", "love", "nervousness", "optimism", "pride", "realization", "relief", "remorse", "sadness",
+    "surprise", "neutral",
 ]
 
 
 def goemotions_rows(n: int, seed: int) -> dict[str, list[Any]]:
-    """Columns of the hub's `simplified` config: label ids, 1 to 3 per row; train (seed 0, n >= 28) holds all 28."""
+    """Columns of the hub's `simplified` config: label ids, 1 to 3 per row; train (seed 0, n >= 28) holds all
+    28."""
     rng = random.Random(seed)
-    first = [i % len(GOEMOTIONS_LABELS) if seed == 0 else rng.randrange(len(GOEMOTIONS_LABELS)) for i in range(n)]
+    first = [i % len(GOEMOTIONS_LABELS) if seed == 0 else rng.randrange(len(GOEMOTIONS_LABELS))
+             for i in range(n)]
     labels = [sorted({f, *rng.sample(range(len(GOEMOTIONS_LABELS)), rng.randint(0, 2))}) for f in first]
     return {"text": [sentence(rng, 12) for _ in range(n)], "labels": labels,
             "id": [f"e{seed}{i:05d}" for i in range(n)]}
@@ -145,7 +154,8 @@ def goemotions(folder: Path, sizes: tuple[int, int, int] = GOEMOTIONS_SIZES) -> 
 
 
 def goemotions_hub(folder: Path, sizes: tuple[int, int, int] = GOEMOTIONS_SIZES) -> Path:
-    """What `load_dataset("google-research-datasets/go_emotions", "simplified").save_to_disk(folder)` writes."""
+    """What `load_dataset("google-research-datasets/go_emotions", "simplified").save_to_disk(folder)`
+    writes."""
     import datasets
 
     features = datasets.Features({"text": datasets.Value("string"),
@@ -214,9 +224,11 @@ def images(task: str, folder: Path, sizes: tuple[int, int] = (40, 10)) -> Path:
         rng = np.random.default_rng(i)
         shape = (size, size) if mode == "L" else (size, size, 3)
         # Every class appears in train, so the test labels are always known.
-        labels = [j % len(names) for j in range(n)] if split == "train" else list(rng.integers(0, min(n, 10), n))
+        labels = [j % len(names) for j in range(n)] if split == "train" else \
+            list(rng.integers(0, min(n, 10), n))
         cols: dict[str, list[Any]] = {
-            image_field: [Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode) for _ in range(n)],
+            image_field: [Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode)
+                          for _ in range(n)],
             label_field: [int(v) for v in labels],
         }
         if task == "cifar100":

@@ -160,7 +160,8 @@ def bce_ref(o: Row, y: Sequence[float]) -> tuple[float, bool]:
     return total / len(o), False
 
 
-def as_speed_ref(o: Row, t: int | Sequence[float], delta: float, lam: float, max_steps: int) -> tuple[float, bool]:
+def as_speed_ref(o: Row, t: int | Sequence[float], delta: float, lam: float,
+                 max_steps: int) -> tuple[float, bool]:
     if isinstance(t, int):
         return as_softmax_ref(o, t, delta)
     return multilabel_as_softmax_ref(o, t, delta)

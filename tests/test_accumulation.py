@@ -101,7 +101,8 @@ def test_state_dict_resumes_exactly() -> None:
 )
 def test_rejects_bad_hyper_parameters(lam: float, max_steps: int, message: str) -> None:
     """One definition of the ranges: the accumulator and the as_speed loss reject the same values alike."""
-    for make in (lambda: AdaptiveAccumulation(lam, max_steps), lambda: build_loss("as_speed", lam=lam, max_steps=max_steps)):
+    for make in (lambda: AdaptiveAccumulation(lam, max_steps),
+                 lambda: build_loss("as_speed", lam=lam, max_steps=max_steps)):
         with pytest.raises(ValueError) as err:
             make()
         assert message in str(err.value)
@@ -118,7 +119,8 @@ def test_rejects_more_masked_than_rows() -> None:
 @given(
     lam=st.floats(0.05, 4.0),
     max_steps=st.integers(1, 6),
-    cycles=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)).map(lambda c: (c[0], min(c))), max_size=25),
+    cycles=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)).map(lambda c: (c[0], min(c))),
+                    max_size=25),
 )
 def test_restrictions_hold_on_any_sequence(lam: float, max_steps: int, cycles: list[tuple[int, int]]) -> None:
     acc = AdaptiveAccumulation(lam, max_steps)

@@ -1,6 +1,6 @@
-"""Bad input, table-driven through the real CLI entry point: one clear line naming what was expected and what was
-received, exit code 2, and nothing half-written: no result folder, no saved search state, no Optuna study and no
-MLflow run (the SQLite tracking file is absent or holds no run)."""
+"""Bad input, table-driven through the real CLI entry point: one clear line naming what was expected and what
+was received, exit code 2, and nothing half-written: no result folder, no saved search state, no Optuna study
+and no MLflow run (the SQLite tracking file is absent or holds no run)."""
 
 from __future__ import annotations
 
@@ -50,9 +50,11 @@ def _loop(d: Path) -> Path:
 
 CASES = {
     "unknown task": (lambda d: ["--task", "nosuch"], "unknown task 'nosuch': expected one of"),
-    # issue 32's cases: a device is not a missing file; too few epochs to take one step; --confirm-top with --race
+    # issue 32's cases: a device is not a missing file; too few epochs to take one step; --confirm-top with
+    # --race
     "search space not a file": (lambda d: ["--task", "digits", "--search-space", "/dev/zero"],
-                                "search space: expected a YAML file, got /dev/zero, which is not a regular file"),
+                                "search space: expected a YAML file, got /dev/zero, which is not a "
+                                "regular file"),
     "epochs below one step": (lambda d: ["--task", "digits", "--max-epochs", "1e-9"],
                               "--max-epochs: expected at least one optimizer step of softmax ("),
     "confirm-top with race": (lambda d: ["--task", "digits", "--race", "--confirm-top", "1"],
@@ -60,19 +62,23 @@ CASES = {
     "unknown loss": (lambda d: ["--task", "digits", "--losses", "nosuch"], "--losses: unknown loss 'nosuch'"),
     "mistyped baseline": (lambda d: ["--task", "digits", "--baseline", "softmx"],
                           "--baseline: unknown loss 'softmx' (did you mean softmax?)"),
-    "no tokens": (lambda d: ["--task", "digits", "--max-length", "0"], "--max-length: expected an integer >= 4"),
-    "negative tokens": (lambda d: ["--task", "sst5", "--max-length", "-1"], "--max-length: expected an integer >= 4"),
+    "no tokens": (lambda d: ["--task", "digits", "--max-length", "0"],
+                  "--max-length: expected an integer >= 4"),
+    "negative tokens": (lambda d: ["--task", "sst5", "--max-length", "-1"],
+                        "--max-length: expected an integer >= 4"),
     "storage a loop of links": (lambda d: ["--task", "digits", "--storage-path", str(_loop(d))],
                                 "--storage-path: expected a path that resolves to a place, got "),
     "confirm past the seed cap": (lambda d: ["--task", "digits", "--confirm", "100000"],
-                                  "--confirm: expected at most 100 new seeds per loss (as --max-seeds), got 100000"),
+                                  "--confirm: expected at most 100 new seeds per loss (as --max-seeds), got "
+                                  "100000"),
     "budget below one round": (lambda d: ["--task", "digits", "--race", "--budget", "5"],
                                "--budget: expected at least"),
     "loss not for kind": (lambda d: ["--task", "eurlex", "--losses", "sparsemax"],
                           "'sparsemax' does not apply to multilabel tasks; expected some of"),
     "yaml syntax": (lambda d: ["--task", "digits", "--search-space", str(_space(d, "task: [digits\n"))],
                     "invalid YAML at line"),
-    "yaml unknown key": (lambda d: ["--task", "digits", "--search-space", str(_space(d, SPACE_OK + "extra: 1\n"))],
+    "yaml unknown key": (lambda d: ["--task", "digits", "--search-space",
+                                    str(_space(d, SPACE_OK + "extra: 1\n"))],
                          "unknown key(s) ['extra']"),
     "delta outside [0,1]": (lambda d: ["--task", "digits", "--search-space", str(_space(
         d, SPACE_OK + "  as_softmax:\n    params:\n      delta: {type: float, low: 0.1, high: 1.2}\n"))],
@@ -85,14 +91,16 @@ CASES = {
         d, SPACE_OK + "  sparse_softmax:\n    params:\n      k: {type: int, low: 2, high: 50}\n"))],
         "expected k <= 10 (the task's classes), got k=50"),
     "hub unreachable offline": (lambda d: ["--task", "eurlex"],
-                                "could not load eurlex's data or backbone 'tiny': expected a reachable Hugging Face hub"),
+                                "could not load eurlex's data or backbone 'tiny': expected a reachable "
+                                "Hugging Face hub"),
     "missing data dir": (lambda d: ["--task", "sst5", "--data-dir", str(d / "nope")],
                          "--data-dir: expected an existing folder"),
     "jsonl wrong fields": (lambda d: ["--task", "sst5", "--data-dir", str(_folder(d, "wf", {
         "train.jsonl": '{"sentence": "a", "label": "1"}\n' * 3, "validation.jsonl": ROW % 1}))],
         "expected a field named 'text'; found fields"),
     "empty split": (lambda d: ["--task", "sst5", "--data-dir", str(_folder(d, "em", {
-        "train.jsonl": "", "validation.jsonl": ROW % 1}))], "expected at least one JSON object, the file is empty"),
+        "train.jsonl": "", "validation.jsonl": ROW % 1}))],
+                    "expected at least one JSON object, the file is empty"),
     "label only in validation": (lambda d: ["--task", "sst5", "--data-dir", str(_folder(d, "un", {
         "train.jsonl": ROW % 1 + ROW % 2, "validation.jsonl": ROW % 7}))],
         "label '7' in the validation split"),
@@ -101,12 +109,14 @@ CASES = {
     "address not host:port": (lambda d: ["--task", "digits", "--address", "nonsense"],
                               "--address: expected 'auto' or HOST:PORT, got 'nonsense'"),
     "jsonl without data": (lambda d: ["--task", "jsonl"],
-                           "--data-dir: expected a folder of train/validation/test.jsonl[.gz] files for --task jsonl "
-                           "(it has no Hugging Face hub dataset), got none"),
+                           "--data-dir: expected a folder of train/validation/test.jsonl[.gz] files for "
+                           "--task jsonl (it has no Hugging Face hub dataset), got none"),
     "ray client address": (lambda d: ["--task", "digits", "--address", "ray://127.0.0.1:10001"],
-                           "--address: expected 'auto' or HOST:PORT of a Ray cluster's GCS (the head's --port, 6379 "
-                           "by default), got a Ray Client address (ray://...): through Ray Client, Tune's controller"),
-    "nothing to resume": (lambda d: ["--task", "digits", "--resume"], "--resume: expected a previous digits search"),
+                           "--address: expected 'auto' or HOST:PORT of a Ray cluster's GCS (the head's "
+                           "--port, 6379 by default), got a Ray Client address (ray://...): through Ray "
+                           "Client, Tune's controller"),
+    "nothing to resume": (lambda d: ["--task", "digits", "--resume"],
+                          "--resume: expected a previous digits search"),
     "unreachable mlflow": (lambda d: ["--task", "digits", "--mlflow-uri", "http://127.0.0.1:9"],
                            "MLflow tracking URI http://127.0.0.1:9 is not usable: expected a reachable"),
     "negative cpus": (lambda d: ["--task", "digits", "--cpus-per-trial", "-1"],
@@ -119,7 +129,8 @@ CASES = {
                      "--seed: expected an integer in [0, 4294967295], got -1"),
     "seed above 2**32-1": (lambda d: ["--task", "digits", "--seed", str(2**32)],
                            "--seed: expected an integer in [0, 4294967295], got 4294967296"),
-    "seed not a number": (lambda d: ["--task", "digits", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    "seed not a number": (lambda d: ["--task", "digits", "--seed", "x"],
+                          "argument --seed: invalid int value: 'x'"),
     "no loss in --losses": (lambda d: ["--task", "digits", "--losses", ","],
                             "--losses: expected comma-separated loss names, got none"),
     "storage under a file": (lambda d: ["--task", "digits", "--storage-path", str(_file(d) / "results")],
@@ -141,14 +152,18 @@ CASES = {
                           "--set: expected one of ['batch_size', 'lr', "),
     # one rule per field, on the class that owns it (tune_as.settings): the same minimum however it is given
     "--set max_length=64": (lambda d: ["--task", "sst5", "--set", "max_length=64"],
-                            "--set: expected a key without its own option, got 'max_length' (use --max-length)"),
-    "--max-length beyond the backbone": (lambda d: ["--task", "sst5", "--backbone", "tiny", "--max-length", "2048"],
+                            "--set: expected a key without its own option, got 'max_length' (use "
+                            "--max-length)"),
+    "--max-length beyond the backbone": (lambda d: ["--task", "sst5", "--backbone", "tiny", "--max-length",
+                                                    "2048"],
                                          "max_length: expected at most 512 for backbone 'tiny'"),
     "--max-length 2": (lambda d: ["--task", "sst5", "--max-length", "2"],
                        "--max-length: expected an integer >= 4 (tokens), got 2"),
-    "--max-epochs inf": (lambda d: ["--task", "digits", "--max-epochs", "inf"], "--max-epochs: expected a number > 0, got inf"),
+    "--max-epochs inf": (lambda d: ["--task", "digits", "--max-epochs", "inf"],
+                         "--max-epochs: expected a number > 0, got inf"),
     "--budget 1e300": (lambda d: ["--task", "digits", "--race", "--budget", "1e300"],
-                       "--budget: expected at most 1e+06 trial-epochs (what a machine can train), got 1e+300"),
+                       "--budget: expected at most 1e+06 trial-epochs (what a machine can train), got "
+                       "1e+300"),
     "--max-epochs 1e30": (lambda d: ["--task", "digits", "--max-epochs", "1e30"],
                           "--max-epochs: expected at most 1e+06 trial-epochs"),
     "--reduction-factor nan": (lambda d: ["--task", "digits", "--reduction-factor", "nan"],
@@ -160,9 +175,11 @@ CASES = {
     "in-memory tracking store": (lambda d: ["--task", "digits", "--mlflow-uri", "sqlite:///:memory:"],
                                  "--mlflow-uri: expected a tracking store that outlives the search"),
     # /proc takes no new file, not even from root: an unwritable store is found before anything is written
-    "unwritable tracking store": (lambda d: ["--task", "digits", "--mlflow-uri", "sqlite:////proc/tune_as/m.db"],
+    "unwritable tracking store": (lambda d: ["--task", "digits", "--mlflow-uri",
+                                             "sqlite:////proc/tune_as/m.db"],
                                   "--mlflow-uri: expected an SQLite file in a writable folder"),
-    "--set lr=inf": (lambda d: ["--task", "digits", "--set", "lr=inf"], "--set lr: expected a finite number, got 'inf'"),
+    "--set lr=inf": (lambda d: ["--task", "digits", "--set", "lr=inf"],
+                     "--set lr: expected a finite number, got 'inf'"),
     "data setting under a loss": (lambda d: ["--task", "digits", "--search-space", str(_space(
         d, SPACE_OK + "  as_softmax:\n    fixed: {max_length: 32}\n"))],
         "losses.as_softmax.fixed: ['max_length']: data setting(s), prepared once for the whole search"),
@@ -170,7 +187,8 @@ CASES = {
         d, SPACE_OK + "  as_softmax:\n    fixed: {seed: 123}\n"))], "seed: expected no seed under a loss"),
     "paper point outside its range": (lambda d: ["--task", "digits", "--search-space", str(_space(
         d, SPACE_OK + "  as_softmax:\n    params:\n      delta: {type: float, low: 0.05, high: 0.5}\n"
-        "    paper: {delta: 0.9}\n"))], "losses.as_softmax.paper.delta: expected a value the search can draw"),
+        "    paper: {delta: 0.9}\n"))],
+        "losses.as_softmax.paper.delta: expected a value the search can draw"),
     "paper sets what is not searched": (lambda d: ["--task", "digits", "--search-space", str(_space(
         d, SPACE_OK + "  as_softmax:\n    params:\n      delta: {type: float, low: 0.05, high: 0.5}\n"
         "    paper: {delta: 0.3, lr: 5.0}\n"))], "losses.as_softmax.paper.lr: expected a searched parameter"),
@@ -178,14 +196,15 @@ CASES = {
                                  "--encoder: expected finetune for digits"),
     "population of a fine-tuned model": (lambda d: ["--task", "sst2", "--backbone", "tiny", "--race",
                                                     "--seeds-per-trial", "3"],
-                                         "--seeds-per-trial: expected 1 for sst2 with encoder finetune (a population "
-                                         "trains frozen-feature heads of sentence tasks and image CNNs), got 3"),
+                                         "--seeds-per-trial: expected 1 for sst2 with encoder finetune (a "
+                                         "population trains frozen-feature heads of sentence tasks and image "
+                                         "CNNs), got 3"),
     "population without confirmation": (lambda d: ["--task", "digits", "--seeds-per-trial", "3"],
                                         "--seeds-per-trial: expected it with --race or --confirm N"),
     "bf16 features without a frozen encoder": (
         lambda d: ["--task", "digits", "--encode-precision", "bf16"],
-        "--encode-precision: expected fp32 with --encoder finetune (only a frozen encoder computes features ahead), "
-        "got bf16"),
+        "--encode-precision: expected fp32 with --encoder finetune (only a frozen encoder computes features "
+        "ahead), got bf16"),
     "population of none": (lambda d: ["--task", "digits", "--race", "--seeds-per-trial", "0"],
                            "--seeds-per-trial: expected an integer in [1, 64], got 0"),
     "population with evaluations every n steps": (
@@ -240,16 +259,20 @@ def test_bad_input(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert_refused_and_nothing_written(make_args(tmp_path), message, tmp_path, capsys)
 
 
-# issue 32: an environment a batch job may hand over; each blamed something else, after the tracking store was written
+# issue 32: an environment a batch job may hand over; each blamed something else, after the tracking store was
+# written
 ENV_CASES = {
-    "home not writable": ({"HOME": "/proc/nohome"}, "the data cache (~/.cache/tune_as with HOME=/proc/nohome; "
-                                                    "--cache-dir or $TUNE_AS_CACHE move it): expected a writable place"),
-    "cache variable not writable": ({"TUNE_AS_CACHE": "/proc/tune_as"}, "$TUNE_AS_CACHE: expected a writable place, "
-                                                                        "got /proc/tune_as"),
-    "missing TMPDIR": ({"TMPDIR": "/nonexistent-tmp"}, "$TMPDIR: expected a writable folder (Ray keeps its session "
-                                                       "files there), got /nonexistent-tmp, which is not a folder"),
+    "home not writable": ({"HOME": "/proc/nohome"}, "the data cache (~/.cache/tune_as with "
+                                                    "HOME=/proc/nohome; --cache-dir or $TUNE_AS_CACHE move "
+                                                    "it): expected a writable place"),
+    "cache variable not writable": ({"TUNE_AS_CACHE": "/proc/tune_as"}, "$TUNE_AS_CACHE: expected a writable "
+                                                                        "place, got /proc/tune_as"),
+    "missing TMPDIR": ({"TMPDIR": "/nonexistent-tmp"}, "$TMPDIR: expected a writable folder (Ray keeps its "
+                                                       "session files there), got /nonexistent-tmp, which is "
+                                                       "not a folder"),
     "TMPDIR not writable": ({"TMPDIR": "/proc"}, "$TMPDIR: expected a writable place, got /proc"),
-    "RAY_TMPDIR first": ({"TMPDIR": "/tmp", "RAY_TMPDIR": "/nonexistent-ray"}, "$RAY_TMPDIR: expected a writable"),
+    "RAY_TMPDIR first": ({"TMPDIR": "/tmp", "RAY_TMPDIR": "/nonexistent-ray"},
+                         "$RAY_TMPDIR: expected a writable"),
 }
 
 
@@ -262,12 +285,14 @@ def test_bad_environment(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert_refused_and_nothing_written(["--task", "digits"], message, tmp_path, capsys)
-    assert not (tmp_path / "mlflow.db").exists(), "the tracking store was written before the environment was checked"
+    assert not (tmp_path / "mlflow.db").exists(), \
+        "the tracking store was written before the environment was checked"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(RAY_CASES))
-def test_bad_input_found_by_ray(case: str, tmp_path: Path, ray_local, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_found_by_ray(case: str, tmp_path: Path, ray_local,
+                                capsys: pytest.CaptureFixture[str]) -> None:
     make_args, message = RAY_CASES[case]
     assert_refused_and_nothing_written(make_args(tmp_path), message, tmp_path, capsys)
 
@@ -278,7 +303,8 @@ def test_resume_with_changed_space(tmp_path: Path, mlflow_server, ray_local,
     storage = tmp_path / "results"
     common = ["--storage-path", str(storage), "--mlflow-uri", mlflow_server.uri, "--max-train-samples", "64"]
     space = _space(tmp_path, SPACE_OK)
-    argv = ["--task", "digits", "--search-space", str(space), "--name", "d1", "--experiment", "bad-resume", *common]
+    argv = ["--task", "digits", "--search-space", str(space), "--name", "d1", "--experiment", "bad-resume",
+            *common]
     assert main(argv) == 0
     capsys.readouterr()
     space.write_text(SPACE_OK.replace("epochs: 1", "epochs: 2"))
@@ -296,8 +322,8 @@ RACE_SPACE = "task: digits\ntrials_per_loss: 1\nfixed: {epochs: 1}\nlosses:\n  s
 def test_resume_compares_every_typed_option_and_a_finished_search_is_left_alone(
         tmp_path: Path, mlflow_server, ray_local, capsys: pytest.CaptureFixture[str]) -> None:
     """A race with --max-seeds 3, finished. Resumed with --max-seeds 10 (the default: typed, so compared) or a
-    fixed --confirm 3: refused, saying why (the race's looks were fixed in advance). Resumed with nothing new: it
-    says there is nothing to resume, exits 0 and leaves its runs as they were."""
+    fixed --confirm 3: refused, saying why (the race's looks were fixed in advance). Resumed with nothing new:
+    it says there is nothing to resume, exits 0 and leaves its runs as they were."""
     from mlflow import MlflowClient
 
     storage = tmp_path / "results"
@@ -311,11 +337,13 @@ def test_resume_compares_every_typed_option_and_a_finished_search_is_left_alone(
     experiment = client.get_experiment_by_name("finished-resume").experiment_id
 
     def runs() -> list[tuple[str, str, int | None]]:
-        return sorted((r.info.run_id, r.info.status, r.info.end_time) for r in client.search_runs([experiment]))
+        return sorted((r.info.run_id, r.info.status, r.info.end_time)
+                      for r in client.search_runs([experiment]))
     before, files = runs(), sorted(p.name for p in (storage / "r1").iterdir())
-    for extra, why in ((["--max-seeds", "10"], "--max-seeds: expected r1's own 3 (or nothing), got 10: the race's "
-                                               "looks and the alpha each spends were fixed"),
-                       (["--confirm", "3"], "--confirm: expected r1's own 0 (or nothing), got 3: the race's looks")):
+    for extra, why in ((["--max-seeds", "10"], "--max-seeds: expected r1's own 3 (or nothing), got 10: the "
+                                               "race's looks and the alpha each spends were fixed"),
+                       (["--confirm", "3"],
+                        "--confirm: expected r1's own 0 (or nothing), got 3: the race's looks")):
         assert main(["--resume", "--name", "r1", *common, *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and why in err[0], err
@@ -325,10 +353,12 @@ def test_resume_compares_every_typed_option_and_a_finished_search_is_left_alone(
     assert runs() == before and sorted(p.name for p in (storage / "r1").iterdir()) == files
 
 
-def test_password_in_tracking_uri_is_never_printed_or_stored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_password_in_tracking_uri_is_never_printed_or_stored(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     uri = "postgresql+psycopg2://tune:s3cr3t-pw@127.0.0.1:9/mlflow"
     assert redact_uri(uri) == "postgresql+psycopg2://tune:***@127.0.0.1:9/mlflow"
-    assert main(["--task", "digits", "--mlflow-uri", uri, "--storage-path", str(tmp_path / "r"), "--smoke"]) == 2
+    assert main(["--task", "digits", "--mlflow-uri", uri, "--storage-path", str(tmp_path / "r"),
+                 "--smoke"]) == 2
     err = capsys.readouterr().err
     assert "s3cr3t-pw" not in err and "tune:***@" in err
 
@@ -346,20 +376,20 @@ def test_a_password_in_the_ray_address_is_never_printed(scheme: str, tmp_path: P
         assert len(lines) == 1 and "got a Ray Client address (ray://...)" in lines[0], lines
         return
     assert len(lines) == 1 and lines[0] == (
-        "error: --address: expected 'auto' or HOST:PORT, without a user or password (a Ray cluster checks its "
-        f"token, RAY_AUTH_TOKEN), got admin:***@127.0.0.1:{address.rsplit(':', 1)[1]}")
+        "error: --address: expected 'auto' or HOST:PORT, without a user or password (a Ray cluster "
+        f"checks its token, RAY_AUTH_TOKEN), got admin:***@127.0.0.1:{address.rsplit(':', 1)[1]}")
 
 
 def test_a_ray_client_address_is_refused_by_the_report_before_it_reads_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Through Ray Client, Tune's controller runs on the cluster, away from the tracking and the answer the driver
-    keeps (a search over ray:// ended in a KeyError from our callbacks there): the report's --confirm would run
-    that way, so the report refuses the address too, before it opens the tracking store."""
+    """Through Ray Client, Tune's controller runs on the cluster, away from the tracking and the answer the
+    driver keeps (a search over ray:// ended in a KeyError from our callbacks there): the report's --confirm
+    would run that way, so the report refuses the address too, before it opens the tracking store."""
     from tune_as.report.cli import main as report_main
 
     db = tmp_path / "m.db"
-    code = report_main(["--experiment", "digits", "--tracking-uri", f"sqlite:///{db}", "--out", str(tmp_path / "o"),
-                        "--confirm", "2", "--address", "ray://127.0.0.1:10001"])
+    code = report_main(["--experiment", "digits", "--tracking-uri", f"sqlite:///{db}", "--out",
+                        str(tmp_path / "o"), "--confirm", "2", "--address", "ray://127.0.0.1:10001"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "got a Ray Client address (ray://...)" in err[0], err
     assert not db.exists() and not (tmp_path / "o").exists()
@@ -383,17 +413,19 @@ def http_server() -> Iterator[int]:
         server.server_close()
 
 
-def test_an_address_where_an_http_server_answers_is_refused_at_once(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_address_where_an_http_server_answers_is_refused_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tune_as.engine.cluster import check_address
 
     with http_server() as port:
         address = f"127.0.0.1:{port}"
-        with pytest.raises(UserError, match=rf"--address: expected a Ray cluster at {address} \(its GCS, speaking "
-                                            r"gRPC over HTTP/2\), got an HTTP/1 server \(it answered '"):
+        with pytest.raises(UserError, match=rf"--address: expected a Ray cluster at {address} \(its GCS, "
+                                            r"speaking gRPC over HTTP/2\), got an HTTP/1 server \(it "
+                                            r"answered '"):
             check_address(address)  # ray.init would retry "Failed to connect to GCS" for minutes
         assert_refused_and_nothing_written(["--task", "digits", "--address", f"127.0.0.1:{port}"],
-                                           f"--address: expected a Ray cluster at 127.0.0.1:{port}", tmp_path, capsys)
+                                           f"--address: expected a Ray cluster at 127.0.0.1:{port}", tmp_path,
+                                           capsys)
 
 
 @pytest.mark.slow
@@ -419,7 +451,8 @@ def test_state_file_redacts_the_tracking_uri(tmp_path: Path, mlflow_server, ray_
 
 
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                           lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=6), inner, max_size=3),
                            max_leaves=6)
 
 
@@ -432,8 +465,8 @@ def test_jsonl_loader_fuzz_fails_only_with_clear_errors(tmp_path: Path, rows: li
         (folder / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
     task = build_task("sst5")
     try:
-        prepare(task, DataSettings(task="sst5", data_dir=folder, backbone="tiny", encoder="finetune", max_length=8,
-                              cache_dir=tmp_path / "cache"))
+        prepare(task, DataSettings(task="sst5", data_dir=folder, backbone="tiny", encoder="finetune",
+                                   max_length=8, cache_dir=tmp_path / "cache"))
     except (ValueError, FileNotFoundError) as exc:  # UserError is a ValueError
         assert str(exc).strip(), "an error without a message"
         assert not isinstance(exc, UserError) or "\n" not in str(exc)
@@ -446,7 +479,8 @@ def test_wider_dashboard_binding_warns(ray_local, capsys: pytest.CaptureFixture[
     init_ray(None, "127.0.0.1")
     assert "warning" not in capsys.readouterr().err
     init_ray(None, "0.0.0.0")
-    assert "warning: --dashboard-host 0.0.0.0 makes the Ray dashboard reachable beyond this machine" in capsys.readouterr().err
+    assert "warning: --dashboard-host 0.0.0.0 makes the Ray dashboard reachable beyond this " \
+           "machine" in capsys.readouterr().err
 
 
 def test_a_failure_inside_tune_as_is_a_bug_with_its_traceback_not_bad_input(monkeypatch, capsys) -> None:
@@ -472,7 +506,8 @@ def test_a_failure_inside_tune_as_is_a_bug_with_its_traceback_not_bad_input(monk
     assert "Traceback" in err and err.splitlines()[-1].startswith("error: --trials-per-loss")
 
 
-def test_a_search_whose_tracking_writes_were_kept_exits_4_with_one_line(monkeypatch, capsys, tmp_path) -> None:
+def test_a_search_whose_tracking_writes_were_kept_exits_4_with_one_line(monkeypatch, capsys,
+                                                                        tmp_path) -> None:
     """The answer was printed and saved, but MLflow did not take every write: they are in the search's journal
     (tests/test_tracking.py delivers one), and the exit code says so."""
     import tune_as.engine.run as engine
@@ -492,9 +527,9 @@ def test_a_search_whose_tracking_writes_were_kept_exits_4_with_one_line(monkeypa
 
 
 def test_a_mistyped_task_or_option_is_refused_before_torch_and_ray_are_imported() -> None:
-    """The arguments alone are checked first, so the refusal takes a fraction of a second, not the seconds that
-    importing torch, Ray and transformers takes (measured: 0.2 s against 3.7 s); a mistyped task or loss is
-    answered with the nearest name."""
+    """The arguments alone are checked first, so the refusal takes a fraction of a second, not the seconds
+    that importing torch, Ray and transformers takes (measured: 0.2 s against 3.7 s); a mistyped task or loss
+    is answered with the nearest name."""
     import subprocess
     import sys
 
@@ -503,39 +538,44 @@ def test_a_mistyped_task_or_option_is_refused_before_torch_and_ray_are_imported(
             "rc3 = main(['--task', 'digits', '--losses', 'softmax,as_sofmax']); "
             "rc4 = main(['--task', 'digtis']); "
             "rc5 = main(['--task', 'digits', '--set', 'lr=abc']); "
-            "print(rc, rc2, rc3, rc4, rc5, sorted(m for m in ('torch', 'ray', 'transformers', 'mlflow') if m in sys.modules))")
+            "print(rc, rc2, rc3, rc4, rc5, sorted(m for m in ('torch', 'ray', 'transformers', 'mlflow') if m "
+            "in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.stdout.split("\n")[0] == "2 2 2 2 2 []", run.stdout + run.stderr
     errors = run.stderr.splitlines()
     assert errors[0].startswith("error: unknown task 'nosuchtask': expected one of cifar10")
-    assert errors[2].startswith("error: --losses: unknown loss 'as_sofmax' (did you mean as_softmax?); expected some "
-                                "of am_softmax"), errors
+    assert errors[2].startswith("error: --losses: unknown loss 'as_sofmax' (did you mean as_softmax?); "
+                                "expected some of am_softmax"), errors
     assert errors[3].startswith("error: unknown task 'digtis' (did you mean digits?)"), errors
     assert errors[4] == "error: --set lr: expected a float, got 'abc'", errors
 
 
 def test_a_margin_below_one_test_item_is_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:
-    """digits' test split has 359 images (one is 0.279 points): a 0.1-point margin cannot be measured on it."""
+    """digits' test split has 359 images (one is 0.279 points): a 0.1-point margin cannot be measured on
+    it."""
     storage, db = tmp_path / "results", tmp_path / "m.db"
-    code = main(["--task", "digits", "--race", "--margin", "0.1", "--storage-path", str(storage), "--mlflow-uri",
-                 f"sqlite:///{db}"])
+    code = main(["--task", "digits", "--race", "--margin", "0.1", "--storage-path", str(storage),
+                 "--mlflow-uri", f"sqlite:///{db}"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith("error: --margin: expected 0 or at least one item of the test split (0.279 points), got 0.1")
+    assert err.startswith("error: --margin: expected 0 or at least one item of the test split (0.279 "
+                          "points), got 0.1")
     assert not storage.exists() and not db.exists()
 
 
 def test_a_writable_sqlite_file_in_a_folder_this_user_cannot_write(tmp_path: Path) -> None:
-    """Issue 32: SQLite writes its journal beside the database, so a writable file in a read-only folder failed
-    mid-search with a traceback per write. The check runs as an unprivileged user (root writes anywhere), with a
-    system Python of this version that can read the checkout (the venv's may live under /root)."""
+    """Issue 32: SQLite writes its journal beside the database, so a writable file in a read-only folder
+    failed mid-search with a traceback per write. The check runs as an unprivileged user (root writes
+    anywhere), with a system Python of this version that can read the checkout (the venv's may live under
+    /root)."""
     import os
     import pwd
     import shutil
     import subprocess
     import sys
 
-    python = shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}", path="/usr/bin:/usr/local/bin")
+    python = shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}",
+                          path="/usr/bin:/usr/local/bin")
     if os.geteuid() != 0 or python is None:
         pytest.skip("needs root (to run the check as `nobody`) and a system Python "
                     f"{sys.version_info.major}.{sys.version_info.minor} in /usr/bin or /usr/local/bin")
@@ -551,7 +591,8 @@ def test_a_writable_sqlite_file_in_a_folder_this_user_cannot_write(tmp_path: Pat
     with sqlite3.connect(folder / "m.db") as db:
         db.execute("create table t (x)")
     (folder / "m.db").chmod(0o666)
-    for p in (folder, *folder.parents):  # nobody may reach the file and read the checkout, but not write the folder
+    # nobody may reach the file and read the checkout, but not write the folder
+    for p in (folder, *folder.parents):
         p.chmod(p.stat().st_mode | 0o005)
     code = ("from tune_as.paths import check_tracking_store\n"
             "from tune_as.errors import UserError\n"
@@ -566,9 +607,9 @@ def test_a_writable_sqlite_file_in_a_folder_this_user_cannot_write(tmp_path: Pat
 
 
 SAVED = {"search_id": "s1", "task": "digits", "losses": ["softmax", "sparsemax"], "experiment": "digits",
-         "request": {"task": "digits", "losses": ["softmax", "sparsemax"], "trials_per_loss": 1, "max_epochs": 1.0,
-                     "task_args": [], "overrides": [], "race": True, "max_seeds": 3, "margin": 0.5,
-                     "data_dir": None},
+         "request": {"task": "digits", "losses": ["softmax", "sparsemax"], "trials_per_loss": 1,
+                     "max_epochs": 1.0, "task_args": [], "overrides": [], "race": True, "max_seeds": 3,
+                     "margin": 0.5, "data_dir": None},
          "finished": True, "fingerprint": "0" * 16}
 
 
@@ -581,7 +622,8 @@ def _with(**request: object) -> dict[str, object]:
 TAMPERED_STATES = {
     "not an object": ([1, 2], "the file: expected a JSON object, got 'list'"),
     "request not an object": ({**SAVED, "request": None}, "request: expected a JSON object, got 'None'"),
-    "max_seeds below a race": (_with(max_seeds=1), "request: --max-seeds: expected an integer in [3, 100], got 1"),
+    "max_seeds below a race": (_with(max_seeds=1),
+                               "request: --max-seeds: expected an integer in [3, 100], got 1"),
     "trials per loss a word": (_with(trials_per_loss="two"),
                                "request.trials_per_loss: expected a value of type int | None, got 'two'"),
     "trials per loss beyond a machine": (_with(trials_per_loss=10**30),
@@ -590,10 +632,13 @@ TAMPERED_STATES = {
     "an option no search saves": (_with(evil=1), "request.evil: expected one of the options a search saves"),
     "no fingerprint": ({k: v for k, v in SAVED.items() if k != "fingerprint"},
                        "fingerprint: expected a JSON string, got 'None'"),
-    "losses a number": (_with(losses=3), "request.losses: expected a value of type tuple[str, ...] | None, got '3'"),
-    "a boolean for a count": (_with(max_seeds=True), "request.max_seeds: expected a value of type int, got 'True'"),
+    "losses a number": (_with(losses=3),
+                        "request.losses: expected a value of type tuple[str, ...] | None, got '3'"),
+    "a boolean for a count": (_with(max_seeds=True),
+                              "request.max_seeds: expected a value of type int, got 'True'"),
     # the token names folders Ray restores from: never a path
-    "a token that climbs out": ({**SAVED, "token": "../../x"}, "token: expected 8 hexadecimal digits (the name of "
+    "a token that climbs out": ({**SAVED, "token": "../../x"},
+                                "token: expected 8 hexadecimal digits (the name of "
                                 "the search's Tune experiments), got '../../x'"),
     "a token of capitals": ({**SAVED, "token": "ABCDEF01"}, "token: expected 8 hexadecimal digits"),
     "a token a number": ({**SAVED, "token": 12345678}, "token: expected 8 hexadecimal digits"),
@@ -609,7 +654,8 @@ def test_a_tampered_saved_state_is_one_line_and_changes_nothing(case: str, tmp_p
     path = folder / "tune_as_search.json"
     path.write_text(json.dumps(state))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert main(["--resume", "--name", "s1", "--storage-path", str(tmp_path / "results"), "--mlflow-uri", uri]) == 2
+    assert main(["--resume", "--name", "s1", "--storage-path", str(tmp_path / "results"), "--mlflow-uri",
+                 uri]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {path}: {message}"), err
     assert err[0].endswith("(the saved state is damaged: restore it, or start a new search)")
@@ -619,39 +665,47 @@ def test_a_tampered_saved_state_is_one_line_and_changes_nothing(case: str, tmp_p
 
 
 def test_the_untampered_saved_state_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The control for the cases above: the same state, unchanged, is a finished search with nothing to resume."""
+    """The control for the cases above: the same state, unchanged, is a finished search with nothing to
+    resume."""
     from tune_as.space.search_space import default_space_path, load_search_space
 
-    space = load_search_space(default_space_path("digits", "multiclass"), "multiclass").restrict(SAVED["losses"])
+    space = load_search_space(default_space_path("digits", "multiclass"),
+                              "multiclass").restrict(SAVED["losses"])
     folder = tmp_path / "results" / "s1"
     folder.mkdir(parents=True, mode=0o700)
     (folder / "tune_as_search.json").write_text(json.dumps({**SAVED, "fingerprint": space.fingerprint()}))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert main(["--resume", "--name", "s1", "--storage-path", str(tmp_path / "results"), "--mlflow-uri", uri]) == 0
+    assert main(["--resume", "--name", "s1", "--storage-path", str(tmp_path / "results"), "--mlflow-uri",
+                 uri]) == 0
     assert "s1 has finished: nothing to resume" in capsys.readouterr().out
 
 
-# issue 32: a searcher state Ray restores, damaged; before, Ray printed a traceback about its own copy, the parent
-# MLflow run was reopened, and the driver waited 30 s before calling it an interruption (exit 130)
+# issue 32: a searcher state Ray restores, damaged; before, Ray printed a traceback about its own copy, the
+# parent MLflow run was reopened, and the driver waited 30 s before calling it an interruption (exit 130)
 DAMAGED_SEARCHERS = {
-    "truncated": ("", "searcher-state-1.pkl", b'{"suggested": {"sof', "expected the searcher state tune_as writes "
+    "truncated": ("", "searcher-state-1.pkl", b'{"suggested": {"sof',
+                  "expected the searcher state tune_as writes "
                   "(JSON), got JSONDecodeError"),
     "a pickle": ("", "searcher-state-1.pkl", b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00}\x94.",
                  "expected the searcher state tune_as writes (JSON), got UnicodeDecodeError"),
     "live trials a list": ("", "searcher-state-1.pkl", b'{"suggested": {"softmax": 1}, "live": [1]}',
-                           "expected the searcher state tune_as writes (JSON: suggestions per loss, live trials)"),
+                           "expected the searcher state tune_as writes (JSON: suggestions per loss, live "
+                           "trials)"),
     "a confirmation round's": ("confirm-2.s1", "searcher-state-1.pkl", b'{"next": "3"}',
-                               "expected the searcher state tune_as writes (JSON: the next config), got next=3"),
-    "the search experiment's own folder": ("search.0123abcd", "searcher-state-1.pkl", b'{"suggested": {}, "live": 1}',
-                                           "expected the searcher state tune_as writes (JSON: suggestions per loss, "
-                                           "live trials)"),
+                               "expected the searcher state tune_as writes (JSON: the next config), got "
+                               "next=3"),
+    "the search experiment's own folder": ("search.0123abcd", "searcher-state-1.pkl",
+                                           b'{"suggested": {}, "live": 1}',
+                                           "expected the searcher state tune_as writes (JSON: suggestions "
+                                           "per loss, live trials)"),
     "early stopping truncated": ("", "scheduler.json", b'{"losses": {"sof',
-                                 "expected the early-stopping state tune_as writes (JSON), got JSONDecodeError"),
+                                 "expected the early-stopping state tune_as writes (JSON), got "
+                                 "JSONDecodeError"),
     "early stopping rungs a string": ("", "scheduler.json", b'{"losses": {"softmax": "fast"}}',
-                                      "expected the early-stopping state tune_as writes (JSON: per loss, the rungs "
-                                      "of its early stopping), got softmax: fast"),
-    "the newest of two": ("", "searcher-state-2.pkl", b"[]", "expected the searcher state tune_as writes (JSON), "
-                          "got a JSON list"),
+                                      "expected the early-stopping state tune_as writes (JSON: per loss, the "
+                                      "rungs of its early stopping), got softmax: fast"),
+    "the newest of two": ("", "searcher-state-2.pkl", b"[]",
+                          "expected the searcher state tune_as writes (JSON), got a JSON list"),
 }
 
 
@@ -661,7 +715,8 @@ def test_a_damaged_searcher_state_is_refused_before_ray_starts(case: str, tmp_pa
     from tune_as.space.search_space import default_space_path, load_search_space
 
     where, name, content, message = DAMAGED_SEARCHERS[case]
-    space = load_search_space(default_space_path("digits", "multiclass"), "multiclass").restrict(SAVED["losses"])
+    space = load_search_space(default_space_path("digits", "multiclass"),
+                              "multiclass").restrict(SAVED["losses"])
     folder = tmp_path / "results" / "s1"
     folder.mkdir(parents=True, mode=0o700)
     (folder / "tune_as_search.json").write_text(json.dumps({**SAVED, "fingerprint": space.fingerprint()}))
@@ -670,7 +725,8 @@ def test_a_damaged_searcher_state_is_refused_before_ray_starts(case: str, tmp_pa
     (folder / where / name).write_bytes(content)
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert main(["--resume", "--name", "s1", "--storage-path", str(tmp_path / "results"), "--mlflow-uri", uri]) == 2
+    assert main(["--resume", "--name", "s1", "--storage-path", str(tmp_path / "results"), "--mlflow-uri",
+                 uri]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {folder / where / name}: {message}"), err
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
@@ -678,9 +734,10 @@ def test_a_damaged_searcher_state_is_refused_before_ray_starts(case: str, tmp_pa
 
 
 def test_each_search_gives_its_confirmation_rounds_names_of_their_own(tmp_path: Path) -> None:
-    """Ray stages a Tune experiment's files in `<Ray session>/artifacts/<second>/<experiment name>/`: rounds of two
-    searches on one Ray must never share a name (engine.state.round_name). A round folder an older tune_as named
-    (`confirm-2`) keeps its name, so a resume continues it rather than training its seeds again."""
+    """Ray stages a Tune experiment's files in `<Ray session>/artifacts/<second>/<experiment name>/`: rounds
+    of two searches on one Ray must never share a name (engine.state.round_name). A round folder an older
+    tune_as named (`confirm-2`) keeps its name, so a resume continues it rather than training its seeds
+    again."""
     from tune_as.engine.state import experiment_folders, round_name
 
     first, second = tmp_path / "a" / "race-kill", tmp_path / "b" / "race-clean"
@@ -694,9 +751,10 @@ def test_each_search_gives_its_confirmation_rounds_names_of_their_own(tmp_path: 
 
 
 def test_two_searches_of_one_name_give_ray_experiments_of_different_names(tmp_path: Path) -> None:
-    """The same --name in two storage paths: each search's own experiment and its rounds are named by a token of its
-    own (engine.state.new_token), so that two drivers on one Ray node never share a staging folder, whatever the
-    second they start in. A search an older tune_as started (no token) keeps its experiment in its folder itself."""
+    """The same --name in two storage paths: each search's own experiment and its rounds are named by a token
+    of its own (engine.state.new_token), so that two drivers on one Ray node never share a staging folder,
+    whatever the second they start in. A search an older tune_as started (no token) keeps its experiment in
+    its folder itself."""
     from tune_as.engine.plan import plan_search, state_of
     from tune_as.engine.request import SearchRequest
     from tune_as.engine.state import TOKEN, experiment_folders, round_name, search_experiment
@@ -723,8 +781,9 @@ def test_an_intact_searcher_state_passes_the_check(tmp_path: Path) -> None:
     from tune_as.engine.schedulers import Rungs
     from tune_as.engine.state import check_scheduler_state, check_searcher_states, write_json
 
-    write_json(tmp_path / "searcher-state-1.pkl", {"suggested": {"softmax": 2}, "live": {"t1": ["softmax", 1]},
-                                                   "exhausted": [], "orphans": {"softmax": [0]}})
+    write_json(tmp_path / "searcher-state-1.pkl", {"suggested": {"softmax": 2},
+                                                   "live": {"t1": ["softmax", 1]}, "exhausted": [],
+                                                   "orphans": {"softmax": [0]}})
     (tmp_path / "confirm").mkdir()
     write_json(tmp_path / "confirm" / "searcher-state-1.pkl", {"next": 3})
     check_searcher_states(tmp_path)
@@ -735,8 +794,9 @@ def test_an_intact_searcher_state_passes_the_check(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_hub_is_one_line_at_once_not_a_minute_of_retries(tmp_path: Path) -> None:
-    """A task whose data is on the Hugging Face hub, on a node that cannot reach it (issue 69: six retry lines and
-    50 s): the hub is checked once, its clients put offline, and the refusal names the hub and what to use."""
+    """A task whose data is on the Hugging Face hub, on a node that cannot reach it (issue 69: six retry lines
+    and 50 s): the hub is checked once, its clients put offline, and the refusal names the hub and what to
+    use."""
     import subprocess
     import sys
 
@@ -745,7 +805,8 @@ def test_an_unreachable_hub_is_one_line_at_once_not_a_minute_of_retries(tmp_path
         env.pop(name, None)
     run = subprocess.run([sys.executable, "-m", "tune_as.search", "--task", "mnist", "--losses", "softmax",
                           "--trials-per-loss", "1", "--max-epochs", "1", "--address", "127.0.0.1:6379",
-                          "--storage-path", str(tmp_path / "results"), "--mlflow-uri", f"sqlite:///{tmp_path}/m.db"],
+                          "--storage-path", str(tmp_path / "results"), "--mlflow-uri",
+                          f"sqlite:///{tmp_path}/m.db"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
     assert "Retrying" not in run.stderr + run.stdout and run.stderr.count("\n") == 1, run.stderr

@@ -1,7 +1,8 @@
-"""Resumable frozen encoding (tune_as/tasks/chunks.py, featurize.encode_split): an encode stopped after some chunks
-continues from them on the next prepare, with features bit-identical to an uninterrupted encode; a damaged or
-foreign partial is discarded with one line; the progress counts resumed documents as done. Generated data, the
-random-weight `tiny` backbone, batches of 8 rows and chunks of 16 so a 60-row split has several of each."""
+"""Resumable frozen encoding (tune_as/tasks/chunks.py, featurize.encode_split): an encode stopped after some
+chunks continues from them on the next prepare, with features bit-identical to an uninterrupted encode; a
+damaged or foreign partial is discarded with one line; the progress counts resumed documents as done.
+Generated data, the random-weight `tiny` backbone, batches of 8 rows and chunks of 16 so a 60-row split has
+several of each."""
 
 from __future__ import annotations
 
@@ -54,12 +55,14 @@ LAYOUTS = {  # (task name, task options, data writer): pooled sentence features,
 
 def frozen(layout: str, data_dir: Path, cache: Path) -> PreparedData:
     name, options, _ = LAYOUTS[layout]
-    spec = DataSettings(name, data_dir=data_dir, backbone="tiny", encoder="frozen", max_length=32, cache_dir=cache)
+    spec = DataSettings(name, data_dir=data_dir, backbone="tiny", encoder="frozen", max_length=32,
+                        cache_dir=cache)
     return prepare(build_task(name, **options), spec)
 
 
 def count_forwards(monkeypatch: pytest.MonkeyPatch, stop_after: int | None = None) -> list[int]:
-    """Count the encoder's forward passes; with `stop_after`, raise Interrupted on the pass after that many."""
+    """Count the encoder's forward passes; with `stop_after`, raise Interrupted on the pass after that
+    many."""
     forwards: list[int] = []
 
     def hooked(*_: object) -> None:
@@ -92,7 +95,8 @@ def features(data: PreparedData, split: str) -> torch.Tensor:
 
 def batches(data: PreparedData) -> int:
     """The encoder's forward passes for every split of `data`."""
-    return sum(len(range(0, len(split), BATCH)) for split in (data.train, data.validation, data.test) if split)
+    return sum(len(range(0, len(split), BATCH)) for split in (data.train, data.validation, data.test)
+               if split)
 
 
 def assert_bit_identical(a: PreparedData, b: PreparedData) -> None:
@@ -104,9 +108,9 @@ def assert_bit_identical(a: PreparedData, b: PreparedData) -> None:
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_an_interrupted_encode_resumes_from_its_chunks_bit_identical(layout: str, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_an_interrupted_encode_resumes_from_its_chunks_bit_identical(
+        layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
     data_dir = LAYOUTS[layout][2](tmp_path / "data")
     whole = count_forwards(monkeypatch)
     one_shot = frozen(layout, data_dir, tmp_path / "one_shot")
@@ -115,7 +119,8 @@ def test_an_interrupted_encode_resumes_from_its_chunks_bit_identical(layout: str
     cache = tmp_path / "cache"
     folder = interrupted(layout, data_dir, cache, monkeypatch)
     assert sorted(p.name for p in folder.iterdir()) == ["train-00000.safetensors", "train-00001.safetensors"]
-    assert [p.name for p in cache.glob("*.pt") if "-frozen-" in p.name] == []  # no entry before the encode ends
+    # no entry before the encode ends
+    assert [p.name for p in cache.glob("*.pt") if "-frozen-" in p.name] == []
 
     resumed = count_forwards(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="tune_as"):
@@ -139,7 +144,8 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "another chunk's rows": (lambda folder: shutil.copy(folder / "train-00000.safetensors",
                                                         folder / "train-00001.safetensors"),
                              "train-00001.safetensors encodes other rows than chunk 1 of this split"),
-    "another chunk size": (lambda folder: None, "train-00000.safetensors was written with chunk '16', expected '24'"),
+    "another chunk size": (lambda folder: None,
+                           "train-00000.safetensors was written with chunk '16', expected '24'"),
 }
 
 
@@ -157,7 +163,8 @@ def test_a_damaged_or_foreign_partial_is_discarded_with_one_line(damage: str, tm
     with caplog.at_level(logging.WARNING, logger="tune_as"):
         again = frozen("eurlex", data_dir, tmp_path / "cache")
     assert [r.getMessage() for r in caplog.records if "discarded" in r.getMessage()] == [
-        f"{folder}: discarded the 2 encoded chunks of the train split there ({why}); encoding it from the start"]
+        f"{folder}: discarded the 2 encoded chunks of the train split there ({why}); encoding it from the "
+        "start"]
     assert len(forwards) == batches(again)  # everything encoded again
     monkeypatch.setattr(featurize_module, "ENCODE_CHUNK", CHUNK)
     assert_bit_identical(again, frozen("eurlex", data_dir, tmp_path / "one_shot"))
@@ -170,15 +177,18 @@ def test_chunk_files_are_safetensors_with_their_key(tmp_path: Path, monkeypatch:
     folder = interrupted("eurlex", fx.eurlex57k(tmp_path / "data"), tmp_path / "cache", monkeypatch)
     with safe_open(str(folder / "train-00001.safetensors"), framework="pt") as fh:
         meta, rows = fh.metadata(), fh.get_tensor("rows")
-        assert fh.get_tensor("features").dtype == torch.float16 and fh.get_tensor("features").shape == (16, 128)
-    assert {k: meta[k] for k in ("backbone", "max_length", "precision", "split", "documents", "chunk", "batch")} == {
+        assert fh.get_tensor("features").dtype == torch.float16 and \
+            fh.get_tensor("features").shape == (16, 128)
+    assert {k: meta[k] for k in ("backbone", "max_length", "precision", "split", "documents", "chunk",
+                                 "batch")} == {
         "backbone": "tiny", "max_length": "32", "precision": "fp32", "split": "train", "documents": "60",
         "chunk": "16", "batch": "8"}
     assert meta["entry"] == folder.name and rows.dtype == torch.int64 and len(rows) == 16
     assert folder == partial_dir(folder.with_name(meta["entry"].removesuffix(".partial")))  # beside its entry
 
 
-def test_progress_counts_resumed_documents_as_done_but_not_in_the_rate(capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_counts_resumed_documents_as_done_but_not_in_the_rate(
+        capsys: pytest.CaptureFixture[str]) -> None:
     from tune_as.tasks.featurize import track
 
     ticks = iter(range(0, 10_000, 20))  # a clock that moves 20 s per reading: no sleeping, no machine speed
@@ -188,5 +198,6 @@ def test_progress_counts_resumed_documents_as_done_but_not_in_the_rate(capsys: p
     assert seen == batches
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[0] == "eurlex: encoding train (minilm): 600/1,340 docs, 5 docs/s, 2 min 28 s left"
-    assert lines[-1] == "eurlex: encoding train (minilm): 1,340 docs, 940 of them in 3 min 40 s (400 done before)"
+    assert lines[-1] == \
+        "eurlex: encoding train (minilm): 1,340 docs, 940 of them in 3 min 40 s (400 done before)"
 

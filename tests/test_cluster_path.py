@@ -169,8 +169,8 @@ def mlflow_on_postgres(postgres: Postgres, tmp_path_factory: pytest.TempPathFact
     root = tmp_path_factory.mktemp("mlflow-pg")
     port, log = free_port(), root / "mlflow-server.log"
     cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-           "--backend-store-uri", postgres.url("mlflow", MLFLOW_PG_SCHEME), "--artifacts-destination", str(root / "artifacts"),
-           "--workers", "1"]
+           "--backend-store-uri", postgres.url("mlflow", MLFLOW_PG_SCHEME), "--artifacts-destination",
+           str(root / "artifacts"), "--workers", "1"]
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, **SERVER_ENV})
@@ -210,7 +210,8 @@ class RayCluster:
                    # search's first two trials meet before they go on, so each node certainly runs one
                    TUNE_AS_TRIAL_HOOK="faults:hook", TUNE_AS_FAULT_DIR=str(self.temp_dir / "faults"),
                    TUNE_AS_MEET="2",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")])))
+                   PYTHONPATH=os.pathsep.join(filter(None,
+                                                     [str(REPO / "tests"), os.environ.get("PYTHONPATH")])))
         return env
 
     def start_node(self, *args: str) -> None:
@@ -309,7 +310,8 @@ def test_two_node_cluster_with_token_protected_dashboard(ray_cluster: RayCluster
 
 def test_job_api_takes_the_token_from_the_environment(ray_cluster: RayCluster, tmp_path: Path) -> None:
     """How the compose `search` service and a KubeRay RayJob submit: `ray job submit` with RAY_AUTH_TOKEN."""
-    probe = "import ray; ray.init(address='auto'); print('alive nodes:', sum(n['Alive'] for n in ray.nodes()))"
+    probe = "import ray; ray.init(address='auto'); print('alive nodes:', sum(n['Alive'] for n in " \
+            "ray.nodes()))"
     cmd = [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", ray_cluster.dashboard,
            "--", "python", "-c", probe]
     ok = subprocess.run(cmd, env=ray_cluster.env(), capture_output=True, text=True, timeout=300)
@@ -331,12 +333,13 @@ def test_search_on_the_cluster_lands_in_postgres(ray_cluster: RayCluster, mlflow
            "--address", ray_cluster.address, "--mlflow-uri", mlflow_on_postgres,
            "--losses", ",".join(LOSSES), "--trials-per-loss", str(TRIALS_PER_LOSS),
            "--data-dir", str(data_dir), "--storage-path", str(tmp_path / "results"),
-           # One CPU per trial and two in flight: with one CPU per node, one trial runs on each node (the first
-           # two meet at their first report, tests/faults.py: a fast trial cannot end before the other starts and
-           # leave its actor to it)
+           # One CPU per trial and two in flight: with one CPU per node, one trial runs on each node (the
+           # first two meet at their first report, tests/faults.py: a fast trial cannot end before the other
+           # starts and leave its actor to it)
            "--cpus-per-trial", "1", "--max-concurrent", "2"]
     res = subprocess.run(cmd, cwd=REPO, env=ray_cluster.env(), capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, f"search failed ({res.returncode}):\n{res.stdout[-4000:]}\n{res.stderr[-6000:]}"
+    assert res.returncode == 0, \
+        f"search failed ({res.returncode}):\n{res.stdout[-4000:]}\n{res.stderr[-6000:]}"
 
     with closing(psycopg2.connect(postgres.url("mlflow"))) as conn, conn.cursor() as cur:
         cur.execute("SELECT experiment_id FROM experiments WHERE name = %s AND lifecycle_stage = 'active'",
@@ -366,6 +369,7 @@ def test_search_on_the_cluster_lands_in_postgres(ray_cluster: RayCluster, mlflow
     assert {t[1] for t in trials} == {"FINISHED"}, [(t[0], t[1]) for t in trials]
     assert {t[0] for t in trials} <= with_val_accuracy, "every trial must log val_accuracy to PostgreSQL"
     nodes = {t[5] for t in trials}
-    assert None not in nodes and len(nodes) == 2, f"trials must have run on both Ray nodes, tune_as.node_id: {nodes}"
+    assert None not in nodes and len(nodes) == 2, \
+        f"trials must have run on both Ray nodes, tune_as.node_id: {nodes}"
     reported = {row["trial_id"] for row in faults.reports(ray_cluster.temp_dir / "faults")}
     assert len(reported) == len(trials), f"the meet of tests/faults.py ran in every trial: {reported}"

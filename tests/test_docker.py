@@ -96,7 +96,8 @@ def _raycluster() -> dict[str, Any]:
 
 def _pod_specs(cluster: dict[str, Any]) -> list[dict[str, Any]]:
     spec = cluster["spec"]
-    return [spec["headGroupSpec"]["template"]["spec"], *(g["template"]["spec"] for g in spec["workerGroupSpecs"])]
+    return [spec["headGroupSpec"]["template"]["spec"],
+            *(g["template"]["spec"] for g in spec["workerGroupSpecs"])]
 
 
 def _flag(argv: list[str], name: str) -> str:
@@ -121,7 +122,8 @@ _SHELL_OPERATORS = {"&&", "||", "|", ";", "&", ">", ">>", "<", "(", ")"}
 
 
 def _doc_commands(path: Path) -> list[list[str]]:
-    """Simple commands of the shell code blocks of a Markdown file (continuations joined, split at operators)."""
+    """Simple commands of the shell code blocks of a Markdown file (continuations joined, split at
+    operators)."""
     commands = []
     for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", path.read_text(), re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -149,7 +151,8 @@ def _file_commands() -> dict[str, list[list[str]]]:
     found["raycluster.yaml:head rayStartParams"] = [["ray", "start", "--head", *params]]
     for group in _raycluster()["spec"]["workerGroupSpecs"]:
         params = [f"--{k}={v}" for k, v in group["rayStartParams"].items()]
-        found[f"raycluster.yaml:{group['groupName']} rayStartParams"] = [["ray", "start", "--address=h:6379", *params]]
+        found[f"raycluster.yaml:{group['groupName']} rayStartParams"] = \
+            [["ray", "start", "--address=h:6379", *params]]
     (job,) = _kube_docs(RAYJOB)
     found["rayjob-search.yaml:entrypoint"] = [shlex.split(job["spec"]["entrypoint"])]
     for doc in DOCS:
@@ -231,7 +234,8 @@ def test_command_checker_rejects_an_unknown_option() -> None:
 def _compose_cli() -> list[str]:
     if shutil.which("docker-compose"):
         return ["docker-compose"]
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"],
+                                                 capture_output=True).returncode == 0:
         return ["docker", "compose"]
     pytest.skip("neither docker-compose nor the docker compose plugin is installed "
                 "(Debian: apt-get install docker-compose; .ci/run does it when run as root)")
@@ -307,13 +311,15 @@ def test_ray_services_use_token_auth_gpus_and_shared_storage() -> None:
         (device,) = services[name]["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and "gpu" in device["capabilities"], name
         gpu_ids += device["device_ids"]
-    assert len(gpu_ids) == len(set(gpu_ids)) == len(RAY_SERVICES) - 1, f"one distinct GPU per worker: {gpu_ids}"
+    assert len(gpu_ids) == len(set(gpu_ids)) == len(RAY_SERVICES) - 1, \
+        f"one distinct GPU per worker: {gpu_ids}"
     assert _flag(services["ray-head"]["command"], "--num-gpus") == "0"
     storage = Path(_flag(_argv(services["search"]), "--storage-path"))
     hf_home = services["ray-head"]["environment"]["HF_HOME"]
     for name in RAY_SERVICES:
         mounts = {m.split(":")[1]: m.split(":")[0] for m in services[name]["volumes"]}
-        assert any(storage.is_relative_to(target) for target in mounts), f"{name}: {storage} is not on a volume"
+        assert any(storage.is_relative_to(target) for target in mounts), \
+            f"{name}: {storage} is not on a volume"
         assert mounts.get(hf_home) == "hf-cache", f"{name}: HF_HOME {hf_home} must be the hf-cache volume"
         assert services[name]["environment"]["HF_HOME"] == hf_home
     for name in ("postgres", "mlflow", *RAY_SERVICES):
@@ -382,7 +388,8 @@ def test_dockerfile_pins_versions_the_project_accepts() -> None:
     assert args["RAY_VERSION"] == ray.__version__, "the image's Ray must be the Ray tested here"
     cuda = re.search(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-runtime-", args["CUDA_IMAGE"])
     assert cuda, f"expected a CUDA runtime base image, got {args['CUDA_IMAGE']}"
-    assert args["TORCH_INDEX_URL"].endswith(f"/cu{cuda[1]}{cuda[2]}"), "torch's CUDA must match the base image's"
+    assert args["TORCH_INDEX_URL"].endswith(f"/cu{cuda[1]}{cuda[2]}"), \
+        "torch's CUDA must match the base image's"
     extras = set(args["EXTRAS"].split(","))
     assert extras <= set(_pyproject()["project"]["optional-dependencies"])
     assert {"postgres", "dashboard"} <= extras  # mlflow on PostgreSQL, optuna-dashboard
@@ -397,11 +404,13 @@ def test_dockerfile_runs_as_a_non_root_user_with_hf_home_on_a_volume() -> None:
     assert hf_home[1] == _services()["ray-head"]["environment"]["HF_HOME"]
     assert re.search(r"RAY_AUTH_MODE=token", text)
     # A new named volume takes the owner of its mount point: the image must give every one to its user.
-    owned = [Path(p) for p in re.search(r"chown -R tune:tune (.+)$", text, re.M)[1].split()]  # type: ignore[index]
+    owned = [Path(p)
+             for p in re.search(r"chown -R tune:tune (.+)$", text, re.M)[1].split()]  # type: ignore[index]
     for name, service in _services().items():
         if service.get("image") == _env_example()["TUNE_AS_IMAGE"]:
             for target in (Path(v.split(":")[1]) for v in service.get("volumes", [])):
-                assert any(target.is_relative_to(o) for o in owned), f"{name}: {target} is not owned by the user"
+                assert any(target.is_relative_to(o) for o in owned), \
+                    f"{name}: {target} is not owned by the user"
     for src in re.findall(r"^COPY (?:--\S+ )*(.+) \S+$", text, re.M):
         for path in src.split():
             assert (REPO / path).exists(), f"COPY {path}: not in the build context"
@@ -416,7 +425,8 @@ _CONTAINER = {
         "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
         "image": {"type": "string", "minLength": 1},
         "env": {"type": "array", "items": {"type": "object", "required": ["name"],
-                                           "properties": {"name": {"type": "string"}, "value": {"type": "string"}}}},
+                                           "properties": {"name": {"type": "string"},
+                                                          "value": {"type": "string"}}}},
         "ports": {"type": "array", "items": {"type": "object", "required": ["containerPort"],
                                              "properties": {"containerPort": {"type": "integer"},
                                                             "name": {"type": "string", "maxLength": 15}}}},
@@ -428,7 +438,8 @@ _CONTAINER = {
 _POD_TEMPLATE = {
     "type": "object", "required": ["spec"],
     "properties": {"spec": {"type": "object", "required": ["containers"],
-                            "properties": {"containers": {"type": "array", "minItems": 1, "items": _CONTAINER},
+                            "properties": {"containers": {"type": "array", "minItems": 1,
+                                                          "items": _CONTAINER},
                                            "volumes": {"type": "array",
                                                        "items": {"type": "object", "required": ["name"]}}}}},
 }
@@ -464,7 +475,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                    "properties": {
                        "entrypoint": {"type": "string", "minLength": 1},
                        "clusterSelector": _STR_MAP, "rayClusterSpec": _RAYCLUSTER_SPEC,
-                       "submissionMode": {"enum": ["K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"]},
+                       "submissionMode": {"enum": ["K8sJobMode", "HTTPMode", "InteractiveMode",
+                                                   "SidecarMode"]},
                        "activeDeadlineSeconds": {"type": "integer", "minimum": 1},
                        "shutdownAfterJobFinishes": {"type": "boolean"},
                        "ttlSecondsAfterFinished": {"type": "integer", "minimum": 0},

@@ -1,5 +1,6 @@
-"""benchmarks/efficiency_scores.py: the measured noise floor (the gap a perfect search scores), how verdicts are
-judged against the truth and shared over the decided ones, and the null simulation's draws (pure, no training)."""
+"""benchmarks/efficiency_scores.py: the measured noise floor (the gap a perfect search scores), how verdicts
+are judged against the truth and shared over the decided ones, and the null simulation's draws (pure, no
+training)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def scores():
 
 def test_measured_floor_averages_every_subset_against_the_reference(scores) -> None:
     ref = {"softmax": {"test": 0.95}, "am_softmax": {"test": 0.90}}
-    truth = {"softmax": {1000: 0.94, 1001: 0.96, 1002: 0.98}, "am_softmax": {1000: 0.90, 1001: 0.90, 1002: 0.90}}
+    truth = {"softmax": {1000: 0.94, 1001: 0.96, 1002: 0.98},
+             "am_softmax": {1000: 0.90, 1001: 0.90, 1002: 0.90}}
     # softmax: single runs miss by 1, 1, 3 points; pairs (0.95, 0.96, 0.97) by 0, 1, 2; all three (0.96) by 1
     # am_softmax: every subset is exactly the reference
     assert scores.measured_floor(ref, truth, 1) == pytest.approx((5 / 3 + 0) / 2)
@@ -35,7 +37,8 @@ def test_measured_floor_averages_every_subset_against_the_reference(scores) -> N
 
 def test_measured_floor_leaves_out_a_loss_with_too_few_runs(scores) -> None:
     ref = {"softmax": {"test": 0.95}, "as_speed": {"test": 0.90}}
-    truth = {"softmax": {1000: 0.96, 1001: 0.96}, "as_speed": {1000: 0.50}}  # as_speed: one run (others diverged)
+    # as_speed: one run (others diverged)
+    truth = {"softmax": {1000: 0.96, 1001: 0.96}, "as_speed": {1000: 0.50}}
     assert scores.measured_floor(ref, truth, 2) == pytest.approx(1.0)
     assert math.isnan(scores.measured_floor(ref, {"softmax": {}}, 1))
 
@@ -48,7 +51,7 @@ def test_gap_goal_names_the_floor_without_changing_its_verdict(scores) -> None:
     assert "0.39 -> MISSED (a perfect search scores 0.38 here)" in gap
 
 
-# -- wrong verdicts: judged against the truth, shared over the decided ones -------------------------------------
+# -- wrong verdicts: judged against the truth, shared over the decided ones ----------------------------------
 def truth(diff: float, low: float, high: float) -> dict:
     return {"n": 10, "diff": diff, "low": low, "high": high, "test": 0.98}
 
@@ -105,7 +108,7 @@ def test_wrong_share_is_over_decided_verdicts_not_every_comparison(scores) -> No
     assert "| 1/2 (0.500) | 1 |" in scores.summary_table(records, ["race"])
 
 
-# -- the null simulation: distinct draws, and an at-margin scenario on the metric's lattice ----------------------
+# -- the null simulation: distinct draws, and an at-margin scenario on the metric's lattice ------------------
 LOSSES = ("softmax", "a", "b", "c")
 
 
@@ -132,7 +135,8 @@ def test_null_simulation_draws_a_distinct_run_per_loss_per_seed(scores, recorded
     # 4 losses share one on a seed with probability 1 - 10*9*8*7/10**4 = 0.5)
     pool = [((275 + i) / 288, (345 + i) / 359) for i in range(10)]
     scores.null_fwer(LOSSES, "softmax", pool, 0.5, 10, 20, seed=0)
-    nulls = [r for r in recorded if all(t in {p[1] for p in pool} for by in r.values() for _, t in by.values())]
+    nulls = [r for r in recorded if all(t in {p[1] for p in pool} for by in r.values()
+                                        for _, t in by.values())]
     assert len(nulls) == 20
     for results in nulls:
         for seed in range(10):

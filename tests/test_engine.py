@@ -1,6 +1,6 @@
 """Fast tests of the search engine's parts, without a Ray cluster: the per-loss scheduler (its rungs checked
-against Ray's own ASHA, real Tune `Trial` objects), the per-loss Optuna searcher (in-memory SQLite), the ranking rules and
-request validation."""
+against Ray's own ASHA, real Tune `Trial` objects), the per-loss Optuna searcher (in-memory SQLite), the
+ranking rules and request validation."""
 
 from __future__ import annotations
 
@@ -86,7 +86,8 @@ def test_brackets_survive_a_restart_of_the_driver(tmp_path: Path) -> None:
     # a new driver process: Tune restores the scheduler as it was created (empty), ours reads its file
     again = scheduler(tmp_path)
     again.on_trial_add(None, bad)
-    assert result(again, bad, 1.0, 0.1) == TrialScheduler.STOP, "the rung value of before the restart was lost"
+    assert result(again, bad, 1.0, 0.1) == TrialScheduler.STOP, \
+        "the rung value of before the restart was lost"
     fresh = scheduler()
     fresh.on_trial_add(None, bad)
     assert result(fresh, bad, 1.0, 0.1) == TrialScheduler.CONTINUE  # what a lost state would have decided
@@ -94,9 +95,9 @@ def test_brackets_survive_a_restart_of_the_driver(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_rungs_decide_as_rays_own_asha_decides(seed: int) -> None:
-    """Our rungs (kept by us so that a resume reads them back) against Ray's `ASHAScheduler` with one bracket, the
-    oracle: the same stream of results (trials interleaved, fractional epochs, ties, completions, a mode "min"
-    search) gets the same decision every time."""
+    """Our rungs (kept by us so that a resume reads them back) against Ray's `ASHAScheduler` with one bracket,
+    the oracle: the same stream of results (trials interleaved, fractional epochs, ties, completions, a mode
+    "min" search) gets the same decision every time."""
     from ray.tune.schedulers import ASHAScheduler
 
     rng = random.Random(seed)
@@ -130,7 +131,8 @@ def test_the_rungs_decide_as_rays_own_asha_decides(seed: int) -> None:
     assert cut  # the stream makes ASHA cut trials before max_t (the test would be vacuous without)
 
 
-@pytest.mark.parametrize(("epochs", "rf", "grace"), [(10, 3, 10 / 3), (2, 3, 1.0), (1, 3, 1.0), (30, 3, 10.0)])
+@pytest.mark.parametrize(("epochs", "rf", "grace"), [(10, 3, 10 / 3), (2, 3, 1.0), (1, 3, 1.0),
+                                                     (30, 3, 10.0)])
 def test_default_grace_period_is_a_fair_part_of_the_epochs(epochs: float, rf: float, grace: float) -> None:
     assert default_grace_period(epochs, rf) == pytest.approx(grace)
 
@@ -147,12 +149,14 @@ losses:
 """
 
 
-def test_searcher_gives_each_loss_its_quota_warm_start_first_and_seeds_for_parameterless(tmp_path: Path) -> None:
+def test_searcher_gives_each_loss_its_quota_warm_start_first_and_seeds_for_parameterless(
+        tmp_path: Path) -> None:
     path = tmp_path / "digits.yaml"
     path.write_text(SPACE)
     space = load_search_space(path, "multiclass")
     base = TrialSettings(loss="softmax", epochs=2, batch_size=32, lr=1e-3, seed=5)
-    searcher = PerLossSearcher(space, base, f"sqlite:///{tmp_path / 'optuna.db'}", "digits", "best_val_accuracy", 0)
+    searcher = PerLossSearcher(space, base, f"sqlite:///{tmp_path / 'optuna.db'}", "digits",
+                               "best_val_accuracy", 0)
     configs = [searcher.suggest(f"t{i}") for i in range(7)]
     assert configs[-1] == "FINISHED"
     by_loss: dict[str, list[dict[str, Any]]] = {}
@@ -172,9 +176,9 @@ def test_searcher_gives_each_loss_its_quota_warm_start_first_and_seeds_for_param
 
 def test_optuna_trials_mirror_ray_trials_and_those_cut_early_are_pruned(tmp_path: Path) -> None:
     """What optuna-dashboard reads: a trial early stopping cut before its epochs is PRUNED, valued by the last
-    evaluation it reached (TPE ranks pruned trials by how far they got); one that trained all its epochs COMPLETE;
-    an error FAIL. Every evaluation is an intermediate value at the samples seen. Results are flattened as Tune
-    flattens them for a searcher."""
+    evaluation it reached (TPE ranks pruned trials by how far they got); one that trained all its epochs
+    COMPLETE; an error FAIL. Every evaluation is an intermediate value at the samples seen. Results are
+    flattened as Tune flattens them for a searcher."""
     import pickle
 
     import optuna
@@ -195,7 +199,8 @@ def test_optuna_trials_mirror_ray_trials_and_those_cut_early_are_pruned(tmp_path
     searcher.on_trial_result(crashed, result(crashed, 0.5, 100, 1.0))
     searcher = pickle.loads(pickle.dumps(searcher))  # Tune pickles its searcher; the storage does not travel
     searcher.on_trial_complete(full, result(full, 0.8, 200, 2.0))
-    searcher.on_trial_complete(cut, result(cut, 0.4, 100, 1.0))  # Tune stopped it on this result: 1 of 2 epochs
+    # Tune stopped it on this result: 1 of 2 epochs
+    searcher.on_trial_complete(cut, result(cut, 0.4, 100, 1.0))
     searcher.on_trial_complete(crashed, error=True)
     diverged, finished, stopped = ids["softmax"]
     searcher.on_trial_complete(diverged, result(diverged, 0.2, 100, 1.0, error="non-finite training loss"))
@@ -206,13 +211,15 @@ def test_optuna_trials_mirror_ray_trials_and_those_cut_early_are_pruned(tmp_path
     study = optuna.load_study(study_name="digits-as_softmax", storage=url)
     assert study.trials_dataframe()["state"].tolist() == ["COMPLETE", "PRUNED", "FAIL"]
     assert [t.value for t in study.trials[:2]] == [0.8, 0.4]
-    assert [t.intermediate_values for t in study.trials] == [{100: 0.6, 200: 0.8}, {50: 0.3, 100: 0.4}, {100: 0.5}]
+    assert [t.intermediate_values for t in study.trials] == \
+        [{100: 0.6, 200: 0.8}, {50: 0.3, 100: 0.4}, {100: 0.5}]
     assert study.metric_names == ["best_val_accuracy"]  # the objective is named in optuna-dashboard
     softmax = optuna.load_study(study_name="digits-softmax", storage=url)
     assert [t.state.name for t in softmax.trials] == ["FAIL", "COMPLETE", "FAIL"]
 
 
-def run(i: int, loss: str, val: float, test: float, seed: int, stopped: bool = False, **params: str) -> TrialRun:
+def run(i: int, loss: str, val: float, test: float, seed: int, stopped: bool = False,
+        **params: str) -> TrialRun:
     return TrialRun(f"r{i}", "digits", loss, {"loss": loss, "seed": str(seed), **params}, "accuracy", val,
                     {"test_accuracy": test, "optimizer_steps": 10.0}, start_time=i, stopped_early=stopped)
 
@@ -229,7 +236,8 @@ def test_ranking_uses_completed_trials_and_confirmed_seeds_with_verdicts() -> No
               run(3, "sparsemax", 0.99, 0.99, 3, stopped=True)]
     assert ranking.confirmation_seeds(trials, 3) == [4, 5, 6]
     confirmations = [run(10 + s, "softmax", 0.9, 0.90 + s / 1000, s) for s in (4, 5, 6)] + \
-                    [run(20 + s, "as_softmax", 0.93 + s / 1000, 0.92 + s / 500, s, **{"loss.delta": "0.3"}) for s in (4, 5, 6)]
+                    [run(20 + s, "as_softmax", 0.93 + s / 1000, 0.92 + s / 500, s, **{"loss.delta": "0.3"})
+                     for s in (4, 5, 6)]
     answer, plan = _answer(confirmations, ["softmax", "as_softmax"], [4, 5, 6])
     losses = ["softmax", "as_softmax", "sparsemax", "bce"]
     rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy", losses, answer, plan)}
@@ -247,8 +255,8 @@ def test_ranking_uses_completed_trials_and_confirmed_seeds_with_verdicts() -> No
 
 
 def test_a_seed_confirmed_twice_counts_once_in_its_row_as_in_the_race() -> None:
-    """Two runs of one (loss, seed) (a resume can run a setting again: docs/architecture.md): the row's values are
-    one per seed, the run the race decided on (race_results keeps the last), never both."""
+    """Two runs of one (loss, seed) (a resume can run a setting again: docs/architecture.md): the row's values
+    are one per seed, the run the race decided on (race_results keeps the last), never both."""
     trials = [run(0, "softmax", 0.9, 0.9, 0), run(1, "sparsemax", 0.9, 0.9, 1)]
     confirmations = [run(10 + s, "softmax", 0.9, 0.90, s) for s in (2, 3, 4)] + \
                     [run(20 + s, "sparsemax", 0.9 + s / 100, 0.91, s) for s in (2, 3, 4)] + \
@@ -262,7 +270,8 @@ def test_a_seed_confirmed_twice_counts_once_in_its_row_as_in_the_race() -> None:
 def test_ranking_with_three_noisy_seeds_says_undecided_with_its_seeds() -> None:
     trials = [run(0, "softmax", 0.9, 0.9, 0), run(1, "sparsemax", 0.9, 0.9, 1)]
     confirmations = [run(10 + s, "softmax", 0.9, 0.90, s) for s in (2, 3, 4)] + \
-                    [run(20 + s, "sparsemax", 0.9, t, s) for s, t in zip((2, 3, 4), (0.91, 0.89, 0.93), strict=True)]
+                    [run(20 + s, "sparsemax", 0.9, t, s)
+                     for s, t in zip((2, 3, 4), (0.91, 0.89, 0.93), strict=True)]
     answer, plan = _answer(confirmations, ["softmax", "sparsemax"], [2, 3, 4])
     rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy", [], answer, plan)}
     assert rows["sparsemax"].verdict == "undecided (3 seeds)"
@@ -305,7 +314,8 @@ def test_row_skipping_for_a_loss_that_cannot_skip_exits_2_and_writes_nothing(
 
 
 def test_ranking_compares_validation_where_the_task_has_no_test_labels() -> None:
-    """GLUE tasks hide test labels: the verdicts fall back to the confirmed validation metric, marked (val)."""
+    """GLUE tasks hide test labels: the verdicts fall back to the confirmed validation metric, marked
+    (val)."""
     def val_run(i: int, loss: str, val: float, seed: int) -> TrialRun:
         return TrialRun(f"v{i}", "rte", loss, {"loss": loss, "seed": str(seed)}, "accuracy", val,
                         {"optimizer_steps": 1.0}, start_time=i)
@@ -325,7 +335,8 @@ def test_multilabel_answers_compare_with_multilabel_softmax() -> None:
     assert ranking.baseline_for("multilabel", "bce") == "bce"
     trials = [run(0, "multilabel_softmax", 0.5, 0.5, 0), run(1, "bce", 0.5, 0.5, 1)]
     confirmations = [run(10 + s, "multilabel_softmax", 0.5, 0.50 + s / 1000, s) for s in (2, 3, 4)] + \
-                    [run(20 + s, "bce", 0.5, t, s) for s, t in zip((2, 3, 4), (0.4515, 0.4528, 0.4536), strict=True)]
+                    [run(20 + s, "bce", 0.5, t, s)
+                     for s, t in zip((2, 3, 4), (0.4515, 0.4528, 0.4536), strict=True)]
     answer, plan = _answer(confirmations, ["multilabel_softmax", "bce"], [2, 3, 4], "multilabel_softmax")
     rows = {r.loss: r for r in ranking.rank(trials, confirmations, "accuracy", [], answer, plan)}
     assert rows["bce"].diff.startswith("-5.04") and rows["bce"].verdict == "loss"
@@ -397,14 +408,16 @@ losses:
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
-def test_a_setting_is_never_trained_twice_and_a_tried_out_space_ends_its_search(tmp_path: Path, sampler: str) -> None:
+def test_a_setting_is_never_trained_twice_and_a_tried_out_space_ends_its_search(tmp_path: Path,
+                                                                                sampler: str) -> None:
     import optuna
 
     searcher = _searcher(tmp_path, FINITE_SPACE, sampler=sampler)
     configs = [c for c in (searcher.suggest(f"t{i}") for i in range(30)) if isinstance(c, dict)]
     for i in range(len(configs)):  # told after every suggestion: the repeats were found among running trials
         searcher.on_trial_complete(f"t{i}", {"best_val_accuracy": 0.9})
-    settings = {loss: [tuple(v for k, v in c.items() if k.startswith("loss.")) for c in configs if c["loss"] == loss]
+    settings = {loss: [tuple(v for k, v in c.items() if k.startswith("loss.")) for c in configs
+                       if c["loss"] == loss]
                 for loss in searcher.space.losses}
     # every point of a finite space once (3 and 4 settings), no more; the continuous one and softmax get 6
     assert sorted(settings["sparse_softmax"]) == [(2,), (3,), (4,)]
@@ -448,13 +461,14 @@ def test_confirmed_rows_rank_above_single_runs() -> None:
     trials = [run(0, "softmax", 0.80, 0.80, 0), run(1, "sparsemax", 0.95, 0.9, 1),
               run(3, "t_softmax", 0.90, 0.99, 3, **{"loss.tau": "2.0"}),
               run(4, "t_softmax", 0.99, 0.5, 4, stopped=True, **{"loss.tau": "9.0"})]
-    confirmations = [TrialRun(f"c{t.loss}{s}", "digits", t.loss, {**t.params, "seed": str(s)}, "accuracy", 0.9,
-                              {"test_accuracy": 0.9}) for t in trials[:2] for s in (5, 6)]
+    confirmations = [TrialRun(f"c{t.loss}{s}", "digits", t.loss, {**t.params, "seed": str(s)}, "accuracy",
+                              0.9, {"test_accuracy": 0.9}) for t in trials[:2] for s in (5, 6)]
     answer, plan = _answer(confirmations, ["softmax", "sparsemax"], [5, 6])
     rows = ranking.rank(trials, confirmations, "accuracy", [], answer, plan)
     assert [r.confirmed for r in rows] == [True, True, False], "confirmed rows rank above single runs"
     assert rows[-1].loss == "t_softmax" and rows[-1].val == [0.90], "its 0.99 was stopped early: not selected"
-    assert {r.loss: r.verdict for r in rows[:2]} == {"softmax": "baseline", "sparsemax": "undecided (2 seeds)"}, \
+    assert {r.loss: r.verdict for r in rows[:2]} == {"softmax": "baseline",
+                                                     "sparsemax": "undecided (2 seeds)"}, \
         "equal values on every seed are no evidence (zero spread), and not an error"
 
 
@@ -480,7 +494,8 @@ def test_a_planted_pickle_as_the_scheduler_state_is_refused_and_never_run(tmp_pa
     s = scheduler(tmp_path)
     assert s.state_path is not None
     plant(s.state_path, tmp_path / "ran")
-    with pytest.raises(UserError, match=r"scheduler\.\w+: expected the early-stopping state tune_as writes \(JSON\)"):
+    with pytest.raises(UserError,
+                       match=r"scheduler\.\w+: expected the early-stopping state tune_as writes \(JSON\)"):
         s.on_trial_add(None, trial("softmax"))
     assert not (tmp_path / "ran").exists(), "the planted payload ran"
 
@@ -490,10 +505,11 @@ def test_a_planted_pickle_as_the_searcher_state_is_refused_and_never_run(tmp_pat
 
     planted = plant(tmp_path / "searcher-state.pkl", tmp_path / "ran")
     for searcher in (_searcher(tmp_path, SPACE), FixedConfigs([], "best_val_accuracy")):
-        with pytest.raises(UserError, match=r"searcher-state\.pkl: expected the searcher state tune_as writes "
-                                            r"\(JSON\)"):
+        with pytest.raises(UserError, match=r"searcher-state\.pkl: expected the searcher state tune_as "
+                                            r"writes \(JSON\)"):
             searcher.restore(str(planted))
-        assert not (tmp_path / "ran").exists(), f"the planted payload ran in {type(searcher).__name__}.restore"
+        assert not (tmp_path / "ran").exists(), \
+            f"the planted payload ran in {type(searcher).__name__}.restore"
 
 
 def test_searcher_state_round_trips_through_save_and_restore(tmp_path: Path) -> None:
@@ -515,8 +531,8 @@ def test_searcher_state_round_trips_through_save_and_restore(tmp_path: Path) -> 
 
 
 def test_a_searcher_unpickled_from_an_older_search_gets_the_attributes_added_since(tmp_path: Path) -> None:
-    """Tuner.restore unpickles the searcher a search started with: one pickled before an attribute existed gets its
-    default (`_ADDED`, and the quota of the space's trials per loss), each instance its own copy."""
+    """Tuner.restore unpickles the searcher a search started with: one pickled before an attribute existed
+    gets its default (`_ADDED`, and the quota of the space's trials per loss), each instance its own copy."""
     import pickle
 
     from tune_as.engine.searcher import FixedConfigs
@@ -527,7 +543,8 @@ def test_a_searcher_unpickled_from_an_older_search_gets_the_attributes_added_sin
     older, other = pickle.loads(pickle.dumps(searcher)), pickle.loads(pickle.dumps(searcher))
     assert older.quota == {"softmax": 3, "as_softmax": 3} and older.max_concurrent is None
     handed = [older.suggest(f"t{i}") for i in range(7)]  # not limited, each loss its quota of 3
-    assert all(isinstance(h, dict) for h in handed[:6]) and handed[6] == "FINISHED" and older.exhausted == set()
+    assert all(isinstance(h, dict) for h in handed[:6]) and handed[6] == "FINISHED" and \
+        older.exhausted == set()
     assert older.exhausted is not other.exhausted and older._ids is not other._ids
     fixed = FixedConfigs([{"a": 1}], "best_val_accuracy")
     del fixed.__dict__["live"]
@@ -536,9 +553,9 @@ def test_a_searcher_unpickled_from_an_older_search_gets_the_attributes_added_sin
 
 
 def test_the_searchers_keep_max_concurrent_themselves(tmp_path: Path) -> None:
-    """At most max_concurrent trials live at once, counted by the searcher itself: Ray's ConcurrencyLimiter around
-    it passes calls through and keeps no count (its count sits in a pickle of Ray's that a kill can leave out of
-    step with Ray's trials; the searcher's own state is caught up: engine.searcher.catch_up)."""
+    """At most max_concurrent trials live at once, counted by the searcher itself: Ray's ConcurrencyLimiter
+    around it passes calls through and keeps no count (its count sits in a pickle of Ray's that a kill can
+    leave out of step with Ray's trials; the searcher's own state is caught up: engine.searcher.catch_up)."""
     from ray.tune.search import ConcurrencyLimiter
 
     from tune_as.engine.searcher import FixedConfigs
@@ -556,11 +573,11 @@ def test_the_searchers_keep_max_concurrent_themselves(tmp_path: Path) -> None:
 
 
 def test_a_searcher_state_behind_rays_trials_catches_up_before_the_restore(tmp_path: Path) -> None:
-    """The searcher's state saved before its last trial was handed out, beside Ray's trials that have it (a kill
-    inside Ray's copy of the two files): catch_up counts that trial and keeps its Optuna trial live, so the resumed
-    searcher hands out only each loss's quota (3), never a 4th, and tells the trial's result to its Optuna trial;
-    a round's FixedConfigs never hands out a saved config again. State ahead of Ray's trials keeps its counts
-    (engine.run runs the lost trial in a part) but not the lost trial as live."""
+    """The searcher's state saved before its last trial was handed out, beside Ray's trials that have it (a
+    kill inside Ray's copy of the two files): catch_up counts that trial and keeps its Optuna trial live, so
+    the resumed searcher hands out only each loss's quota (3), never a 4th, and tells the trial's result to
+    its Optuna trial; a round's FixedConfigs never hands out a saved config again. State ahead of Ray's trials
+    keeps its counts (engine.run runs the lost trial in a part) but not the lost trial as live."""
     from tune_as.engine.searcher import FixedConfigs, catch_up
     from tune_as.engine.state import SEARCHER_FILES
     from tune_as.engine.storage import SavedTrial
@@ -575,7 +592,8 @@ def test_a_searcher_state_behind_rays_trials_catches_up_before_the_restore(tmp_p
     configs["t2"] = first.suggest("t2")
     trials = [SavedTrial("t0", True, configs["t0"]), SavedTrial("t1", False, configs["t1"]),
               SavedTrial("t2", False, configs["t2"])]
-    assert catch_up(folder, trials, _searcher(tmp_path, SPACE)) and not catch_up(folder, trials, _searcher(tmp_path, SPACE))
+    assert catch_up(folder, trials, _searcher(tmp_path, SPACE)) and \
+        not catch_up(folder, trials, _searcher(tmp_path, SPACE))
     resumed = _searcher(tmp_path, SPACE)
     resumed.restore(str(state))  # closes Optuna trials no live trial holds: t2's is held
     assert (resumed.suggested, resumed.live) == (first.suggested, {t: first.live[t] for t in ("t1", "t2")})
@@ -616,10 +634,12 @@ def test_a_finite_space_gets_at_most_one_search_trial_per_setting(tmp_path: Path
                                      cache_dir=tmp_path / "cache"))
     quota = {loss: plan.quota(loss) for loss in plan.losses}
     # search_spaces/digits.yaml: k in 2..9 (8 settings), taylor_softmax n x backward (10), the rest continuous
-    assert (quota["sparse_softmax"], quota["taylor_softmax"], quota["as_softmax"], quota["softmax"]) == (8, 10, 12, 12)
+    assert (quota["sparse_softmax"], quota["taylor_softmax"], quota["as_softmax"], quota["softmax"]) == \
+        (8, 10, 12, 12)
     assert plan.n_trials == sum(quota.values())
-    assert plan.quota_notes() == [f"{loss}: {n} search trials, every setting of its space once (a setting is never "
-                                  "trained twice)." for loss, n in (("sparse_softmax", 8), ("taylor_softmax", 10))]
+    assert plan.quota_notes() == [f"{loss}: {n} search trials, every setting of its space once (a setting is "
+                                  "never trained twice)."
+                                  for loss, n in (("sparse_softmax", 8), ("taylor_softmax", 10))]
 
 
 def test_the_formats_the_cli_offers_are_the_renderers() -> None:
@@ -632,8 +652,9 @@ def test_the_formats_the_cli_offers_are_the_renderers() -> None:
 
 
 def test_the_parent_run_params_are_every_result_option_then_what_the_plan_resolved(tmp_path: Path) -> None:
-    """The search's MLflow params derive from the request's declaration (request.RESULT_OPTIONS): every option that
-    changes results, as asked; then the values the plan resolved (the losses it runs, the epochs, the margin)."""
+    """The search's MLflow params derive from the request's declaration (request.RESULT_OPTIONS): every option
+    that changes results, as asked; then the values the plan resolved (the losses it runs, the epochs, the
+    margin)."""
     from tune_as.engine.plan import plan_search
     from tune_as.engine.record import parent_params
     from tune_as.engine.request import RESULT_OPTIONS
@@ -647,17 +668,20 @@ def test_the_parent_run_params_are_every_result_option_then_what_the_plan_resolv
     assert set(RESULT_OPTIONS) - unset <= set(params), set(RESULT_OPTIONS) - unset - set(params)
     assert (params["losses"], params["max_epochs"], params["epochs"], params["overrides"]) == (
         "softmax,sparsemax", 2.0, 2.0, "lr=0.01")
-    assert (params["margin"], params["race"], params["max_seeds"], params["git_commit"]) == (0.25, True, 10, "abc")
-    assert params["backbone"] == plan.data_settings.backbone and params["trials_per_loss"] == plan.search_trials
+    assert (params["margin"], params["race"], params["max_seeds"], params["git_commit"]) == \
+        (0.25, True, 10, "abc")
+    assert params["backbone"] == plan.data_settings.backbone and \
+        params["trials_per_loss"] == plan.search_trials
 
 
 @pytest.mark.parametrize("resume", [False, True])
-def test_tune_loggers_are_off_for_a_new_search_and_left_on_for_a_resume(resume: bool,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new search passes the one Tune logger it reads (result.json: engine.callbacks.common) and turns Tune's
-    defaults off; a resume must leave them on: `Tuner.restore` brings back the callbacks the search started with,
-    and a search started before the search passed its own logger would then write no result.json at all (checked
-    by hand on 2026-11-27: a search of 8f729a4, SIGKILLed, resumed with the switch on: 3 of 6 trials without one)."""
+def test_tune_loggers_are_off_for_a_new_search_and_left_on_for_a_resume(
+        resume: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new search passes the one Tune logger it reads (result.json: engine.callbacks.common) and turns
+    Tune's defaults off; a resume must leave them on: `Tuner.restore` brings back the callbacks the search
+    started with, and a search started before the search passed its own logger would then write no result.json
+    at all (checked by hand on 2026-11-27: a search of 8f729a4, SIGKILLed, resumed with the switch on: 3 of 6
+    trials without one)."""
     from ray.tune.logger import JsonLoggerCallback
 
     from tune_as.engine import callbacks, cluster
@@ -670,10 +694,10 @@ def test_tune_loggers_are_off_for_a_new_search_and_left_on_for_a_resume(resume: 
 
 def test_the_reach_line_suggests_the_flag_of_the_searchs_own_design() -> None:
     """engine.record.reach: a race whose one look is at its first seeds (`--race --max-seeds 3`) is offered
-    `--max-seeds 10`, as every race is, and judged as a race of looks 3, 5, ..., 10 (its alpha spread over them:
-    its last look needs more than a fixed design's one look); `--confirm 3` is offered `--confirm 10`. (Before,
-    such a race was offered --confirm 10, which the CLI refuses beside --race.) A race at 10 seeds is offered
-    nothing more."""
+    `--max-seeds 10`, as every race is, and judged as a race of looks 3, 5, ..., 10 (its alpha spread over
+    them: its last look needs more than a fixed design's one look); `--confirm 3` is offered `--confirm 10`.
+    (Before, such a race was offered --confirm 10, which the CLI refuses beside --race.) A race at 10 seeds is
+    offered nothing more."""
     from tune_as.engine.record import reach
     from tune_as.results import racing
 

@@ -1,6 +1,6 @@
 """Issue 14 (hardening), with real processes: a local search listens on loopback only, owns its name while it
-runs, stops on SIGTERM like on Ctrl-C, and resumes from `--resume --name N --storage-path P` alone (the printed
-hint, verbatim), refusing a resume that would change what the trials compute."""
+runs, stops on SIGTERM like on Ctrl-C, and resumes from `--resume --name N --storage-path P` alone (the
+printed hint, verbatim), refusing a resume that would change what the trials compute."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from test_engine import Payload
 from test_reliability import finish, runs, start_cli, stop, wait_for, write_space
 
 from tune_as.engine import SearchRequest
-from tune_as.engine.plan import plan_search, state_of
 from tune_as.engine.folder import claim, resume_hint
+from tune_as.engine.plan import plan_search, state_of
 from tune_as.errors import UserError, end_process, working_threads
 from tune_as.search import build_parser, main
 
@@ -32,7 +32,8 @@ from tune_as.search import build_parser, main
 def test_a_search_name_is_claimed_by_one_process_at_a_time(tmp_path: Path) -> None:
     folder = tmp_path / "s1"
     holder = claim(folder, resume=False)
-    with pytest.raises(UserError, match="expected a new search name, but .* was just created by another process"):
+    with pytest.raises(UserError,
+                       match="expected a new search name, but .* was just created by another process"):
         claim(folder, resume=False)  # mkdir is atomic: a second new search of this name loses
     with pytest.raises(UserError, match="s1 is running now"):
         claim(folder, resume=True)  # the folder's flock: no resume while it runs
@@ -44,8 +45,8 @@ def test_resume_hint_is_one_shell_command_that_works_from_any_folder(tmp_path: P
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'my runs' / 'm.db'}?timeout=30&x=1"
-    plan = plan_search(SearchRequest(task="digits", storage_path=Path("my results"), name="n1", mlflow_uri=uri,
-                                     max_train_samples=64, cache_dir=tmp_path / "cache"))
+    plan = plan_search(SearchRequest(task="digits", storage_path=Path("my results"), name="n1",
+                                     mlflow_uri=uri, max_train_samples=64, cache_dir=tmp_path / "cache"))
     hint = resume_hint(plan)
     assert shlex.split(hint)[:3] == ["python", "-m", "tune_as.search"]
     args = build_parser().parse_args(shlex.split(hint)[3:])
@@ -54,11 +55,12 @@ def test_resume_hint_is_one_shell_command_that_works_from_any_folder(tmp_path: P
 
 
 def saved_search(tmp_path: Path) -> tuple[Path, list[str]]:
-    """A search folder as a started search leaves it (its saved state; Ray's pickled `tuner.pkl` in the search's
-    own Tune experiment, `search.<token>`), with modes that umask 022 gives, and the command line that resumes it."""
+    """A search folder as a started search leaves it (its saved state; Ray's pickled `tuner.pkl` in the
+    search's own Tune experiment, `search.<token>`), with modes that umask 022 gives, and the command line
+    that resumes it."""
     storage, uri = tmp_path / "results", f"sqlite:///{tmp_path / 'm.db'}"
-    plan = plan_search(SearchRequest(task="digits", storage_path=storage, name="s1", mlflow_uri=uri, smoke=True,
-                                     cache_dir=tmp_path / "cache"))
+    plan = plan_search(SearchRequest(task="digits", storage_path=storage, name="s1", mlflow_uri=uri,
+                                     smoke=True, cache_dir=tmp_path / "cache"))
     plan.experiment_dir.mkdir(parents=True)
     for folder in (plan.search_dir, plan.experiment_dir):
         folder.chmod(0o755)
@@ -88,8 +90,8 @@ TAMPERED = {  # how another user could have planted Ray's pickled state, and wha
     "state file writable by the group": (lambda d: _pickled(d).chmod(0o664),
                                          "tuner.pkl (mode 0o664: writable by the group)"),
     "state file of another user": (lambda d: _other_user(_pickled(d)), "tuner.pkl (owned by uid 4242,"),
-    "experiment folder writable by others": (lambda d: _pickled(d).parent.chmod(0o757), "(mode 0o757: writable by "
-                                             "others)"),
+    "experiment folder writable by others": (lambda d: _pickled(d).parent.chmod(0o757),
+                                             "(mode 0o757: writable by others)"),
     "folder of another user": (lambda d: _other_user(d), "s1 (owned by uid 4242,"),
 }
 
@@ -103,8 +105,9 @@ def test_resume_refuses_a_search_folder_that_others_can_write_to(case: str, tmp_
     tamper(folder)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --resume: expected a search folder only you can write to "
-                                               "(Ray unpickles the experiment state in it), got "), err
+    assert len(err) == 1 and err[0].startswith("error: --resume: expected a search folder only you can "
+                                               "write to (Ray unpickles the experiment state in it), "
+                                               "got "), err
     assert where in err[0], err
     assert not (tmp_path / "ran").exists()
 
@@ -156,7 +159,8 @@ losses:
 """
 # Each changes what a trial computes: a resume must refuse it and name the flag the user typed.
 CHANGED = [["--max-train-samples", "900"], ["--max-epochs", "5"], ["--backbone", "tiny"],
-           ["--losses", "softmax,as_softmax"], ["--trials-per-loss", "3"], ["--set", "lr=0.5"], ["--seed", "7"]]
+           ["--losses", "softmax,as_softmax"], ["--trials-per-loss", "3"], ["--set", "lr=0.5"],
+           ["--seed", "7"]]
 
 
 @pytest.mark.slow
@@ -166,8 +170,8 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
     faults.mkdir()
     space = write_space(tmp_path, trials=2, epochs=3, text=SPACE)
     storage, uri, experiment = tmp_path / "results", mlflow_server.uri, "hard-life"
-    args = ["--search-space", str(space), "--experiment", experiment, "--name", "life", "--max-concurrent", "1",
-            "--no-asha"]
+    args = ["--search-space", str(space), "--experiment", experiment, "--name", "life", "--max-concurrent",
+            "1", "--no-asha"]
     # the worker blocks after its first report (tests/faults.py): the search is certainly running, no race
     search = start_cli(tmp_path, uri, args, env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_BLOCK_ONCE": "1"},
                        dashboard=True)  # its sockets are checked too
@@ -177,13 +181,15 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
 
         # 14.2: every socket of the local Ray (GCS, raylet, agents, the trial's worker) on loopback
         sockets = listening(search.pid)
-        wide = {process_name(pid): addrs for pid, addrs in sockets.items() if not all(map(is_loopback, addrs))}
+        wide = {process_name(pid): addrs for pid, addrs in sockets.items()
+                if not all(map(is_loopback, addrs))}
         assert not wide, f"listening beyond loopback: {wide}"
         names = " ".join(process_name(pid) for pid in sockets)
         assert "gcs_server" in names and "raylet" in names and worker in sockets, sockets
 
-        # 14.6: the name is taken while it runs, for a new search (refused as its plan is made: in this process,
-        # as the CLI's main runs it) and for a resume (refused once it holds the folder's lock: a process of its own)
+        # 14.6: the name is taken while it runs, for a new search (refused as its plan is made: in this
+        # process, as the CLI's main runs it) and for a resume (refused once it holds the folder's lock: a
+        # process of its own)
         resume = start_cli(tmp_path, uri, ["--resume", "--name", "life"])
         assert main(["--task", "digits", "--storage-path", str(storage), "--mlflow-uri", uri, *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -216,10 +222,10 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
     other = f"sqlite:///{tmp_path / 'other.db'}"
     assert main(["--resume", "--name", "life", "--storage-path", str(storage), "--mlflow-uri", other]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --resume: --mlflow-uri: expected a store that holds life's "
-                                               "runs"), err
-    assert err[0].endswith("other.db does not exist; resume without it, or point it at the store its runs were "
-                           "moved to"), err
+    assert len(err) == 1 and err[0].startswith("error: --resume: --mlflow-uri: expected a store that holds "
+                                               "life's runs"), err
+    assert err[0].endswith("other.db does not exist; resume without it, or point it at the store its runs "
+                           "were moved to"), err
     assert not (tmp_path / "other.db").exists()
     assert (storage / "life" / "tune_as_search.json").read_bytes() == state
     assert len(runs(uri, experiment)[1]) == 1
@@ -231,7 +237,8 @@ def test_search_lifecycle_loopback_name_sigterm_and_resume_hint(tmp_path: Path, 
     parents, children = runs(uri, experiment)
     assert parents[0].info.status == "FINISHED"
     assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
-    study = optuna.load_study(study_name="digits-softmax", storage=f"sqlite:///{storage / 'life' / 'optuna.db'}")
+    study = optuna.load_study(study_name="digits-softmax",
+                              storage=f"sqlite:///{storage / 'life' / 'optuna.db'}")
     assert sum(t.state.name == "COMPLETE" for t in study.trials) == 2
     assert json.loads((storage / "life" / "tune_as_search.json").read_text())["finished"] is True
 
@@ -248,7 +255,8 @@ def run_hint(hint: str, cwd: Path) -> tuple[int, str]:
     """Run a printed `python -m tune_as.search ...` command as a user would (this interpreter as `python`)."""
     argv = shlex.split(hint)
     assert argv[0] == "python", hint
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TUNE_AS_CACHE": str(cwd / "cache"), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TUNE_AS_CACHE": str(cwd / "cache"),
+           "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen([sys.executable, *argv[1:]], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     return finish(proc)
@@ -267,18 +275,20 @@ def test_the_loopback_switch_is_set_for_importing_ray_only() -> None:
 
 
 def test_a_loopback_address_of_a_ray_that_listens_on_loopback_only_is_joined_there() -> None:
-    """`--address 127.0.0.1:PORT` of a Ray whose servers listen on loopback only (a local search's head, any head in
-    Ray's single-machine mode): outside that mode `ray.init` swaps 127.0.0.1 for the machine's outbound IP, where
-    nothing listens, and retries for ever (a search hung with Ray's warnings every 5 s). `loopback_only` tells that
-    Ray from one that listens on every interface (a plain `ray start --head`, where the swap is harmless); the CLIs
-    then join in the single-machine mode (tests/test_reliability.py's joined searches start without the switch)."""
+    """`--address 127.0.0.1:PORT` of a Ray whose servers listen on loopback only (a local search's head, any
+    head in Ray's single-machine mode): outside that mode `ray.init` swaps 127.0.0.1 for the machine's
+    outbound IP, where nothing listens, and retries for ever (a search hung with Ray's warnings every 5 s).
+    `loopback_only` tells that Ray from one that listens on every interface (a plain `ray start --head`, where
+    the swap is harmless); the CLIs then join in the single-machine mode (tests/test_reliability.py's joined
+    searches start without the switch)."""
     from tune_as.engine.cluster import _outbound_ip, loopback_only
 
     for address in (None, "auto", "local", "ray://127.0.0.1:10001", "10.1.2.3:6379", "127.0.0.1:notaport"):
         assert not loopback_only(address), address
     outbound = _outbound_ip()
     if outbound is None or outbound.startswith("127."):
-        pytest.skip(f"this machine has no outbound IP other than loopback (got {outbound}): Ray swaps nothing")
+        pytest.skip(f"this machine has no outbound IP other than loopback (got {outbound}): Ray swaps "
+                    "nothing")
     for host, expected in (("127.0.0.1", True), ("0.0.0.0", False)):
         with socket.socket() as server:
             server.bind((host, 0))
@@ -288,10 +298,12 @@ def test_a_loopback_address_of_a_ray_that_listens_on_loopback_only_is_joined_the
             assert loopback_only(f"localhost:{port}") is expected, host
 
 
-def test_a_cluster_search_gives_its_workers_the_tune_as_settings_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cluster_search_gives_its_workers_the_tune_as_settings_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Joining a cluster, the driver's TUNE_AS_* variables (the trial hook and what it reads) go to the job's
-    workers through Ray's runtime_env, and nothing else of its environment; a driver the Jobs API started forwards
-    none (its job's runtime_env reaches the workers already, and Ray refuses a variable given twice)."""
+    workers through Ray's runtime_env, and nothing else of its environment; a driver the Jobs API started
+    forwards none (its job's runtime_env reaches the workers already, and Ray refuses a variable given
+    twice)."""
     from tune_as.engine.cluster import JOB_CONFIG_ENV, trial_env
 
     for key in [k for k in os.environ if k.startswith("TUNE_AS_") or k == JOB_CONFIG_ENV]:
@@ -314,8 +326,8 @@ end_process(3)
 
 
 def test_a_cli_ends_with_its_code_its_atexit_handlers_and_its_output(tmp_path: Path) -> None:
-    """tune_as.errors.end_process (how `python -m tune_as.search` and `tune_as.report` end): the exit code, the
-    registered atexit handlers and buffered output all kept."""
+    """tune_as.errors.end_process (how `python -m tune_as.search` and `tune_as.report` end): the exit code,
+    the registered atexit handlers and buffered output all kept."""
     marker = tmp_path / "atexit"
     run = subprocess.run([sys.executable, "-c", END, str(marker)], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONUNBUFFERED": ""})
@@ -347,9 +359,9 @@ def test_a_working_thread_is_left_to_the_normal_exit() -> None:
 
 
 def test_a_failed_join_says_what_to_try() -> None:
-    """engine.cluster.join_hints: `--address auto` with no Ray on the machine (Ray: "Could not find any running Ray
-    instance") says where auto looks and that a search without --address starts its own; a refused join names token
-    auth; a local start adds nothing to Ray's own reason."""
+    """engine.cluster.join_hints: `--address auto` with no Ray on the machine (Ray: "Could not find any
+    running Ray instance") says where auto looks and that a search without --address starts its own; a refused
+    join names token auth; a local start adds nothing to Ray's own reason."""
     from tune_as.engine.cluster import join_hints
 
     missing = ConnectionError("Could not find any running Ray instance.")
@@ -357,5 +369,6 @@ def test_a_failed_join_says_what_to_try() -> None:
     assert "--address auto joins the Ray that `ray start` runs on this machine" in auto
     assert "without --address the search starts its own" in auto and "RAY_AUTH_MODE=token" in auto
     other = join_hints("10.0.0.1:6379", missing)
-    assert "--address auto" not in other and other.startswith(" (a cluster that answers but refuses the driver")
+    assert "--address auto" not in other and \
+        other.startswith(" (a cluster that answers but refuses the driver")
     assert "RAY_AUTH_MODE" not in join_hints("auto", RuntimeError("x")) and join_hints(None, missing) == ""

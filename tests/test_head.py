@@ -1,6 +1,6 @@
-"""The local Ray head a search starts as its own process (tune_as/engine/head.py): it answers on loopback, it is
-stopped with everything it started, it dies with a driver killed without warning, and a head that cannot start
-says why in Ray's words. Real `ray start` processes, no Ray in this process."""
+"""The local Ray head a search starts as its own process (tune_as/engine/head.py): it answers on loopback, it
+is stopped with everything it started, it dies with a driver killed without warning, and a head that cannot
+start says why in Ray's words. Real `ray start` processes, no Ray in this process."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def answers(address: str) -> bool:
 
 
 def test_a_head_answers_on_loopback_and_stops_with_everything_it_started() -> None:
-    head = ray_head.Head(dashboard=False, dashboard_host="127.0.0.1")  # launch() declines: pytest imported Ray
+    # launch() declines: pytest imported Ray
+    head = ray_head.Head(dashboard=False, dashboard_host="127.0.0.1")
     try:
         address = head.wait_ready()
         assert address.startswith("127.0.0.1:") and answers(address)
@@ -42,8 +43,8 @@ def test_a_head_answers_on_loopback_and_stops_with_everything_it_started() -> No
 
 
 def test_a_head_whose_dashboard_port_is_taken_moves_its_dashboard_and_lives() -> None:
-    """Two searches on one machine (or a search beside a notebook's Ray) both want port 8265: `ray start` would
-    not move on from it, its dashboard would die and take the head with it (`--block`)."""
+    """Two searches on one machine (or a search beside a notebook's Ray) both want port 8265: `ray start`
+    would not move on from it, its dashboard would die and take the head with it (`--block`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -68,8 +69,8 @@ def test_a_head_whose_dashboard_port_is_taken_moves_its_dashboard_and_lives() ->
 
 
 def test_a_driver_killed_without_warning_takes_its_head_with_it(tmp_path: Path) -> None:
-    """SIGKILL runs no handler in the driver: the kernel's parent-death signal stops the head, and the head stops
-    every process it started."""
+    """SIGKILL runs no handler in the driver: the kernel's parent-death signal stops the head, and the head
+    stops every process it started."""
     code = ("import signal; from tune_as.engine import head; h = head.launch(None, False, '127.0.0.1'); "
             "print(h.proc.pid, h.wait_ready(), h.log, flush=True); signal.pause()")
     driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
@@ -79,11 +80,13 @@ def test_a_driver_killed_without_warning_takes_its_head_with_it(tmp_path: Path) 
         pid, address, log = driver.stdout.readline().split()
         assert answers(address)
         assert ray_head.session_members(int(pid))
-        assert not Path(log).exists(), "the head's output file, removed once it answered: nothing left on a SIGKILL"
+        assert not Path(log).exists(), \
+            "the head's output file, removed once it answered: nothing left on a SIGKILL"
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
-    wait_for(lambda: not ray_head.session_members(int(pid)), 60, "the head's processes to end after its driver was killed")
+    wait_for(lambda: not ray_head.session_members(int(pid)), 60,
+             "the head's processes to end after its driver was killed")
 
 
 def test_a_process_that_imported_ray_or_names_a_cluster_starts_no_head() -> None:
@@ -111,7 +114,8 @@ def test_a_head_that_cannot_start_says_why_in_rays_words(monkeypatch: pytest.Mon
     assert "\n" not in message and str(port) in message, message
 
 
-def test_a_port_taken_between_its_check_and_rays_start_is_taken_again_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_port_taken_between_its_check_and_rays_start_is_taken_again_elsewhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Two searches starting together: another program takes the GCS port after it was found free and before
     `ray start` binds it (issue 70: exit 2 "address already in use"). The head starts again on new ports."""
     real = ray_head._free_port
@@ -131,8 +135,9 @@ def test_a_port_taken_between_its_check_and_rays_start_is_taken_again_elsewhere(
 
 
 def test_a_head_keeps_its_session_under_ray_tmpdir(monkeypatch: pytest.MonkeyPatch) -> None:
-    """$RAY_TMPDIR, where a cluster's admin points Ray's session files (issue 70: they went to /tmp regardless).
-    A short folder: Ray's socket paths under it must fit AF_UNIX's 107 bytes (pytest's tmp_path does not)."""
+    """$RAY_TMPDIR, where a cluster's admin points Ray's session files (issue 70: they went to /tmp
+    regardless). A short folder: Ray's socket paths under it must fit AF_UNIX's 107 bytes (pytest's tmp_path
+    does not)."""
     import shutil
     import tempfile
 
@@ -163,8 +168,10 @@ def test_a_search_whose_head_cannot_start_says_why_once() -> None:
 
 def test_a_head_that_dies_under_a_search_ends_it_at_once_with_the_resume_line() -> None:
     """One of Ray's processes dies (here: the GCS, killed): `ray start --block` ends the head, and the driver,
-    which would wait 60 s on a Ray that is gone, gives the search up at once: its line, the resume line, exit 1."""
-    code = ("import signal; from tune_as.engine import head, interrupt; h = head.launch(None, False, '127.0.0.1'); "
+    which would wait 60 s on a Ray that is gone, gives the search up at once: its line, the resume line, exit
+    1."""
+    code = ("import signal; from tune_as.engine import head, interrupt; "
+            "h = head.launch(None, False, '127.0.0.1'); "
             "h.wait_ready(); interrupt.register(None, 'python -m tune_as.search --resume --name s'); "
             "print(h.proc.pid, flush=True); signal.pause()")
     driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -172,7 +179,8 @@ def test_a_head_that_dies_under_a_search_ends_it_at_once_with_the_resume_line() 
     try:
         assert driver.stdout is not None
         pid = int(driver.stdout.readline())
-        gcs = [p for p in ray_head.session_members(pid) if "gcs_server" in Path(f"/proc/{p}/cmdline").read_text()]
+        gcs = [p for p in ray_head.session_members(pid)
+               if "gcs_server" in Path(f"/proc/{p}/cmdline").read_text()]
         assert gcs, "the head's GCS"
         os.kill(gcs[0], signal.SIGKILL)
         out, _ = driver.communicate(timeout=120)
@@ -180,7 +188,8 @@ def test_a_head_that_dies_under_a_search_ends_it_at_once_with_the_resume_line() 
         stop(driver)
     assert driver.returncode == 1, out
     lines = out.strip().splitlines()
-    assert lines[-2].startswith("the local Ray ended (`ray start` exited 1: ") and "gcs_server" in lines[-2], out
+    assert lines[-2].startswith("the local Ray ended (`ray start` exited 1: ") and \
+        "gcs_server" in lines[-2], out
     assert lines[-1] == "interrupted: trials stopped, MLflow runs marked KILLED; resume with:  " \
                         "python -m tune_as.search --resume --name s", out
     wait_for(lambda: not ray_head.session_members(pid), 60, "the rest of the head's processes to end")

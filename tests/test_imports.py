@@ -86,7 +86,8 @@ def test_the_walk_sees_relative_function_level_and_type_checking_imports(tmp_pat
     (pkg / "a.py").write_text("from . import b\n\ndef f():\n    return b\n")
     (pkg / "b.py").write_text("def g():\n    from .sub import c\n")
     (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import f\n")
+    (pkg / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                      "    from ..a import f\n")
     graph = import_graph(pkg)
     assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.sub.c"}, "pkg.sub": set(),
                      "pkg.sub.c": {"pkg.a"}}
@@ -103,7 +104,8 @@ def test_tune_as_has_no_import_cycle() -> None:
 
 
 def external_imports(path: Path, name: str) -> set[str]:
-    """Every absolute module a file imports, third-party too (and `base.name` for each `from base import name`)."""
+    """Every absolute module a file imports, third-party too (and `base.name` for each `from base import
+    name`)."""
     return {m for base, names in _statements(path, name) for m in (base, *(f"{base}.{n}" for n in names))}
 
 
@@ -111,17 +113,23 @@ def _under(module: str, *roots: str) -> bool:
     return any(module == r or module.startswith(r + ".") for r in roots)
 
 
-# (importer, what it must not import, why): docs/architecture.md's layering, checked on every import statement.
+# (importer, what it must not import, why): docs/architecture.md's layering, checked on every import
+# statement.
 LAYERS = [
     ("tune_as.losses", ("ray", "mlflow", "optuna", "tune_as.engine", "tune_as.tasks", "tune_as.training",
-                        "tune_as.tracking", "tune_as.results", "tune_as.report", "tune_as.space"), "losses are pure torch"),
+                        "tune_as.tracking", "tune_as.results", "tune_as.report", "tune_as.space"),
+     "losses are pure torch"),
     ("tune_as.results", ("ray", "mlflow", "torch", "tune_as.engine", "tune_as.tracking", "tune_as.report",
                          "tune_as.training"), "results are pure: runs in, answer out"),
-    ("tune_as.engine", ("tune_as.report", "mlflow"), "the engine never reaches into the report (MLflow: through tracking)"),
-    ("tune_as.training", ("ray", "mlflow", "tune_as.engine", "tune_as.report"), "the loop knows no Ray nor MLflow"),
-    ("tune_as.tasks", ("ray", "mlflow", "tune_as.engine", "tune_as.report", "tune_as.training"), "tasks are data"),
+    ("tune_as.engine", ("tune_as.report", "mlflow"),
+     "the engine never reaches into the report (MLflow: through tracking)"),
+    ("tune_as.training", ("ray", "mlflow", "tune_as.engine", "tune_as.report"),
+     "the loop knows no Ray nor MLflow"),
+    ("tune_as.tasks", ("ray", "mlflow", "tune_as.engine", "tune_as.report", "tune_as.training"),
+     "tasks are data"),
     ("tune_as.space", ("ray", "mlflow", "tune_as.engine", "tune_as.report"), "spaces are data"),
-    # settings -> losses is the one edge up: a loss's registry types the parameters MLflow logged (from_params)
+    # settings -> losses is the one edge up: a loss's registry types the parameters MLflow logged
+    # (from_params)
     ("tune_as.settings", ("ray", "mlflow", "optuna", "tune_as.engine", "tune_as.report", "tune_as.space",
                           "tune_as.tasks", "tune_as.training", "tune_as.tracking", "tune_as.results"),
      "settings are the bottom layer (but for the loss registry)"),
@@ -197,7 +205,8 @@ def test_each_module_imports_first_in_a_fresh_tune_as() -> None:
 
 
 def fresh_python(code: str) -> str:
-    """What `code` prints in a fresh interpreter (what a new Ray worker or CLI process imports); it must succeed."""
+    """What `code` prints in a fresh interpreter (what a new Ray worker or CLI process imports); it must
+    succeed."""
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
@@ -216,16 +225,16 @@ def test_a_worker_imports_what_training_needs_and_no_driver_library() -> None:
     assert session.trainable_for.__module__ == "tune_as.engine.session"
     assert worker.trainable.__module__ == worker.__name__
     code = ("import sys, tune_as.engine.worker; "
-            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {{'mlflow', 'optuna', 'transformers'}} "
-            f"or m in {NOT_IN_A_WORKER!r}))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] "
+            f"in {{'mlflow', 'optuna', 'transformers'}} or m in {NOT_IN_A_WORKER!r}))")
     out = fresh_python(code)
     assert out.strip() == "[]", f"a worker imports driver-side modules: {out.strip()}"
     assert "torch" in sys.modules  # this process imported it through worker: the check above is not vacuous
 
 
 def test_a_driver_imports_scipy_stats_only_when_the_race_looks() -> None:
-    """scipy.stats costs ~1.4 CPU s to import, which a search's driver spent before its first trial (beside the
-    local Ray head's start, on the same cores); only the race's looks and the verdicts use it."""
+    """scipy.stats costs ~1.4 CPU s to import, which a search's driver spent before its first trial (beside
+    the local Ray head's start, on the same cores); only the race's looks and the verdicts use it."""
     code = ("import sys, tune_as.search, tune_as.engine.run\n"
             "before = 'scipy.stats' in sys.modules\n"
             "from tune_as.results import racing\n"
@@ -239,14 +248,16 @@ def test_a_driver_imports_scipy_stats_only_when_the_race_looks() -> None:
 
 
 def test_a_trial_trains_without_importing_torch_dynamo() -> None:
-    """Every torch.optim optimizer imports torch._dynamo (1.5-1.7 CPU s) when built and at its first step; a fresh
-    Ray worker pays it for nothing unless the trial's optimizer avoids torch.optim (training/tools.FusedAdamW)."""
+    """Every torch.optim optimizer imports torch._dynamo (1.5-1.7 CPU s) when built and at its first step; a
+    fresh Ray worker pays it for nothing unless the trial's optimizer avoids torch.optim
+    (training/tools.FusedAdamW)."""
     code = ("import sys, torch, tune_as.engine.worker\n"
             "from tune_as.training.trial import run_trial\n"
             "from tune_as.tasks import DataSettings, build_task, prepare\n"
             "import tempfile\n"
             "task = build_task('digits')\n"
-            "data = prepare(task, DataSettings(task='digits', backbone='cnn', cache_dir=tempfile.mkdtemp()))\n"
+            "data = prepare(task, DataSettings(task='digits', backbone='cnn', "
+            "cache_dir=tempfile.mkdtemp()))\n"
             "class Keep:\n"
             "    reports = []\n"
             "    def wants_checkpoint(self, final): return False\n"
@@ -260,9 +271,9 @@ def test_a_trial_trains_without_importing_torch_dynamo() -> None:
 
 
 def test_no_private_module_of_a_library_is_imported() -> None:
-    """Issue 30 §3: public APIs only. A module of a library whose dotted name has a private part (`ray._private`,
-    `ray._raylet`, `optuna._imports`) may change in any minor release; none is imported, nor named anywhere in the
-    package's text (the issue's own check: `grep -rn _private tune_as` is empty)."""
+    """Issue 30 §3: public APIs only. A module of a library whose dotted name has a private part
+    (`ray._private`, `ray._raylet`, `optuna._imports`) may change in any minor release; none is imported, nor
+    named anywhere in the package's text (the issue's own check: `grep -rn _private tune_as` is empty)."""
     bad = {f"{name} imports {imp}" for name, path in modules().items()
            for imp in external_imports(path, name) if not _under(imp, "tune_as", "__future__")
            and any(part.startswith("_") for part in imp.split("."))}

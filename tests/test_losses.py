@@ -38,7 +38,8 @@ HPARAMS: dict[str, dict] = {
 # The capabilities, declared on the class (docs/losses.md): the AS-Softmax family proper.
 AS_FAMILY = {"as_softmax", "as_speed", "multilabel_as_softmax"}
 # (logit scale, dtype, tolerance): "large" runs fp32 where p_t underflows and exp would overflow.
-CASES = {"normal": (3.0, torch.float64, 1e-9), "ties": (1.0, torch.float64, 1e-9), "large": (60.0, torch.float32, 2e-4)}
+CASES = {"normal": (3.0, torch.float64, 1e-9), "ties": (1.0, torch.float64, 1e-9),
+         "large": (60.0, torch.float32, 2e-4)}
 
 
 def make(name: str, **override: object):
@@ -49,8 +50,10 @@ def int_kind(name: str) -> bool:
     return bool(LOSSES[name].kinds & {"multiclass", "token"})
 
 
-def inputs(name: str, n: int, c: int, case: str = "normal", seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits (n, c) and a target: class indices with one ignored row, or multi-hot rows (one empty, one full)."""
+def inputs(name: str, n: int, c: int, case: str = "normal",
+           seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits (n, c) and a target: class indices with one ignored row, or multi-hot rows (one empty, one
+    full)."""
     scale, dtype, _ = CASES[case]
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, c, generator=g, dtype=torch.float64) * scale
@@ -67,11 +70,13 @@ def inputs(name: str, n: int, c: int, case: str = "normal", seed: int = 0) -> tu
     return x.to(dtype), t
 
 
-def reference(name: str, x: torch.Tensor, t: torch.Tensor, **override: object) -> tuple[list[float], list[bool]]:
+def reference(name: str, x: torch.Tensor, t: torch.Tensor,
+              **override: object) -> tuple[list[float], list[bool]]:
     """Per-row reference (loss, masked); ignored rows give (nan, False)."""
     ref, hp = REFERENCES[name], {**HPARAMS.get(name, {}), **override}
     rows = [
-        (math.nan, False) if tt == -100 else ref(o, tt, **hp) for o, tt in zip(x.double().tolist(), t.tolist(), strict=True)
+        (math.nan, False) if tt == -100 else ref(o, tt, **hp)
+        for o, tt in zip(x.double().tolist(), t.tolist(), strict=True)
     ]
     return [r[0] for r in rows], [r[1] for r in rows]
 
@@ -188,13 +193,15 @@ def test_the_trainer_warms_up_only_losses_that_support_it(tmp_path: Path) -> Non
         seen[loss] = trial.loss_fn.delta
         trial.evaluate(data.validation)  # evaluation uses the searched delta
         seen[loss, "eval"] = trial.loss_fn.delta
-    assert seen == {"as_variant": 2.5, ("as_variant", "eval"): 2.5, "as_softmax": 1.0, ("as_softmax", "eval"): 0.2}
+    assert seen == {"as_variant": 2.5, ("as_variant", "eval"): 2.5, "as_softmax": 1.0,
+                    ("as_softmax", "eval"): 0.2}
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_only_a_loss_that_declares_masks_rows_reports_masked_rows(name: str) -> None:
-    """The trainer reads the masked count only where `masks_rows` is declared: every other loss must return the
-    shared zero count (never a count it would be wrong to ignore), and a declared one masks a certain row."""
+    """The trainer reads the masked count only where `masks_rows` is declared: every other loss must return
+    the shared zero count (never a count it would be wrong to ignore), and a declared one masks a certain
+    row."""
     from tune_as.losses._base import zero_count
 
     _, t = inputs(name, 40, 7)
@@ -232,7 +239,8 @@ def skipping_inputs(name: str, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize(
     ("name", "kind"), [(n, k) for n in SKIPPING for k in sorted(LOSSES[n].kinds)]
 )
-def test_masked_examples_match_the_reference_the_count_and_the_gradient(name: str, kind: str, delta: float) -> None:
+def test_masked_examples_match_the_reference_the_count_and_the_gradient(name: str, kind: str,
+                                                                        delta: float) -> None:
     x, t = skipping_inputs(name, kind)
     loss_fn = build_loss(name, delta=delta)
     got = loss_fn.masked_examples(x, t)
@@ -240,7 +248,8 @@ def test_masked_examples_match_the_reference_the_count_and_the_gradient(name: st
     # Brute force: an example is masked iff each of its counted rows is (vacuously true without one).
     rows_x, rows_t = x.reshape(-1, 9), t.reshape(x.shape[0] * (3 if kind == "token" else 1), -1).squeeze(1)
     _, ref_masked = reference(name, rows_x, rows_t, delta=delta)
-    per_row = [m or (kind != "multilabel" and int(tt) == -100) for m, tt in zip(ref_masked, rows_t, strict=True)]
+    per_row = [m or (kind != "multilabel" and int(tt) == -100)
+               for m, tt in zip(ref_masked, rows_t, strict=True)]
     expected = torch.tensor(per_row).reshape(x.shape[0], -1).all(dim=1)
     assert torch.equal(got, expected)
     assert 0 < int(got.sum()) < x.shape[0] or delta > 0.3  # the data has both kinds of examples
@@ -305,8 +314,9 @@ def test_gradcheck_float64(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_members_are_each_the_loss_of_their_own_rows(name: str) -> None:
     """`forward_members` (a population's one call for P members) against the brute-force reference, member by
-    member: each member's loss and counts its own (member 1 ignores more rows than the others), the gradient of
-    a weighted sum each member's own gradient times its weight, and gradcheck through the grouped kernels."""
+    member: each member's loss and counts its own (member 1 ignores more rows than the others), the gradient
+    of a weighted sum each member's own gradient times its weight, and gradcheck through the grouped
+    kernels."""
     members, n, c = 3, 6, 9
     xs, ts = zip(*(inputs(name, n, c, seed=10 + i) for i in range(members)), strict=True)
     x, t = torch.stack(xs).requires_grad_(True), torch.stack(ts)
@@ -338,12 +348,13 @@ def test_one_member_is_a_member_too(name: str) -> None:
     x, t = inputs(name, 6, 9, seed=4)
     out, plain = make(name).forward_members(x[None], t[None]), make(name)(x, t)
     assert out.loss.shape == out.n_rows.shape == out.n_masked.shape == (1,)
-    assert float(out.loss) == pytest.approx(float(plain.loss), rel=1e-12) and int(out.n_rows) == int(plain.n_rows)
+    assert float(out.loss) == pytest.approx(float(plain.loss), rel=1e-12) and \
+        int(out.n_rows) == int(plain.n_rows)
 
 
 def test_members_need_a_leading_member_dimension() -> None:
-    with pytest.raises(ValueError, match=r"expected logits \(P, N, C\) with target \(P, N\) or \(P, N, C\), got "
-                                         r"logits \(4, 5\) and target \(4,\)"):
+    with pytest.raises(ValueError, match=r"expected logits \(P, N, C\) with target \(P, N\) "
+                                         r"or \(P, N, C\), got logits \(4, 5\) and target \(4,\)"):
         build_loss("softmax").forward_members(torch.randn(4, 5), torch.zeros(4, dtype=torch.long))
 
 
@@ -387,7 +398,8 @@ def test_special_cases(name: str, hparams: dict, equal_to: str, equal_hparams: d
 
 
 def test_label_smoothing_is_torch_label_smoothing_with_paper_weights() -> None:
-    """Paper: target 1 - eps, others eps / (C - 1); PyTorch's eps' / C for all gives it with eps' = eps C / (C - 1)."""
+    """Paper: target 1 - eps, others eps / (C - 1); PyTorch's eps' / C for all gives it with eps' = eps C /
+    (C - 1)."""
     x, t = inputs("softmax", 16, 10, seed=5)
     ours = build_loss("label_smoothing", eps=0.27)(x, t).loss
     torch.testing.assert_close(ours, F.cross_entropy(x, t, label_smoothing=0.27 * 10 / 9))
@@ -480,7 +492,8 @@ def batches(draw: st.DrawFn, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     if int_kind(name):
         t = torch.tensor(draw(st.lists(st.integers(0, c - 1), min_size=n, max_size=n)))
     else:
-        t = torch.tensor(draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n * c, max_size=n * c))).reshape(n, c)
+        t = torch.tensor(draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n * c,
+                                       max_size=n * c))).reshape(n, c)
     if name.startswith("taylor") or name.startswith("sm_taylor"):
         x = x / 10  # f^n grows as z^n: keep the test about the property, not fp overflow
     return x.reshape(n, c), t
@@ -499,7 +512,8 @@ def test_properties(name: str) -> None:
         out = loss_fn(x, t)
         assert torch.isfinite(out.loss) and out.loss >= -1e-12  # finite, non-negative
         assert 0 <= int(out.n_masked) <= int(out.n_rows)
-        perm = torch.randperm(x.shape[1], generator=torch.Generator().manual_seed(data.draw(st.integers(0, 99))))
+        perm = torch.randperm(x.shape[1],
+                              generator=torch.Generator().manual_seed(data.draw(st.integers(0, 99))))
         tp = perm.argsort()[t] if int_kind(name) else t[:, perm]
         torch.testing.assert_close(loss_fn(x[:, perm], tp).loss, out.loss)  # class order does not matter
         if name not in PADDING_CHANGES_LOSS:  # a -inf class (never the target) is inert
@@ -522,7 +536,8 @@ def test_properties(name: str) -> None:
 @settings(max_examples=40, deadline=None)
 # delta is compared in the working precision: a delta below the resolution of p_t (~1e-16) acts as 0.
 @given(data=st.data(), d1=st.sampled_from([0.0]) | st.floats(1e-9, 1), d2=st.floats(1e-9, 1))
-def test_as_softmax_loss_grows_with_delta_and_masked_rows_have_no_gradient(data: st.DataObject, d1: float, d2: float) -> None:
+def test_as_softmax_loss_grows_with_delta_and_masked_rows_have_no_gradient(data: st.DataObject, d1: float,
+                                                                           d2: float) -> None:
     x, t = data.draw(batches("as_softmax"))
     lo, hi = sorted((d1, d2))
     z = x.clone().requires_grad_(True)
@@ -538,10 +553,10 @@ def test_as_softmax_loss_grows_with_delta_and_masked_rows_have_no_gradient(data:
 
 @pytest.mark.parametrize("name", sorted(n for n, cls in LOSSES.items() if "multiclass" in cls.kinds))
 def test_predicted_class_is_the_most_probable_under_the_loss_own_probabilities(name: str) -> None:
-    """class_scores' argmax = the argmax of the loss's own class probabilities, computed by brute force: for the
-    Taylor family f^n(z_j) / sum_i f^n(z_i) (Eq. 4, no margin at prediction), for every other loss the logits'
-    order (softmax, sparsemax, entmax, cosine logits all increase with the logit). Rows with a large negative
-    logit are where the two differ: f^2(-10) = 41 > f^2(1) = 2.5."""
+    """class_scores' argmax = the argmax of the loss's own class probabilities, computed by brute force: for
+    the Taylor family f^n(z_j) / sum_i f^n(z_i) (Eq. 4, no margin at prediction), for every other loss the
+    logits' order (softmax, sparsemax, entmax, cosine logits all increase with the logit). Rows with a large
+    negative logit are where the two differ: f^2(-10) = 41 > f^2(1) = 2.5."""
     from reference_losses import taylor_f
 
     g = torch.Generator().manual_seed(3)
@@ -567,7 +582,8 @@ def test_the_trainer_predicts_taylor_classes_by_taylor_probabilities(tmp_path: P
 
     task = build_task("digits")
     data = prepare(task, DataSettings(task="digits", cache_dir=tmp_path))
-    config = {"loss": "sm_taylor_softmax", "epochs": 1.0, "batch_size": 64, "lr": 1e-3, "loss.m": 0.6, "loss.n": 2}
+    config = {"loss": "sm_taylor_softmax", "epochs": 1.0, "batch_size": 64, "lr": 1e-3, "loss.m": 0.6,
+              "loss.n": 2}
     trial = Trial(config, data, task, _Silent())
     labels = data.validation.columns["labels"].long()
 

@@ -1,5 +1,5 @@
-"""Populations in Tune (tune_as.engine.members), without Ray: the grouping of confirmation seeds into trials and
-the fan-out back into one run per member."""
+"""Populations in Tune (tune_as.engine.members), without Ray: the grouping of confirmation seeds into trials
+and the fan-out back into one run per member."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def test_a_population_result_fans_out_into_one_run_per_member_with_its_seed() ->
     result = {**flat_report(latest, {5}, 2), "training_iteration": 2, "node_id": "n1"}
     assert result["epoch"] == 2.0 and result["members"] == 2
     runs = members("t1", config, result)
-    assert [(m.run_id, m.config["seed"], m.fresh) for m in runs] == [("t1-seed5", 5, True), ("t1-seed6", 6, False)]
+    assert [(m.run_id, m.config["seed"], m.fresh) for m in runs] == \
+        [("t1-seed5", 5, True), ("t1-seed6", 6, False)]
     assert runs[0].metrics == {"val_accuracy": 0.8, "epoch": 2.0, "training_iteration": 2, "node_id": "n1"}
     assert runs[1].metrics["error"] == "non-finite training loss"
     assert all(POPULATION not in m.config for m in runs)
@@ -71,9 +72,11 @@ def test_missing_names_the_configs_no_trial_ran_whatever_the_round_trip_of_their
 
     from tune_as.engine.members import group, missing
 
-    grouped, _ = group([settings("softmax", s) for s in (5, 6, 7)] + [settings("as_softmax", s) for s in (5, 6)],
+    grouped, _ = group([settings("softmax", s) for s in (5, 6, 7)]
+                       + [settings("as_softmax", s) for s in (5, 6)],
                        2, lambda c: None)
-    back = [dict(reversed(list(json.loads(json.dumps(c)).items()))) for c in grouped]  # as Ray gives them back
+    # as Ray gives them back
+    back = [dict(reversed(list(json.loads(json.dumps(c)).items()))) for c in grouped]
     assert missing(grouped, back) == []
     assert missing(grouped, [back[0], back[2]]) == [grouped[1]]
     assert missing(grouped, []) == grouped

@@ -1,6 +1,6 @@
-"""tune_as.tasks.metrics: hand-computed cases, an independent brute-force reference (plain loops over classes),
-scikit-learn's binary and multi-label F1 (at EURLEX57K's 6,000 x 4,271 too), seqeval-style hand-counted entities,
-and hand-made SIGHAN cases."""
+"""tune_as.tasks.metrics: hand-computed cases, an independent brute-force reference (plain loops over
+classes), scikit-learn's binary and multi-label F1 (at EURLEX57K's 6,000 x 4,271 too), seqeval-style
+hand-counted entities, and hand-made SIGHAN cases."""
 
 from __future__ import annotations
 
@@ -74,7 +74,8 @@ def test_three_class_cases_by_hand() -> None:
     assert metrics.macro_f1(y_true, y_pred) == pytest.approx((1 + 2 / 3 + 0) / 3)
     # binary F1 reads class 1 only, whatever the other classes are: tp 1, fp 1 (row 2), fn 0
     assert metrics.binary_f1(y_true, y_pred) == pytest.approx(2 / 3)
-    assert metrics.binary_f1(torch.tensor([0, 2]), torch.tensor([2, 0])) == 0.0  # class 1 nowhere: 0, no error
+    # class 1 nowhere: 0, no error
+    assert metrics.binary_f1(torch.tensor([0, 2]), torch.tensor([2, 0])) == 0.0
 
 
 def test_macro_f1_counts_classes_that_only_the_prediction_uses() -> None:
@@ -118,12 +119,14 @@ def test_multiclass_metrics_match_a_brute_force_reference(seed: int, classes: in
 @pytest.mark.parametrize("classes", [2, 6])
 def test_accuracy_is_sklearns_for_labels_and_multi_hot_rows(seed: int, classes: int) -> None:
     y_true, y_pred = random_labels(seed, classes=classes)
-    assert metrics.accuracy(y_true, y_pred) == pytest.approx(skm.accuracy_score(y_true.numpy(), y_pred.numpy()))
+    assert metrics.accuracy(y_true, y_pred) == \
+        pytest.approx(skm.accuracy_score(y_true.numpy(), y_pred.numpy()))
     g = torch.Generator().manual_seed(seed)
     gold, pred = (torch.rand(40, classes, generator=g) < 0.3 for _ in range(2))
     pred[::3] = gold[::3]  # some rows exact, so the subset accuracy is not 0
     assert metrics.accuracy(gold, pred) == pytest.approx(skm.accuracy_score(gold.numpy(), pred.numpy()))
-    with pytest.raises(ValueError, match=r"expected labels and predictions of one non-empty shape, got \(3,\) and"):
+    with pytest.raises(ValueError,
+                       match=r"expected labels and predictions of one non-empty shape, got \(3,\) and"):
         metrics.accuracy(torch.tensor([1, 2, 3]), torch.tensor([1, 2]))
 
 
@@ -177,7 +180,8 @@ def test_multilabel_f1_is_sklearns_over_the_labels_present(n: int, c: int) -> No
 
 @pytest.mark.slow
 def test_multilabel_f1_at_eurlex_test_size_is_sklearns_and_fast() -> None:
-    """EURLEX57K's test split: 6,000 documents x 4,271 labels, about 5 gold labels each, most labels absent."""
+    """EURLEX57K's test split: 6,000 documents x 4,271 labels, about 5 gold labels each, most labels
+    absent."""
     y_true, y_pred = sparse_multilabel(6000, 4271, seed=0)
     assert 2 < y_true.sum(1).float().mean() < 12 and int((y_true.any(0) | y_pred.any(0)).sum()) < 4271 * 0.9
     start = time.perf_counter()
@@ -189,7 +193,8 @@ def test_multilabel_f1_at_eurlex_test_size_is_sklearns_and_fast() -> None:
 
 def test_top2_multi_hot_picks_the_two_largest() -> None:
     logits = torch.tensor([[0.1, 5.0, -2.0, 4.0], [-1.0, -2.0, -0.5, -3.0]])
-    assert metrics.top_k_multi_hot(logits, 2).tolist() == [[False, True, False, True], [True, False, True, False]]
+    assert metrics.top_k_multi_hot(logits, 2).tolist() == \
+        [[False, True, False, True], [True, False, True, False]]
 
 
 def test_entity_f1_hand_counted() -> None:

@@ -1,6 +1,7 @@
-"""Multi-label tasks (tune_as/tasks/multilabel.py): goemotions end to end on generated files in its two schemas (the
-local copy's JSON Lines, the hub's `simplified` config), where its data comes from without a data_dir, the real
-copy in ../shared/data, and each multi-label loss's prediction rule through the trial's own evaluation."""
+"""Multi-label tasks (tune_as/tasks/multilabel.py): goemotions end to end on generated files in its two
+schemas (the local copy's JSON Lines, the hub's `simplified` config), where its data comes from without a
+data_dir, the real copy in ../shared/data, and each multi-label loss's prediction rule through the trial's own
+evaluation."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def forbid_the_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail(f"went to the hub: {a}"))
 
 
-# -- the task and its data ----------------------------------------------------------------------------------------
+# -- the task and its data -----------------------------------------------------------------------------------
 def test_goemotions_is_a_multilabel_task_with_micro_f1_first() -> None:
     task = build_task("goemotions")
     assert (task.kind, task.metrics) == ("multilabel", ("micro_f1", "macro_f1"))  # [0] selects the trials
@@ -75,16 +76,19 @@ def f1(tp: int, fp: int, fn: int) -> float:
 
 
 def test_goemotions_scores_micro_and_macro_f1_over_the_labels_present(goemotions: PreparedData) -> None:
-    """Macro-F1 averages over the columns with a gold or predicted positive in the split (tune_as/tasks/metrics.py)."""
+    """Macro-F1 averages over the columns with a gold or predicted positive in the split
+    (tune_as/tasks/metrics.py)."""
     split, task = goemotions.validation, build_task("goemotions")
     gold = split.columns["labels"].bool()
-    assert not gold.any(0).all()  # some of the 28 classes have no gold positive here: they must not count as 0
+    # some of the 28 classes have no gold positive here: they must not count as 0
+    assert not gold.any(0).all()
     assert task.score([gold[:7], gold[7:]], split) == {"micro_f1": 1.0, "macro_f1": 1.0}
     missed = gold.clone()
     c = int(gold[0].nonzero()[0])
     missed[0, c] = False  # one positive left out: a false negative
     extra = int((~gold.any(0)).nonzero()[0])
-    missed[0, extra] = True  # one class that no row has, predicted once: a false positive, and a class present
+    # one class that no row has, predicted once: a false positive, and a class present
+    missed[0, extra] = True
     # by hand, column by column: (tp, fp, fn), over the columns with a gold or predicted positive
     counts = [(int(gold[:, j].sum()) - (j == c), int(j == extra), int(j == c)) for j in range(28)]
     present = [k for k in counts if sum(k)]
@@ -95,7 +99,7 @@ def test_goemotions_scores_micro_and_macro_f1_over_the_labels_present(goemotions
     assert expected["micro_f1"] < 1.0 and expected["macro_f1"] < task.score([gold], split)["macro_f1"]
 
 
-# -- where the data comes from without a data_dir -----------------------------------------------------------------
+# -- where the data comes from without a data_dir ------------------------------------------------------------
 def test_shared_data_root_is_beside_the_checkout_unless_the_environment_names_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(SHARED_DATA_ENV, raising=False)
@@ -112,10 +116,12 @@ def test_without_data_dir_the_shared_copy_is_read_and_a_data_dir_wins(
     forbid_the_hub(monkeypatch)
     assert build_task("goemotions").default_data_dir() == copy
     data = tiny(None, cache)
-    assert data.spec.data_dir == copy and len(data.train) == fx.GOEMOTIONS_SIZES[0]  # the spec says what was read
+    # the spec says what was read
+    assert data.spec.data_dir == copy and len(data.train) == fx.GOEMOTIONS_SIZES[0]
     given = tiny(mine, cache)
     assert given.spec.data_dir == mine and len(given.train) == 40
-    assert build_task("eurlex").default_data_dir() is None  # a task without a shared copy keeps its hub dataset
+    # a task without a shared copy keeps its hub dataset
+    assert build_task("eurlex").default_data_dir() is None
 
 
 def test_without_a_shared_copy_the_hub_simplified_config_is_loaded(
@@ -146,17 +152,19 @@ def test_the_real_goemotions_copy_has_the_published_splits_and_28_labels() -> No
     task = build_task("goemotions")
     assert task.default_data_dir() == folder  # what a search without --data-dir reads
     raw, notes = task.raw_splits(folder)
-    assert {s: len(r) for s, r in raw.items()} == {"train": 43410, "validation": 5426, "test": 5427} and not notes
+    assert {s: len(r) for s, r in raw.items()} == {"train": 43410, "validation": 5426, "test": 5427} and \
+        not notes
     labels = task.fit_labels(raw["train"])
     assert len(labels) == 28 and set(labels.names) == set(meta["labels"])
-    several = {s: sum(len(row) > 1 for row in r.columns["labels"]) for s, r in raw.items()}  # lists, read as lists
+    # lists, read as lists
+    several = {s: sum(len(row) > 1 for row in r.columns["labels"]) for s, r in raw.items()}
     assert several == meta["multi_label_rows"] == {"train": 7102, "validation": 878, "test": 837}
 
 
-# -- prediction rules, through the trial's evaluation -------------------------------------------------------------
-# Hand-set logits of classes 0-3 (the other 24 are -4) and the label sets each rule gives. Eq. 14 and its variants
-# (multilabel_softmax, _t_softmax, _sparse_softmax, _as_softmax, as_speed) predict o > 0 (o / tau > 0 for tau > 0
-# is the same set); bce predicts sigmoid(o) > 0.5, i.e. o > 0 as well.
+# -- prediction rules, through the trial's evaluation --------------------------------------------------------
+# Hand-set logits of classes 0-3 (the other 24 are -4) and the label sets each rule gives. Eq. 14 and its
+# variants (multilabel_softmax, _t_softmax, _sparse_softmax, _as_softmax, as_speed) predict o > 0 (o / tau > 0
+# for tau > 0 is the same set); bce predicts sigmoid(o) > 0.5, i.e. o > 0 as well.
 LOGITS = [
     [2.0, -1.0, 0.5, -3.0],  # {0, 2}
     [-0.5, -0.2, -2.0, -1.0],  # {}: no positive logit predicts nothing (no fallback to the highest)
@@ -190,8 +198,10 @@ class NoReports:
         raise AssertionError("evaluation reports nothing")
 
 
-def evaluate(data: PreparedData, loss: str, logits: list[list[float]], gold: list[list[int]]) -> tuple[dict[str, float], float]:
-    """The scores and mean loss `Trial.evaluate` gives for these logits (classes 0-3; the rest -4) and gold sets."""
+def evaluate(data: PreparedData, loss: str, logits: list[list[float]],
+             gold: list[list[int]]) -> tuple[dict[str, float], float]:
+    """The scores and mean loss `Trial.evaluate` gives for these logits (classes 0-3; the rest -4) and gold
+    sets."""
     full = torch.full((len(logits), data.num_labels), -4.0)
     full[:, :4] = torch.tensor(logits)
     split = Split({"row": torch.arange(len(logits)), "labels": multi_hot(gold, data.num_labels)})
@@ -213,7 +223,8 @@ def test_the_documented_rules_name_every_multilabel_loss() -> None:
 @pytest.mark.parametrize("loss", MULTILABEL_LOSSES)
 def test_each_multilabel_loss_predicts_its_documented_label_sets(loss: str, goemotions: PreparedData) -> None:
     # Gold = the expected sets: micro F1 is 1 iff every predicted set equals its expected set (no row may gain
-    # or lose a class); macro F1 averages the 4 columns with positives (the other 24 have none, gold or predicted).
+    # or lose a class); macro F1 averages the 4 columns with positives (the other 24 have none, gold or
+    # predicted).
     scores, _ = evaluate(goemotions, loss, LOGITS, EXPECTED)
     assert scores == {"micro_f1": 1.0, "macro_f1": 1.0}
 
@@ -221,8 +232,9 @@ def test_each_multilabel_loss_predicts_its_documented_label_sets(loss: str, goem
 @pytest.mark.parametrize("loss", ["multilabel_as_softmax", "as_speed"])
 def test_an_as_masked_row_can_still_be_predicted_wrong(loss: str, goemotions: PreparedData) -> None:
     """The gap the AS-Softmax paper names (Sec. 4.4): Eq. 15-17 compare probabilities, the test rule compares
-    logits with 0. Gold {0}, o_0 = -1 and every other logit -4: p_0 beats each negative by more than delta, so the
-    row is masked (loss 0), yet no logit is above 0 and the row predicts no label."""
+    logits with 0. Gold {0}, o_0 = -1 and every other logit -4: p_0 beats each negative by more than delta, so
+    the row is masked (loss 0), yet no logit is above 0 and the row predicts no label."""
     scores, mean_loss = evaluate(goemotions, loss, [[-1.0, -4.0, -4.0, -4.0]], [[0]])
     assert mean_loss == 0.0 and scores["micro_f1"] == 0.0
-    assert evaluate(goemotions, "multilabel_softmax", [[-1.0, -4.0, -4.0, -4.0]], [[0]])[1] > 0.5  # Eq. 14 pushes
+    # Eq. 14 pushes
+    assert evaluate(goemotions, "multilabel_softmax", [[-1.0, -4.0, -4.0, -4.0]], [[0]])[1] > 0.5

@@ -25,8 +25,8 @@ def _groups(model: torch.nn.Module) -> list[dict[str, Any]]:
 def test_the_trials_adamw_is_torchs_fused_adamw_bit_for_bit(scaled: bool) -> None:
     """FusedAdamW (torch's functional fused kernel, without torch.optim's import of torch._dynamo) against
     torch.optim.AdamW(fused=True): the same weights after every step, with the learning rate changed between
-    steps, a parameter without a gradient in some steps (the last layer frozen for two), and under GradScaler a step
-    with an infinite gradient skipped by both; their states load into each other."""
+    steps, a parameter without a gradient in some steps (the last layer frozen for two), and under GradScaler
+    a step with an infinite gradient skipped by both; their states load into each other."""
     from tune_as.training.tools import FusedAdamW
 
     mine, ref = _twin_models()
@@ -57,7 +57,8 @@ def test_the_trials_adamw_is_torchs_fused_adamw_bit_for_bit(scaled: bool) -> Non
     again, other = _twin_models()
     again.load_state_dict(mine.state_dict())
     other.load_state_dict(ref.state_dict())
-    ours2, theirs2 = FusedAdamW(_groups(again), lr=0.01), torch.optim.AdamW(_groups(other), lr=0.01, fused=True)
+    ours2, theirs2 = FusedAdamW(_groups(again), lr=0.01), \
+        torch.optim.AdamW(_groups(other), lr=0.01, fused=True)
     ours2.load_state_dict(theirs.state_dict())
     theirs2.load_state_dict(ours.state_dict())
     assert all(g["fused"] is True for g in theirs2.param_groups), "ours loaded into torch's left it unfused"

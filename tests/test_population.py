@@ -21,7 +21,8 @@ DIM, CLASSES = 12, 6
 # the values that make the rules under test happen: masked rows (delta), accumulation (lam), real margins
 PARAMS: dict[str, dict[str, Any]] = {
     "as_softmax": {"delta": 0.1}, "as_speed": {"delta": 0.1, "lam": 1.5, "max_steps": 3},
-    "multilabel_as_softmax": {"delta": 0.1}, "sparse_softmax": {"k": 3}, "multilabel_sparse_softmax": {"k": 3},
+    "multilabel_as_softmax": {"delta": 0.1}, "sparse_softmax": {"k": 3},
+    "multilabel_sparse_softmax": {"k": 3},
 }
 # metrics compared exactly (counts and schedules) and to float rounding (everything measured)
 EXACT = ("optimizer_steps", "samples_seen", "accum_steps", "backward_rows", "epoch")
@@ -29,7 +30,8 @@ SKIP = ("train_seconds", "eval_seconds")
 
 
 def frozen(kind: str, n: tuple[int, int, int] = (90, 30, 30), seed: int = 0) -> tuple[PreparedData, Any]:
-    """A frozen-feature task of `kind` (sentence features of DIM, CLASSES labels) whose classes are learnable."""
+    """A frozen-feature task of `kind` (sentence features of DIM, CLASSES labels) whose classes are
+    learnable."""
     g = torch.Generator().manual_seed(seed)
     centers = torch.randn(CLASSES, DIM, generator=g) * 1.5
 
@@ -115,7 +117,8 @@ def test_each_member_is_the_solo_trial_of_its_seed(loss: str) -> None:
 
 @pytest.mark.parametrize("loss", ["softmax", "as_speed"])
 def test_a_population_of_one_is_its_solo_trial(loss: str) -> None:
-    """P = 1 (bench_population's first size; a round with one seed left of a loss): the same run as a solo trial."""
+    """P = 1 (bench_population's first size; a round with one seed left of a loss): the same run as a solo
+    trial."""
     data, task = frozen("multiclass")
     cfg = config(loss)
     members = Members(1)
@@ -128,7 +131,8 @@ def test_a_population_of_one_is_its_solo_trial(loss: str) -> None:
 @pytest.mark.parametrize("every", [None, 2])
 def test_as_speed_members_accumulate_on_their_own_schedules_as_their_solo_trials(every: int | None) -> None:
     """The per-member rule is exercised: the members end with different optimizer step counts (their cycles
-    differ), and each one's reports (every epoch, or every 2 of its own optimizer steps) are its solo trial's."""
+    differ), and each one's reports (every epoch, or every 2 of its own optimizer steps) are its solo
+    trial's."""
     data, task = frozen("multiclass", n=(320, 30, 30))
     cfg = config("as_speed", epochs=4.0, eval_every_steps=every, **{"loss.lam": 1.0})
     members = Members(len(SEEDS))

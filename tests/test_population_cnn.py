@@ -1,6 +1,6 @@
-"""A population of the digits CNN (tune_as.training.stacked_cnn): member i is the run a solo trial of seed i makes,
-for every multiclass loss, AS-Softmax's masked cycles and AS-Speed's accumulation included; members fail alone;
-a CNN with BatchNorm keeps solo trials."""
+"""A population of the digits CNN (tune_as.training.stacked_cnn): member i is the run a solo trial of seed i
+makes, for every multiclass loss, AS-Softmax's masked cycles and AS-Speed's accumulation included; members
+fail alone; a CNN with BatchNorm keeps solo trials."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def cnn_config(loss: str, **over: Any) -> dict[str, Any]:
 
 
 def assert_members_are_solo_trials(cfg: dict[str, Any], data: PreparedData, task: Any,
-                                   pop: Population | None = None, compare: tuple[int, ...] = (0, 1, 2)) -> Members:
+                                   pop: Population | None = None,
+                                   compare: tuple[int, ...] = (0, 1, 2)) -> Members:
     """Train the population (`pop`, or one of SEEDS) and the solo trials of its members in `compare`: the same
     reports (counts exactly, numbers to float rounding) and the same final weights."""
     pop = pop or Population(cfg, SEEDS, data, task, Members(len(SEEDS)))
@@ -59,10 +60,11 @@ def assert_members_are_solo_trials(cfg: dict[str, Any], data: PreparedData, task
         assert_same_run(solo.reporter.reports, members.reports[i], f"{cfg['loss']} seed {SEEDS[i]}")
         stacked = {name: p.detach() for name, p in pop.model.named_parameters()}
         for mine, theirs in zip(pop.model.solo_layout(stacked, i), solo.model.parameters(), strict=True):
-            # float rounding: at one thread (a Ray trial's) bit for bit except the cosine head on an Intel Xeon; with
-            # more threads, or on an AMD EPYC (2026-11-27: as_speed's head, 1 of 131,072 weights 4.9e-5 apart after
-            # 2 epochs at lr 1e-2, at one thread and at two), the products of a stack and of one member sum in
-            # another order. A member compared with the solo trial of another seed is 0.62 away: still caught.
+            # float rounding: at one thread (a Ray trial's) bit for bit except the cosine head on an Intel
+            # Xeon; with more threads, or on an AMD EPYC (2026-11-27: as_speed's head, 1 of 131,072 weights
+            # 4.9e-5 apart after 2 epochs at lr 1e-2, at one thread and at two), the products of a stack and
+            # of one member sum in another order. A member compared with the solo trial of another seed is
+            # 0.62 away: still caught.
             torch.testing.assert_close(mine, theirs, rtol=1e-3, atol=1e-4)
     return members
 
@@ -89,8 +91,8 @@ def test_as_softmax_members_skip_their_own_all_masked_cycles() -> None:
 
 
 def test_as_speed_cnn_members_accumulate_on_their_own_schedules() -> None:
-    """Each member's own cycle lengths (different step counts), and an evaluation split larger than a population's
-    evaluation batch (it is evaluated in chunks): every report its solo trial's."""
+    """Each member's own cycle lengths (different step counts), and an evaluation split larger than a
+    population's evaluation batch (it is evaluated in chunks): every report its solo trial's."""
     data, task = digits(rows=(128, EVAL_ROWS // len(SEEDS) + 20, 40))
     cfg = cnn_config("as_speed", batch_size=8, lr=1e-2, **{"loss.lam": 1.0})
     members = assert_members_are_solo_trials(cfg, data, task)

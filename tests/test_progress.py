@@ -1,4 +1,5 @@
-"""The progress view: one line per loss in at most 100 columns, whatever the number of losses and parameters."""
+"""The progress view: one line per loss in at most 100 columns, whatever the number of losses and
+parameters."""
 
 from __future__ import annotations
 
@@ -37,10 +38,12 @@ def test_the_header_says_time_elapsed_and_left_from_the_epochs_trained_so_far() 
 
     # 4 trials of 10 epochs planned: one done (10), one stopped early at 3 (nothing left), one at 2 of 10,
     # one not created yet (mean planned epochs: 10): 15 epochs in 30 s -> 0.5 epoch/s, 8 + 10 left -> 36 s
-    trials = [TrialStatus("a", "TERMINATED", 10.0, 10.0, 0.9, ""), TrialStatus("a", "TERMINATED", 3.0, 10.0, 0.5, ""),
+    trials = [TrialStatus("a", "TERMINATED", 10.0, 10.0, 0.9, ""),
+              TrialStatus("a", "TERMINATED", 3.0, 10.0, 0.5, ""),
               TrialStatus("b", "RUNNING", 2.0, 10.0, 0.4, "")]
     assert time_left(trials, 4, 30.0) == pytest.approx(36.0)
-    assert time_left([TrialStatus("a", "PENDING", 0.0, 10.0, None, "")], 4, 30.0) is None  # nothing trained yet
+    # nothing trained yet
+    assert time_left([TrialStatus("a", "PENDING", 0.0, 10.0, None, "")], 4, 30.0) is None
     assert (clock(65), clock(3725)) == ("1:05", "1:02:05")
     header = loss_lines(trials, "digits search", "accuracy", total=4, elapsed_s=30.0)[0]
     assert header == "digits search: 2/4 trials ended, 1 running; 0:30 elapsed, about 0:36 left"
@@ -52,7 +55,8 @@ def test_in_a_pipe_a_block_is_appended_only_when_more_than_the_clock_changed(
 
     class Stub:  # the two attributes of a Tune trial the view reads
         def __init__(self, status: str, epoch: float) -> None:
-            self.status, self.config, self.last_result = status, {"loss": "softmax", "epochs": 2.0}, {"epoch": epoch}
+            self.status, self.config, self.last_result = \
+                status, {"loss": "softmax", "epochs": 2.0}, {"epoch": epoch}
 
     view = progress.LossProgress("digits search", "accuracy", {}, every_s=0.0)
     view.tty = False
@@ -88,12 +92,15 @@ def test_the_first_line_says_what_will_run_before_the_slow_imports(monkeypatch: 
     from tune_as.engine.request import SearchRequest
     from tune_as.search import starting_line
 
-    race = starting_line(SearchRequest(task="digits", losses=("softmax", "as_softmax"), race=True, max_seeds=5))
-    assert race.startswith("digits: a search of losses softmax, as_softmax, then racing up to 5 seeds per loss;")
+    race = starting_line(SearchRequest(task="digits", losses=("softmax", "as_softmax"), race=True,
+                                       max_seeds=5))
+    assert race.startswith("digits: a search of losses softmax, as_softmax, then racing up to 5 seeds "
+                           "per loss;")
     assert "starting a local Ray" in race and all(len(line) <= 100 for line in race.splitlines())
     joined = starting_line(SearchRequest(task="sst5", confirm=3, address="u:pw@host:6379"))
     assert "then 3 seeds per loss" in joined and "pw" not in joined and "--address" in joined
-    assert starting_line(SearchRequest(task="", resume=True, name="digits-1")).startswith("resuming digits-1;")
+    assert starting_line(SearchRequest(task="", resume=True, name="digits-1")).startswith(
+        "resuming digits-1;")
 
 
 def test_a_population_shows_its_best_member_so_far() -> None:
@@ -102,7 +109,8 @@ def test_a_population_shows_its_best_member_so_far() -> None:
     from tune_as.engine.members import POPULATION, flat_report
     from tune_as.engine.progress import best_of
 
-    last = flat_report({1: {"epoch": 1.0, "best_val_accuracy": 0.91}, 2: {"epoch": 1.0, "best_val_accuracy": 0.93},
+    last = flat_report({1: {"epoch": 1.0, "best_val_accuracy": 0.91},
+                        2: {"epoch": 1.0, "best_val_accuracy": 0.93},
                         3: {"epoch": 1.0}}, {1, 2, 3}, 3)
     assert best_of({POPULATION: [1, 2, 3]}, last, "accuracy") == 0.93
     assert best_of({}, {"best_val_accuracy": 0.5}, "accuracy") == 0.5

@@ -1,5 +1,5 @@
-"""tune_as.results.racing: the look schedule, the replayed race, resume, budget, fixed design, error control (and
-benchmarks/sim_racing.py's null simulation from per-seed results)."""
+"""tune_as.results.racing: the look schedule, the replayed race, resume, budget, fixed design, error control
+(and benchmarks/sim_racing.py's null simulation from per-seed results)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ LOSSES = ("softmax", "good", "bad", "unsure")
 
 
 def plan(**kw: object) -> Plan:
-    """The race's mechanics (rounds, resume, budget, stickiness) pinned with the per-loss rule, whose decisions on
-    these hand-made values are simple to state; the moderated rule has tests of its own (tests/test_noise.py)."""
+    """The race's mechanics (rounds, resume, budget, stickiness) pinned with the per-loss rule, whose
+    decisions on these hand-made values are simple to state; the moderated rule has tests of its own
+    (tests/test_noise.py)."""
     args: dict[str, object] = {"losses": LOSSES, "baseline": "softmax", "seeds": SEEDS, "noise": "per-loss",
                                "spending": "n"}
     args.update(kw)
@@ -133,7 +134,8 @@ def test_race_stops_a_decided_loss_and_keeps_the_baseline_with_the_undecided() -
 
 def test_race_over_when_every_verdict_is_in_and_the_best_is_alone() -> None:
     base = [0.80, 0.81, 0.79, 0.80, 0.82]
-    full = runs({"softmax": base, "good": step(base, 0.05), "bad": step(base, -0.05), "unsure": step(base, 0.001, 1)})
+    full = runs({"softmax": base, "good": step(base, 0.05), "bad": step(base, -0.05),
+                 "unsure": step(base, 0.001, 1)})
     answer, seen = play(plan(), full)
     assert answer.done and answer.look == 1 and len(seen) == 2
     assert {r.loss: r.verdict for r in answer.rows} == {"good": "win", "bad": "loss", "unsure": "equivalent"}
@@ -177,8 +179,8 @@ def test_one_decide_on_all_seeds_is_the_race_played_round_by_round() -> None:
 
 
 def test_verdicts_are_sticky() -> None:
-    """good is decided at look 1 (+2 points on each of 3 seeds), then stays in the race for the best set (good and
-    close tie); its later seeds contradict the win, which is kept."""
+    """good is decided at look 1 (+2 points on each of 3 seeds), then stays in the race for the best set (good
+    and close tie); its later seeds contradict the win, which is kept."""
     base = [0.80, 0.81, 0.79, 0.80, 0.82, 0.80, 0.81, 0.79, 0.80, 0.82]
     good = step(base[:3], 0.02) + [v - 0.02 for v in base[3:]]
     close = step(base[:3], 0.02) + [v - 0.021 for v in base[3:]]
@@ -300,15 +302,17 @@ SIM_RACING = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_racing
 
 
 def _write_pools(path: Path, rng: np.random.Generator) -> None:
-    """Two loss settings' per-seed results on a 359-image test split (one image = 0.28 points, as digits' test),
-    in either format sim_racing.py reads."""
+    """Two loss settings' per-seed results on a 359-image test split (one image = 0.28 points, as digits'
+    test), in either format sim_racing.py reads."""
     def accuracy(mean: float, n: int) -> list[float]:
         return [round(float(k) / 359, 6) for k in np.clip(np.round(rng.normal(mean * 359, 1.5, n)), 0, 359)]
 
-    pools = {"softmax": (accuracy(0.95, 12), accuracy(0.94, 12)), "label_smoothing": (accuracy(0.96, 9), accuracy(0.95, 9))}
+    pools = {"softmax": (accuracy(0.95, 12), accuracy(0.94, 12)),
+             "label_smoothing": (accuracy(0.96, 9), accuracy(0.95, 9))}
     if path.suffix == ".jsonl":  # benchmarks/bench_efficiency.py's run cache (fractions)
         rows = [{"config": {"loss": loss, "lr": 0.003, "seed": i}, "best_val": v, "test": t, "error": None}
-                for loss, (val, test) in pools.items() for i, (v, t) in enumerate(zip(val, test, strict=True))]
+                for loss, (val, test) in pools.items()
+                for i, (v, t) in enumerate(zip(val, test, strict=True))]
         path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     else:  # the documented JSON (points)
         runs = {loss: {str(i): [v * 100, t * 100] for i, (v, t) in enumerate(zip(val, test, strict=True))}
@@ -331,10 +335,10 @@ def _simulate(path: Path, answers: int) -> str:
 
 @pytest.mark.parametrize("name", ["pools.json", "runs.jsonl"])
 def test_null_simulation_from_per_seed_results_controls_the_error(tmp_path: Path, name: str) -> None:
-    """sim_racing.py --from: 200 answers of 5 identical losses resampled from per-seed pools (in turn), then 200
-    with the true differences at exactly +-margin. A false win/loss (the null) or a false 'equivalent' (at the
-    margin) is a wrong claim: at most alpha = 0.05 of the answers, with the Clopper-Pearson bound as in the
-    synthetic null test above; the race runs to 5 seeds at most."""
+    """sim_racing.py --from: 200 answers of 5 identical losses resampled from per-seed pools (in turn), then
+    200 with the true differences at exactly +-margin. A false win/loss (the null) or a false 'equivalent' (at
+    the margin) is a wrong claim: at most alpha = 0.05 of the answers, with the Clopper-Pearson bound as in
+    the synthetic null test above; the race runs to 5 seeds at most."""
     path = tmp_path / name
     _write_pools(path, np.random.default_rng(3))
     out = _simulate(path, 200)
@@ -358,7 +362,8 @@ def test_null_simulation_from_per_seed_results_is_the_same_for_the_same_seed(tmp
 
 @pytest.mark.parametrize("n", [3, 5, 10])
 def test_decidable_is_the_smallest_difference_a_look_can_claim(n: int) -> None:
-    """racing.decidable's multiplier k: a mean difference of 1.01·k·s over n seeds is a win, 0.99·k·s is not."""
+    """racing.decidable's multiplier k: a mean difference of 1.01·k·s over n seeds is a win, 0.99·k·s is
+    not."""
     plan = Plan.fixed(("softmax", "x"), "softmax", tuple(range(n)), n, margin_points=0.0, noise="per-loss")
     ((looks, k),) = decidable(plan)
     assert looks == n
@@ -367,13 +372,14 @@ def test_decidable_is_the_smallest_difference_a_look_can_claim(n: int) -> None:
     s = 0.01
     for factor, word in ((1.01, "win"), (0.99, "undecided")):
         d = factor * k * s + s * z
-        results = {"softmax": {i: (0.5, 0.5) for i in range(n)}, "x": {i: (0.5, 0.5 + d[i]) for i in range(n)}}
+        results = {"softmax": {i: (0.5, 0.5) for i in range(n)},
+                   "x": {i: (0.5, 0.5 + d[i]) for i in range(n)}}
         assert decide(results, plan).row("x").verdict == word, (factor, k)
 
 
 def test_seeds_to_decide_is_the_fewest_seeds_a_fixed_design_needs() -> None:
-    """At the estimate n, paired differences with exactly that mean and spread are decided; at n - 1 they are not.
-    Zero spread (equal values) and an effect no number of seeds can show give None."""
+    """At the estimate n, paired differences with exactly that mean and spread are decided; at n - 1 they are
+    not. Zero spread (equal values) and an effect no number of seeds can show give None."""
     losses = ("softmax", "x", "y")
     probe = Plan.fixed(losses, "softmax", tuple(range(100)), 100, margin_points=0.0, noise="per-loss")
     n = seeds_to_decide(probe, 0.004, 0.005)
@@ -383,7 +389,8 @@ def test_seeds_to_decide_is_the_fewest_seeds_a_fixed_design_needs() -> None:
         plan = Plan.fixed(losses, "softmax", tuple(range(k)), k, margin_points=0.0, noise="per-loss")
         z = np.linspace(-1.0, 1.0, k)
         d = 0.004 + 0.005 * (z - z.mean()) / z.std(ddof=1)  # mean 0.004, sd 0.005 exactly
-        results = {"softmax": {i: (0.5, 0.5) for i in range(k)}, "x": {i: (0.5, 0.5 + d[i]) for i in range(k)},
+        results = {"softmax": {i: (0.5, 0.5) for i in range(k)},
+                   "x": {i: (0.5, 0.5 + d[i]) for i in range(k)},
                    "y": {i: (0.5, 0.5) for i in range(k)}}
         return decide(results, plan).row("x").verdict
 

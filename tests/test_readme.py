@@ -57,8 +57,8 @@ def test_every_readme_command_parses(module: str, parser) -> None:
 
 @pytest.mark.slow
 def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
-    """The first command's search and the report, verbatim, in an empty folder: local Ray, SQLite MLflow, and a
-    home folder as a fresh machine's (no ~/.ray: the search writes the token its Ray asks for)."""
+    """The first command's search and the report, verbatim, in an empty folder: local Ray, SQLite MLflow, and
+    a home folder as a fresh machine's (no ~/.ray: the search writes the token its Ray asks for)."""
     search_argv = next(a for a in _commands("tune_as.search") if a[:2] == ["--task", "digits"])
     home = tmp_path / "home"
     home.mkdir()
@@ -73,36 +73,43 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     assert "Ray: wrote a new token to ~/.ray/auth_token" in run.stdout, run.stdout[:600]
     token = home / ".ray" / "auth_token"
     assert len(token.read_text()) == 64 and token.stat().st_mode & 0o077 == 0, "the token is the user's alone"
-    # The progress view: one line per loss, within 100 columns (Ray's wide per-trial table only with --verbose)
-    blocks = [b for b in run.stdout.split("\n\n") if re.match(r"\s*digits (search|confirmation): \d+/\d+ trials", b)]
+    # The progress view: one line per loss, within 100 columns (Ray's wide per-trial table only with
+    # --verbose)
+    blocks = [b for b in run.stdout.split("\n\n")
+              if re.match(r"\s*digits (search|confirmation): \d+/\d+ trials", b)]
     assert blocks and all(len(line) <= 100 for b in blocks for line in b.strip().splitlines()), blocks[:1]
     assert "| Trial name" not in run.stdout, "Ray's per-trial table is for --verbose"
-    # The answer: printed as a table that fits the terminal (COLUMNS=100: no line of the search's output is wider,
-    # Ray's included), and logged as ranking.csv: every loss ranked on 3 or 5 confirmation seeds (the race); none
-    # judged on fewer epochs than another.
+    # The answer: printed as a table that fits the terminal (COLUMNS=100: no line of the search's output is
+    # wider, Ray's included), and logged as ranking.csv: every loss ranked on 3 or 5 confirmation seeds (the
+    # race); none judged on fewer epochs than another.
     wide = [line for line in (run.stdout + run.stderr).splitlines() if len(line) > 100]
     assert not wide, wide[:5]
     table = run.stdout[run.stdout.index("digits: which loss wins"):]
     assert "Holm, family-wise 2.5%, margin ±0.5 points" in " ".join(table.split())  # the key wraps at 100
     assert "Best set on validation " in table and "Compute: " in table
-    assert "Noise: moderated (docs/verdicts.md, section 12)" in " ".join(table.split()), "the default noise model"
-    # where to see it: the MLflow UI's runs table (MLflow 3.17 opens the GenAI view without the page's address)
-    assert "MLflow UI: mlflow ui --backend-store-uri sqlite:///mlflow.db\n  then open http://127.0.0.1:5000/#/" \
-           "experiments/1?workflowType=machine_learning" in table, table[-600:]
+    assert "Noise: moderated (docs/verdicts.md, section 12)" in " ".join(table.split()), \
+        "the default noise model"
+    # where to see it: the MLflow UI's runs table (MLflow 3.17 opens the GenAI view without the page's
+    # address)
+    assert "MLflow UI: mlflow ui --backend-store-uri sqlite:///mlflow.db\n  then open " \
+           "http://127.0.0.1:5000/#/experiments/1?workflowType=machine_learning" in table, table[-600:]
     # what it would take to decide the undecided, and how to ask for it (this race cannot take more seeds)
-    assert re.search(r"What would decide the undecided .*a new search with --race --max-seeds \d+ asks for them",
-                     " ".join(table.split())), table[-3000:]
+    assert re.search(r"What would decide the undecided .*a new search with --race --max-seeds \d+ "
+                     r"asks for them", " ".join(table.split())), table[-3000:]
     from mlflow import MlflowClient
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (parent,) = client.search_runs([client.get_experiment_by_name("digits").experiment_id],
                                    "tags.`tune_as.role` = 'search'")
     logged = Path(client.download_artifacts(parent.info.run_id, "ranking.csv", str(tmp_path))).read_text()
-    rows = {cells[1]: cells for cells in csv.reader(logged.splitlines()[1:]) if re.fullmatch(r"\d+=?", cells[0])}
-    for loss, cells in rows.items():  # each row of the answer is in the printed table, its loss first on a line
+    rows = {cells[1]: cells for cells in csv.reader(logged.splitlines()[1:])
+            if re.fullmatch(r"\d+=?", cells[0])}
+    # each row of the answer is in the printed table, its loss first on a line
+    for loss, cells in rows.items():
         assert re.search(rf"^ {re.escape(cells[0])} +{loss} ", table, re.MULTILINE), (loss, table)
     from tune_as.losses import LOSSES
     assert set(rows) == {name for name, cls in LOSSES.items() if "multiclass" in cls.kinds}
-    # every trial completes its epochs; a loss with nothing to tune has one search trial (confirmation brings seeds)
+    # every trial completes its epochs; a loss with nothing to tune has one search trial (confirmation brings
+    # seeds)
     assert all(cells[3] in ("2 (2)", "1 (1)") for cells in rows.values()), rows
     assert rows["softmax"][3] == "1 (1)" and rows["as_softmax"][3] == "2 (2)"
     assert all(cells[5].count("±") == 1 for cells in rows.values()), "test mean ± std over the seeds"

@@ -76,7 +76,8 @@ def log_search(client, exp_id: str, task: str, metric: str, trials: list[Trial],
         n = len(t.val)
         series = {
             f"val_{metric}": t.val,
-            "val_loss": [2.0 - v - 0.01 * (k % 2) for k, v in enumerate(t.val)],  # anti-correlated, not exactly
+            # anti-correlated, not exactly
+            "val_loss": [2.0 - v - 0.01 * (k % 2) for k, v in enumerate(t.val)],
             "masked_ratio": [0.0 if "as_" not in t.loss else 0.1 * k for k in range(1, n + 1)],
             "optimizer_steps": [t.steps * k // n for k in range(1, n + 1)],
             "train_seconds": [t.seconds * k / n for k in range(1, n + 1)],
@@ -102,24 +103,30 @@ def log_search(client, exp_id: str, task: str, metric: str, trials: list[Trial],
 
 # sst5: accuracy. The numbers are chosen so that each selection rule changes the answer when broken.
 SST5 = [
-    # softmax: lr=2e-05 has the single best run (0.55) but mean 0.50 over its two seeds; lr=5e-05 wins on mean.
+    # softmax: lr=2e-05 has the single best run (0.55) but mean 0.50 over its two seeds; lr=5e-05 wins on
+    # mean.
     Trial("softmax", {"lr": "2e-05"}, [0.40, 0.55, 0.50], 0.60, 300, 100.0, seed=0),
     Trial("softmax", {"lr": "2e-05"}, [0.40, 0.45, 0.44], 0.60, 300, 100.0, seed=1),
     Trial("softmax", {"lr": "5e-05"}, [0.45, 0.50, 0.52], 0.49, 300, 100.0, pmargin=True),
     # as_softmax: delta=0.3 has the best TEST metric, delta=0.2 the best validation metric (read from the
     # val_accuracy history: no best_val_accuracy logged); the FAILED run is best on both and must not count.
     Trial("as_softmax", {"loss.delta": "0.1", "warmup_r": "0.1"}, [0.50, 0.60, 0.58], 0.50, 290, 90.0),
-    Trial("as_softmax", {"loss.delta": "0.30000000000000004", "warmup_r": "0.0"}, [0.50, 0.58, 0.57], 0.70,
-          290, 90.0),
+    Trial("as_softmax", {"loss.delta": "0.30000000000000004", "warmup_r": "0.0"}, [0.50, 0.58, 0.57],
+          0.70, 290, 90.0),
     Trial("as_softmax", {"loss.delta": "0.2", "warmup_r": "0.1"}, [0.55, 0.61, 0.60], 0.52, 280, 87.0,
           log_best=False, pmargin=True),
-    Trial("as_softmax", {"loss.delta": "0.5", "warmup_r": "0.1"}, [0.90, 0.95], 0.95, 100, 30.0, status="FAILED"),
-    Trial("as_softmax", {"loss.delta": "0.4", "warmup_r": "0.1"}, [math.nan, math.nan], 0.99, 100, 30.0),  # diverged
+    Trial("as_softmax", {"loss.delta": "0.5", "warmup_r": "0.1"}, [0.90, 0.95], 0.95, 100, 30.0,
+          status="FAILED"),
+    # diverged
+    Trial("as_softmax", {"loss.delta": "0.4", "warmup_r": "0.1"}, [math.nan, math.nan], 0.99, 100, 30.0),
     # as_speed: equal validation metric; the one with fewer optimizer steps wins although it started later.
-    Trial("as_speed", {"loss.delta": "0.3", "loss.lam": "0.5", "loss.max_steps": "2"}, [0.5, 0.57], 0.55, 250, 80.0),
-    Trial("as_speed", {"loss.delta": "0.3", "loss.lam": "1.0", "loss.max_steps": "4"}, [0.5, 0.57], 0.54, 200, 78.0),
+    Trial("as_speed", {"loss.delta": "0.3", "loss.lam": "0.5", "loss.max_steps": "2"}, [0.5, 0.57],
+          0.55, 250, 80.0),
+    Trial("as_speed", {"loss.delta": "0.3", "loss.lam": "1.0", "loss.max_steps": "4"}, [0.5, 0.57],
+          0.54, 200, 78.0),
     # stopped early with the best validation metric of all: it trained fewer epochs and must not win.
-    Trial("as_softmax", {"loss.delta": "0.25", "warmup_r": "0.1"}, [0.70, 0.90], 0.91, 100, 30.0, stopped=True),
+    Trial("as_softmax", {"loss.delta": "0.25", "warmup_r": "0.1"}, [0.70, 0.90], 0.91, 100, 30.0,
+          stopped=True),
     # label_smoothing: every trial stopped early: no result, the tables say so.
     Trial("label_smoothing", {"loss.eps": "0.1"}, [0.30, 0.35], 0.33, 100, 30.0, stopped=True),
     Trial("label_smoothing", {"loss.eps": "0.2"}, [0.30, 0.36], 0.34, 100, 30.0, stopped=True),
@@ -164,7 +171,8 @@ def report(store: Store, tmp_path_factory: pytest.TempPathFactory):
 
     tmp = tmp_path_factory.mktemp("report")
     storage = tmp / "optuna.db"
-    study = optuna.create_study(study_name="sst5-as_softmax", storage=f"sqlite:///{storage}", direction="maximize")
+    study = optuna.create_study(study_name="sst5-as_softmax", storage=f"sqlite:///{storage}",
+                                direction="maximize")
     study.optimize(lambda trial: trial.suggest_float("delta", 0.05, 0.5), n_trials=3)
     return build_report(store.experiments, tmp / "out", store.uri, optuna_storage=storage)
 
@@ -183,7 +191,8 @@ def test_selection_uses_mean_validation_metric_never_test(report, store: Store) 
     assert cells["sst5", "as_softmax"].params["loss.delta"] == "0.2"
     assert cells["sst5", "as_softmax"].n_trials == 4  # the FAILED and the diverged (NaN) run are left out
     assert cells["sst5", "as_softmax"].n_stopped == 1
-    # softmax: repeats of one setting are averaged: lr=5e-05 (0.52) beats lr=2e-05 (mean 0.50, best seed 0.55).
+    # softmax: repeats of one setting are averaged: lr=5e-05 (0.52) beats lr=2e-05 (mean 0.50, best seed
+    # 0.55).
     assert cells["sst5", "softmax"].params["lr"] == "5e-05"
     assert sorted(r.run_id for r in cells["sst5", "softmax"].runs) == [store.runs["softmax:2"]]
     # as_speed: equal validation metric, fewer optimizer steps wins.
@@ -194,10 +203,11 @@ def test_selection_uses_mean_validation_metric_never_test(report, store: Store) 
 @pytest.mark.slow
 def test_tables_rows_and_missing_cells(report) -> None:
     t6 = table(report, "table6")
-    assert list(t6)[:9] == ["softmax", "t_softmax", "sparse_softmax", "sparsemax", "entmax15", "label_smoothing",
-                            "am_softmax", "as_softmax", "as_speed"]
+    assert list(t6)[:9] == ["softmax", "t_softmax", "sparse_softmax", "sparsemax", "entmax15",
+                            "label_smoothing", "am_softmax", "as_softmax", "as_speed"]
     assert list(t6["softmax"]) == ["sst5", "conll2003"]  # the paper's column order
-    assert t6["as_softmax"] == {"sst5": "delta=0.2, warmup_r=0.1 [4 trials, 1 stopped early]", "conll2003": "-"}
+    assert t6["as_softmax"] == {"sst5": "delta=0.2, warmup_r=0.1 [4 trials, 1 stopped early]",
+                                "conll2003": "-"}
     assert t6["label_smoothing"] == {"sst5": "stopped early [2 trials, none completed]", "conll2003": "-"}
     assert t6["softmax"]["sst5"] == "lr=5e-05 [3 trials]"
     assert t6["as_speed"]["sst5"] == "delta=0.3, lam=1, max_steps=4 [2 trials]"
@@ -248,8 +258,9 @@ def test_files_figures_and_report_run(report, store: Store) -> None:
     assert float(selection["sst5", "as_softmax"]["val_mean"]) == pytest.approx(0.61)
     assert json.loads(selection["sst5", "as_speed"]["params"])["loss.lam"] == "1.0"
     pngs = {p.name for p in out.glob("*.png")}
-    assert {"fig1_masked_ratio_sst5.png", "fig2_delta_sst5.png", "fig3_curves_sst5.png", "fig4_pmargin_sst5.png",
-            "fig3_curves_conll2003.png", "optuna_history_sst5-as_softmax.png"} <= pngs
+    assert {"fig1_masked_ratio_sst5.png", "fig2_delta_sst5.png", "fig3_curves_sst5.png",
+            "fig4_pmargin_sst5.png", "fig3_curves_conll2003.png",
+            "optuna_history_sst5-as_softmax.png"} <= pngs
     assert all((out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
     # conll2003 has no AS-Softmax trials: figures 1 and 2 say so instead of drawing empty axes.
     assert any(n.startswith("figure 1 (conll2003): skipped") for n in report.notes)
@@ -259,13 +270,14 @@ def test_files_figures_and_report_run(report, store: Store) -> None:
     run = client.get_run(report.report_run_id)
     assert run.data.tags[ROLE] == ROLE_REPORT
     logged = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
-    assert {"report/table6.csv", "report/selection.csv", "report/fig4_pmargin_sst5.png", "report/report.md"} <= logged
+    assert {"report/table6.csv", "report/selection.csv", "report/fig4_pmargin_sst5.png",
+            "report/report.md"} <= logged
 
 
 @pytest.mark.slow
 def test_cli_prints_tables_and_optuna_note(store: Store, tmp_path: Path, capsys) -> None:
-    rc = main(["--experiment", store.experiments[0], "--tracking-uri", store.uri, "--out", str(tmp_path / "o"),
-               "--optuna-storage", str(tmp_path / "absent.db")])
+    rc = main(["--experiment", store.experiments[0], "--tracking-uri", store.uri, "--out",
+               str(tmp_path / "o"), "--optuna-storage", str(tmp_path / "absent.db")])
     printed = capsys.readouterr().out
     assert rc == 0
     assert "Table 6" in printed and "Table 4" in printed
@@ -277,15 +289,18 @@ BAD_INPUT = [
      "expected an MLflow experiment named 'no-such-experiment'"),
     ("empty experiment", lambda s, tmp: ["--experiment", s.empty, "--tracking-uri", s.uri],
      "expected finished trial runs"),
-    ("unreachable server", lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"http://127.0.0.1:{free_port()}"],
+    ("unreachable server", lambda s, tmp: ["--experiment", "x", "--tracking-uri",
+                                           f"http://127.0.0.1:{free_port()}"],
      "expected a reachable MLflow tracking server"),
     ("unreachable server, password in URI",
      lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"http://alice:s3cret@127.0.0.1:{free_port()}"],
      "expected a reachable MLflow tracking server at http://alice:***@127.0.0.1:"),
     ("unreachable database, password in URI",
-     lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"postgresql+psycopg2://alice:s3cret@127.0.0.1:{free_port()}/m"],
+     lambda s, tmp: ["--experiment", "x", "--tracking-uri",
+                     f"postgresql+psycopg2://alice:s3cret@127.0.0.1:{free_port()}/m"],
      "MLflow tracking URI postgresql+psycopg2://alice:***@127.0.0.1:"),
-    ("missing sqlite file", lambda s, tmp: ["--experiment", "x", "--tracking-uri", f"sqlite:///{tmp}/none.db"],
+    ("missing sqlite file", lambda s, tmp: ["--experiment", "x", "--tracking-uri",
+                                            f"sqlite:///{tmp}/none.db"],
      "expected an MLflow SQLite store"),
     ("negative --confirm", lambda s, tmp: ["--experiment", "x", "--confirm", "-1"],
      "--confirm: expected 0 or at least 2 seeds"),
@@ -332,8 +347,8 @@ def real_search(mlflow_server, ray_local, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("real-search")
     name = f"report-real-{uuid.uuid4().hex[:6]}"
     rc = search(["--task", "digits", "--smoke", "--losses", "softmax,as_softmax", "--trials-per-loss", "2",
-                 "--eval-every-steps", "2", "--no-asha", "--mlflow-uri", mlflow_server.uri, "--experiment", name,
-                 "--storage-path", str(tmp / "results")])
+                 "--eval-every-steps", "2", "--no-asha", "--mlflow-uri", mlflow_server.uri, "--experiment",
+                 name, "--storage-path", str(tmp / "results")])
     assert rc == 0
     return RealSearch(mlflow_server.uri, name, tmp / "results")
 
@@ -357,7 +372,8 @@ def test_report_from_a_real_search(real_search: RealSearch, tmp_path: Path) -> N
     assert t6["softmax"]["digits"] == "defaults [2 trials, mean of 2 runs]"
     test_mean = np.mean([r.data.metrics["test_accuracy"] for r in by_loss["softmax"]])
     assert t2["softmax"]["digits accuracy"] == f"{100 * test_mean:.2f}†"  # not confirmed yet
-    # as_softmax: the selected run is one with the best validation accuracy, and Table 2 shows its test accuracy.
+    # as_softmax: the selected run is one with the best validation accuracy, and Table 2 shows its test
+    # accuracy.
     chosen = report.cells["digits", "as_softmax"].runs[0]
     assert chosen.best_val == max(r.data.metrics["best_val_accuracy"] for r in by_loss["as_softmax"])
     assert t6["as_softmax"]["digits"].startswith(f"delta={float(chosen.params['loss.delta']):.3g}")
@@ -380,7 +396,8 @@ def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch
                           optuna_storage=real_search.storage, placement=placement)
     client = MlflowClient(real_search.uri)
     exp = client.get_experiment_by_name(real_search.experiment)
-    trial_seeds = {r.data.params["seed"] for r in client.search_runs([exp.experiment_id], f"tags.`{ROLE}` = '{ROLE_TRIAL}'")}
+    trial_seeds = {r.data.params["seed"] for r in client.search_runs([exp.experiment_id],
+                                                                     f"tags.`{ROLE}` = '{ROLE_TRIAL}'")}
     confirmations = client.search_runs([exp.experiment_id], f"tags.`{ROLE}` = '{ROLE_CONFIRMATION}'")
     assert len(confirmations) == 4  # 2 losses x 2 seeds
     seeds = {r.data.params["seed"] for r in confirmations}
@@ -407,8 +424,8 @@ def test_confirm_reruns_selected_settings_with_new_seeds(real_search: RealSearch
     assert len(client.search_runs([exp.experiment_id], f"tags.`{ROLE}` = '{ROLE_CONFIRMATION}'")) == 4
 
 
-def run(i: int, lr: str, best: float, stopped: bool = False, *, loss: str = "softmax", seed: int | None = None,
-        test: float = 0.5, params: dict[str, str] | None = None) -> TrialRun:
+def run(i: int, lr: str, best: float, stopped: bool = False, *, loss: str = "softmax",
+        seed: int | None = None, test: float = 0.5, params: dict[str, str] | None = None) -> TrialRun:
     """A TrialRun as the report reads it from MLflow (no server needed for the selection rules)."""
     return TrialRun(f"r{i}", "sst5", loss, {"loss": loss, "lr": lr, "seed": str(i if seed is None else seed),
                                             **(params or {})}, "accuracy", best,
@@ -420,7 +437,8 @@ def test_runs_stopped_early_never_compete_with_completed_ones() -> None:
     """Setting A: one completed seed at 0.80 and one stopped at 0.30; setting B: completed at 0.70; setting C:
     stopped at 0.95. Averaging the stopped run in would pick B (0.55 < 0.70), letting C compete would pick a
     run that trained fewer epochs; among completed runs A wins."""
-    cells = select([run(0, "1e-3", 0.80), run(1, "1e-3", 0.30, True), run(2, "3e-3", 0.70), run(3, "1e-2", 0.95, True)])
+    cells = select([run(0, "1e-3", 0.80), run(1, "1e-3", 0.30, True), run(2, "3e-3", 0.70),
+                    run(3, "1e-2", 0.95, True)])
     cell = cells[("sst5", "softmax")]
     assert cell.params["lr"] == "1e-3" and cell.val == pytest.approx(0.80) and not cell.stopped_early
     assert (cell.n_trials, cell.n_stopped) == (4, 2)
@@ -428,15 +446,19 @@ def test_runs_stopped_early_never_compete_with_completed_ones() -> None:
 
 
 def test_a_cell_whose_runs_were_all_stopped_early_shows_no_number() -> None:
-    cells = select([run(0, "1e-3", 0.4, True), run(1, "3e-3", 0.5, True), run(2, "1e-3", 0.9, loss="as_softmax")])
+    cells = select([run(0, "1e-3", 0.4, True), run(1, "3e-3", 0.5, True),
+                    run(2, "1e-3", 0.9, loss="as_softmax")])
     stopped = cells[("sst5", "softmax")]
-    assert stopped.stopped_early and stopped.params["lr"] == "3e-3"  # the best stopped run, kept for the figures
-    histories = {r.run_id: {"val_loss": [(1, 1.0), (2, 0.5), (3, 0.2)], "val_accuracy": [(1, 0.1), (2, 0.3), (3, 0.6)]}
+    # the best stopped run, kept for the figures
+    assert stopped.stopped_early and stopped.params["lr"] == "3e-3"
+    histories = {r.run_id: {"val_loss": [(1, 1.0), (2, 0.5), (3, 0.2)],
+                            "val_accuracy": [(1, 0.1), (2, 0.3), (3, 0.6)]}
                  for c in cells.values() for r in c.runs}
     rows = {t.name: {row[0]: row[1] for row in t.rows}
             for t in (table6(cells), table2(cells), table3(cells), table4(cells, histories))}
     assert rows["table6"]["softmax"] == "stopped early [2 trials, none completed]"
-    assert rows["table2"]["softmax"] == rows["table3"]["softmax"] == rows["table4"]["softmax"] == "stopped early"
+    assert rows["table2"]["softmax"] == rows["table3"]["softmax"] == rows["table4"]["softmax"] == \
+        "stopped early"
     # as_softmax completed: numbers; and its time is absolute, not relative to a softmax that has no result
     assert rows["table2"]["as_softmax"] == "50.00†" and rows["table3"]["as_softmax"] == "5.0s"
     # confirmation runs that happen to match a stopped cell's setting do not turn it into a result
@@ -452,7 +474,8 @@ def test_table2_shows_confirmed_mean_and_std_and_marks_unconfirmed_cells() -> No
         run(11, "1e-3", 0.81, seed=11, test=0.64),
         run(12, "1e-3", 0.80, seed=11, test=0.66),  # ... and a later run of seed 11 (the report's): it wins
         run(13, "3e-3", 0.70, seed=10, test=0.99),  # another softmax setting: not the selected one
-        run(14, "1e-3", 0.80, seed=10, test=0.99, loss="as_softmax", params={"loss.delta": "0.3"}),  # another δ
+        # another δ
+        run(14, "1e-3", 0.80, seed=10, test=0.99, loss="as_softmax", params={"loss.delta": "0.3"}),
     ]
     cells = with_confirmations(cells, confirmations)
     assert [r.run_id for r in cells["sst5", "softmax"].confirmations] == ["r10", "r12"]
@@ -474,7 +497,8 @@ def test_table2_shows_confirmed_mean_and_std_and_marks_unconfirmed_cells() -> No
 def curves(cells, metric: str = "accuracy") -> dict:
     steps = [(k, float(10 * k)) for k in range(1, 4)]
     return {r.run_id: {"optimizer_steps": steps, f"val_{metric}": [(1, 0.2), (2, 0.4), (3, 0.5)],
-                       "val_loss": [(1, 1.0), (2, 0.6), (3, 0.5)], "masked_ratio": [(1, 0.0), (2, 0.2), (3, 0.4)]}
+                       "val_loss": [(1, 1.0), (2, 0.6), (3, 0.5)],
+                       "masked_ratio": [(1, 0.0), (2, 0.2), (3, 0.4)]}
             for c in cells.values() for r in c.runs}
 
 
@@ -485,7 +509,8 @@ def lines_by_label(drawing: figs.Drawing, ax: int = 0) -> dict:
 def legend_outside(drawing: figs.Drawing) -> bool:
     """Every legend's box starts right of the axes it belongs to: nothing is drawn over the data."""
     legends = [(ax, ax.get_legend()) for ax in drawing.figure.axes if ax.get_legend() is not None]
-    return bool(legends) and all(leg.get_window_extent().x0 >= ax.get_window_extent().x1 for ax, leg in legends)
+    return bool(legends) and all(leg.get_window_extent().x0 >= ax.get_window_extent().x1
+                                 for ax, leg in legends)
 
 
 @pytest.mark.slow
@@ -501,8 +526,8 @@ def test_fig2_draws_stopped_trials_hollow_and_grey(tmp_path: Path) -> None:
 
     for ax in drawing.figure.axes:  # validation and test panels
         done, stopped = ax.collections
-        assert [tuple(p) for p in done.get_offsets()][:1] == [(0.1, pytest.approx(0.80 if ax is drawing.figure.axes[0]
-                                                                                 else 0.5))]
+        assert [tuple(p) for p in done.get_offsets()][:1] == \
+            [(0.1, pytest.approx(0.80 if ax is drawing.figure.axes[0] else 0.5))]
         assert len(done.get_offsets()) == len(stopped.get_offsets()) == 2
         assert tuple(done.get_facecolors()[0]) == to_rgba(figs.style("as_softmax").colour)  # filled
         assert stopped.get_facecolors().size == 0 or stopped.get_facecolors()[0][3] == 0  # hollow
@@ -525,8 +550,10 @@ def test_curve_figures_keep_one_style_per_loss_and_mark_stopped_cells(tmp_path: 
     for drawing in (fig1, fig3):
         lines = lines_by_label(drawing)
         for row in ("softmax", "as_softmax"):  # completed: the loss's colour and marker, filled
-            assert (lines[row].get_color(), lines[row].get_marker()) == (figs.style(row).colour, figs.style(row).marker)
-            assert lines[row].get_markerfacecolor() == lines[row].get_color() and lines[row].get_linestyle() == "-"
+            assert (lines[row].get_color(), lines[row].get_marker()) == \
+                (figs.style(row).colour, figs.style(row).marker)
+            assert lines[row].get_markerfacecolor() == lines[row].get_color() and \
+                lines[row].get_linestyle() == "-"
         speed = lines["as_speed (stopped early)"]  # the stopped cell: same colour, hollow and dashed, named
         assert speed.get_color() == figs.style("as_speed").colour
         assert speed.get_markerfacecolor() == "none" and speed.get_linestyle() == "--"
@@ -536,7 +563,8 @@ def test_curve_figures_keep_one_style_per_loss_and_mark_stopped_cells(tmp_path: 
 
 
 def test_fig4_marks_a_stopped_selected_run(tmp_path: Path) -> None:
-    cells = select([run(0, "1e-3", 0.8, True), run(1, "1e-3", 0.9, loss="as_softmax", params={"loss.delta": "0.2"})])
+    cells = select([run(0, "1e-3", 0.8, True),
+                    run(1, "1e-3", 0.9, loss="as_softmax", params={"loss.delta": "0.2"})])
     margins = {"softmax": np.linspace(-1, 1, 50), "as_softmax": np.linspace(-0.5, 1, 50)}
     drawing = figs.fig4_pmargin("sst5", cells, margins, tmp_path)
     assert isinstance(drawing, figs.Drawing) and drawing.stopped == ("r0",)
@@ -577,7 +605,8 @@ def test_bad_places_and_options_are_one_line_before_any_work(tmp_path: Path, cap
     a_file = tmp_path / "a-file"
     a_file.write_text("not a folder")
     cases = [
-        (["--out", str(a_file / "report")], "error: --out: expected a folder (or a path that can become one)"),
+        (["--out", str(a_file / "report")],
+         "error: --out: expected a folder (or a path that can become one)"),
         (["--out", "/proc/tune_as_report"], "error: --out: expected a writable place"),
         (["--out", str(tmp_path / "out"), "--optuna-storage", str(a_file)],
          "error: --optuna-storage: expected an SQLite database (an Optuna study file) or a folder"),
@@ -591,9 +620,10 @@ def test_bad_places_and_options_are_one_line_before_any_work(tmp_path: Path, cap
 
 
 def test_the_optuna_figure_of_a_multilabel_task_is_its_multilabel_as_softmax_study() -> None:
-    """The report's Optuna history figure draws the study of the task's AS-Softmax row, named by the loss its runs
-    trained: Eq. 18's on a multi-label task, whose row is the paper's as_softmax once selected (the eurlex study's
-    report said 'expected study eurlex-as_softmax' and drew none; a test on hand-keyed cells missed it)."""
+    """The report's Optuna history figure draws the study of the task's AS-Softmax row, named by the loss its
+    runs trained: Eq. 18's on a multi-label task, whose row is the paper's as_softmax once selected (the
+    eurlex study's report said 'expected study eurlex-as_softmax' and drew none; a test on hand-keyed cells
+    missed it)."""
     from tune_as.report.cli import as_softmax_study
 
     eurlex = [dataclasses.replace(r, task="eurlex") for r in (

@@ -15,11 +15,11 @@ from tune_as.search import build_parser, request_from_args, typed_options
 FIELDS = {f.name: f for f in dataclasses.fields(SearchRequest)}
 HINTS = typing.get_type_hints(SearchRequest)
 # What a resume compares, as it was when the hand-kept list became derived: a field added later must choose.
-RESULT_BEFORE = {"task", "noise", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder", "encode_precision",
-                 "max_length", "data_dir", "max_train_samples", "max_eval_samples", "task_args", "search_space", "seed",
-                 "overrides", "eval_every_steps", "grace_period", "reduction_factor", "asha", "asha_scope", "smoke",
-                 "confirm", "confirm_top", "sampler", "warm_start", "race", "max_seeds", "margin", "baseline", "budget",
-                 "seeds_per_trial"}
+RESULT_BEFORE = {"task", "noise", "losses", "trials_per_loss", "max_epochs", "backbone", "encoder",
+                 "encode_precision", "max_length", "data_dir", "max_train_samples", "max_eval_samples",
+                 "task_args", "search_space", "seed", "overrides", "eval_every_steps", "grace_period",
+                 "reduction_factor", "asha", "asha_scope", "smoke", "confirm", "confirm_top", "sampler",
+                 "warm_start", "race", "max_seeds", "margin", "baseline", "budget", "seeds_per_trial"}
 API_ONLY = {"cache_dir", "typed"}  # set by the engine's callers (tests, benchmarks, the CLI itself), no flag
 
 
@@ -34,7 +34,8 @@ def test_every_field_declares_its_help_and_whether_it_changes_results() -> None:
 
 
 def test_a_unit_is_named_in_the_help_a_user_reads() -> None:
-    unnamed = {name: o.unit for name, o in OPTIONS.items() if o.unit and o.unit.removesuffix("s") not in o.help}
+    unnamed = {name: o.unit for name, o in OPTIONS.items()
+               if o.unit and o.unit.removesuffix("s") not in o.help}
     assert not unnamed, f"expected each unit in its option's help, got none for {unnamed}"
 
 
@@ -56,8 +57,10 @@ def test_every_field_is_set_by_its_own_flag(name: str) -> None:
     args = build_parser().parse_args(argv)
     request = request_from_args(args, typed_options(args, argv))
     got, default = getattr(request, name), FIELDS[name].default
-    assert got != default, f"{' '.join(argv)}: expected {name} other than its default {default!r}, got {got!r}"
-    assert request.typed == {name, "task"}, f"{' '.join(argv)}: expected {name} and task typed, got {request.typed}"
+    assert got != default, \
+        f"{' '.join(argv)}: expected {name} other than its default {default!r}, got {got!r}"
+    assert request.typed == {name, "task"}, \
+        f"{' '.join(argv)}: expected {name} and task typed, got {request.typed}"
 
 
 def test_environment_defaults_are_defaults_not_typed_options(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,7 +93,8 @@ def test_a_search_saved_before_the_noise_option_resumes_with_the_rule_it_ran_wit
 
     saved = {f.name: getattr(SearchRequest(task="digits"), f.name) for f in dataclasses.fields(SearchRequest)
              if f.name in RESULT_OPTIONS}
-    saved = {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v) for k, v in saved.items()}
+    saved = {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
+             for k, v in saved.items()}
     old = {k: v for k, v in saved.items() if k != "noise"}
     resumed = SearchRequest(task="", resume=True, name="s")
     assert restore_request(resumed, {"task": "digits", "request": old}, "s").noise == "per-loss"
@@ -98,7 +102,8 @@ def test_a_search_saved_before_the_noise_option_resumes_with_the_rule_it_ran_wit
 
 
 def test_help_groups_every_option_once_and_shows_examples(capsys: pytest.CaptureFixture[str]) -> None:
-    """--help in the groups a user looks for (issue 69), each CLI option in exactly one, and three examples."""
+    """--help in the groups a user looks for (issue 69), each CLI option in exactly one, and three
+    examples."""
     from tune_as.engine.request import HELP_GROUPS
 
     grouped = [name for _, names in HELP_GROUPS for name in names]

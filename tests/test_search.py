@@ -50,9 +50,11 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
     for child in children:
         assert child.info.status == "FINISHED"
         params, metrics = child.data.params, child.data.metrics
-        assert params["task"] == "clinc_oos" and params["backbone"] == "tiny" and len(params["git_commit"]) >= 7
-        for key in ("val_accuracy", "val_loss", "train_loss", "masked_ratio", "optimizer_steps", "samples_seen",
-                    "train_seconds", "test_accuracy", "best_val_accuracy", "accum_steps", "epoch"):
+        assert params["task"] == "clinc_oos" and params["backbone"] == "tiny" and \
+            len(params["git_commit"]) >= 7
+        for key in ("val_accuracy", "val_loss", "train_loss", "masked_ratio", "optimizer_steps",
+                    "samples_seen", "train_seconds", "test_accuracy", "best_val_accuracy", "accum_steps",
+                    "epoch"):
             assert key in metrics, f"{key} missing from {sorted(metrics)}"
         history = client.get_metric_history(child.info.run_id, "val_accuracy")
         assert [m.step for m in history] == [1, 2], "one point per epoch, logged once each"
@@ -63,13 +65,17 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
         else:
             assert "loss.delta" not in params
     # the paper's Table 6 setting was evaluated first, as a warm start
-    first_as = min((c for c in children if c.data.params["loss"] == "as_softmax"), key=lambda c: c.info.start_time)
-    assert float(first_as.data.params["loss.delta"]) == 0.3 and float(first_as.data.params["warmup_r"]) == 0.15
+    first_as = min((c for c in children if c.data.params["loss"] == "as_softmax"),
+                   key=lambda c: c.info.start_time)
+    assert float(first_as.data.params["loss.delta"]) == 0.3 and \
+        float(first_as.data.params["warmup_r"]) == 0.15
     # seeds vary for a loss with nothing to tune (so both losses are best-of-3)
-    assert sorted(c.data.params["seed"] for c in children if c.data.params["loss"] == "softmax") == ["0", "1", "2"]
+    assert sorted(c.data.params["seed"] for c in children if c.data.params["loss"] == "softmax") == \
+        ["0", "1", "2"]
     # the Optuna study is in a database optuna-dashboard can open
     (search_dir,) = (tmp_path / "results").iterdir()
-    study = optuna.load_study(study_name="clinc_oos-as_softmax", storage=f"sqlite:///{search_dir / 'optuna.db'}")
+    study = optuna.load_study(study_name="clinc_oos-as_softmax",
+                              storage=f"sqlite:///{search_dir / 'optuna.db'}")
     assert len(study.trials) == 3 and all(t.state.name == "COMPLETE" for t in study.trials)
     assert study.metric_names == ["best_val_accuracy"]  # the objective is named in optuna-dashboard
 
@@ -86,8 +92,8 @@ losses:
 
 
 def test_asha_stops_bad_trials_early(tmp_path: Path, mlflow_server, ray_local) -> None:
-    """Sequential trials, half of which cannot learn (lr=1e-7): ASHA must cut some at the first rung. The space has
-    2 settings, so the search runs each once (a repeat would be the same run), then ends."""
+    """Sequential trials, half of which cannot learn (lr=1e-7): ASHA must cut some at the first rung. The
+    space has 2 settings, so the search runs each once (a repeat would be the same run), then ends."""
     space = tmp_path / "digits.yaml"
     space.write_text(ASHA_SPACE)
     run_search(SearchRequest(
@@ -95,7 +101,8 @@ def test_asha_stops_bad_trials_early(tmp_path: Path, mlflow_server, ray_local) -
         experiment="e2e-asha", cache_dir=tmp_path / "cache", max_concurrent=1, grace_period=1.0,
         reduction_factor=2.0, verbose=0, seed=3))
     _, children = _runs(mlflow_server.uri, "e2e-asha")
-    assert sorted(float(c.data.params["lr"]) for c in children) == [1e-7, 3e-3], "each setting once, not 6 trials"
+    assert sorted(float(c.data.params["lr"]) for c in children) == [1e-7, 3e-3], \
+        "each setting once, not 6 trials"
     stopped = [c for c in children if c.data.tags.get("tune_as.stopped_early") == "true"]
     full = [c for c in children if "tune_as.stopped_early" not in c.data.tags]
     assert stopped, "ASHA stopped no trial"
@@ -143,10 +150,11 @@ losses:
 """
 
 
-def test_early_stopping_is_per_loss_and_confirm_ranks_on_new_seeds(tmp_path: Path, mlflow_server, ray_local) -> None:
-    """label_smoothing at lr 3e-4 learns slower in its first epoch than softmax at 3e-3: one ASHA for both would
-    stop it; per loss it is compared only with its own trials, and its hopeless lr (1e-7) is still stopped.
-    Then --confirm 2 re-runs each loss's selected setting with 2 new seeds and ranks on them."""
+def test_early_stopping_is_per_loss_and_confirm_ranks_on_new_seeds(tmp_path: Path, mlflow_server,
+                                                                   ray_local) -> None:
+    """label_smoothing at lr 3e-4 learns slower in its first epoch than softmax at 3e-3: one ASHA for both
+    would stop it; per loss it is compared only with its own trials, and its hopeless lr (1e-7) is still
+    stopped. Then --confirm 2 re-runs each loss's selected setting with 2 new seeds and ranks on them."""
     space = tmp_path / "digits.yaml"
     space.write_text(PER_LOSS_SPACE)
     outcome = run_search(SearchRequest(
@@ -159,24 +167,30 @@ def test_early_stopping_is_per_loss_and_confirm_ranks_on_new_seeds(tmp_path: Pat
     assert len(slow) == 2 and set(stopped) == {3e-4, 1e-7}, stopped  # 2 settings: each once, not 4 trials
     for c in slow:
         was_stopped = c.data.tags.get("tune_as.stopped_early") == "true"
-        assert was_stopped == (float(c.data.params["lr"]) == 1e-7), (c.data.params["lr"], c.data.metrics["epoch"])
+        assert was_stopped == (float(c.data.params["lr"]) == 1e-7), \
+            (c.data.params["lr"], c.data.metrics["epoch"])
     client = MlflowClient(mlflow_server.uri)
     exp = client.get_experiment_by_name("e2e-per-loss")
     confirmations = client.search_runs([exp.experiment_id], "tags.`tune_as.role` = 'confirmation'")
-    assert sorted(c.data.tags["tune_as.loss"] for c in confirmations) == ["label_smoothing"] * 2 + ["softmax"] * 2
-    assert {c.data.params["lr"] for c in confirmations if c.data.tags["tune_as.loss"] == "label_smoothing"} == {"0.0003"}
+    assert sorted(c.data.tags["tune_as.loss"] for c in confirmations) == \
+        ["label_smoothing"] * 2 + ["softmax"] * 2
+    assert {c.data.params["lr"] for c in confirmations
+            if c.data.tags["tune_as.loss"] == "label_smoothing"} == {"0.0003"}
     trial_seeds = {c.data.params["seed"] for c in children}
     assert not trial_seeds & {c.data.params["seed"] for c in confirmations}, "confirmation seeds must be new"
     rows = {row.loss: row for row in outcome.rows}
     assert rows["label_smoothing"].confirmed and len(rows["label_smoothing"].test) == 2
     verdict = unmarked(rows["label_smoothing"].verdict)  # the step-down mark is an annotation
-    assert rows["label_smoothing"].diff and (verdict in ("win", "loss", "equivalent") or verdict == "undecided (2 seeds)")
+    assert rows["label_smoothing"].diff and (verdict in ("win", "loss", "equivalent")
+                                             or verdict == "undecided (2 seeds)")
     parents, _ = _runs(mlflow_server.uri, "e2e-per-loss")
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"ranking.md", "ranking.csv"} <= artifacts
-    # what it cost: every trial's epochs (stopped ones at their rung), the confirmations' in full, on the parent too
+    # what it cost: every trial's epochs (stopped ones at their rung), the confirmations' in full, on the
+    # parent too
     c = outcome.compute
-    # softmax has nothing to tune: one search trial (confirmation brings its seeds); label_smoothing one per setting
+    # softmax has nothing to tune: one search trial (confirmation brings its seeds); label_smoothing one per
+    # setting
     assert (c.search_trials, c.confirm_trials) == (3, 4) and c.confirm_epochs == 4 * 3
     assert c.search_epochs == sum(float(ch.data.metrics["epoch"]) for ch in children) < 3 * 3
     assert "label_smoothing: 2 search trials, every setting of its space once" in outcome.markdown
@@ -196,7 +210,8 @@ losses:
 def test_a_loss_with_its_own_epochs_is_judged_complete_at_its_own_epochs(tmp_path: Path, mlflow_server,
                                                                           ray_local) -> None:
     """A loss that trains 1 epoch where the others train 2 completed its trials: it is not "stopped early",
-    it has a result, and its runs say so in MLflow (the bug: every trial was judged against the base epochs)."""
+    it has a result, and its runs say so in MLflow (the bug: every trial was judged against the base
+    epochs)."""
     space = tmp_path / "digits.yaml"
     space.write_text(OWN_EPOCHS_SPACE)
     outcome = run_search(SearchRequest(
@@ -225,16 +240,16 @@ losses:
 
 def test_a_race_within_a_budget_runs_whole_rounds_and_says_what_it_spent(tmp_path: Path, mlflow_server,
                                                                           ray_local) -> None:
-    """--race with --budget: losses with nothing to tune get one search trial each (2 epochs); round 1 (3 seeds x 2
-    losses = 6 epochs) fits a budget of 8, round 2 (2 more seeds each: 4 epochs) does not, so the race stops after
-    round 1 (its last look, fixed by the budget before the first seed) and the answer says so; every verdict is
-    one of the four words."""
+    """--race with --budget: losses with nothing to tune get one search trial each (2 epochs); round 1 (3
+    seeds x 2 losses = 6 epochs) fits a budget of 8, round 2 (2 more seeds each: 4 epochs) does not, so the
+    race stops after round 1 (its last look, fixed by the budget before the first seed) and the answer says
+    so; every verdict is one of the four words."""
     space = tmp_path / "digits.yaml"
     space.write_text(RACE_SPACE)
     outcome = run_search(SearchRequest(
         task="digits", search_space=space, storage_path=tmp_path / "results", mlflow_uri=mlflow_server.uri,
-        experiment="e2e-race", cache_dir=tmp_path / "cache", max_concurrent=2, verbose=0, race=True, max_seeds=5,
-        budget=8.0, max_train_samples=300, max_eval_samples=100))
+        experiment="e2e-race", cache_dir=tmp_path / "cache", max_concurrent=2, verbose=0, race=True,
+        max_seeds=5, budget=8.0, max_train_samples=300, max_eval_samples=100))
     c = outcome.compute
     assert (c.search_trials, c.search_epochs) == (2, 2.0), "one search trial per loss with nothing to tune"
     assert c.confirm_trials == 6 and c.search_epochs + c.confirm_epochs <= 8.0
@@ -251,15 +266,16 @@ def test_a_race_within_a_budget_runs_whole_rounds_and_says_what_it_spent(tmp_pat
 @pytest.mark.slow
 def test_format_json_puts_the_answer_alone_on_stdout(tmp_path: Path, mlflow_server, ray_local,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """`--format json | jq`: the answer is the whole of stdout, valid JSON; the banner, progress, notes, the compute
-    line and MLflow's address go to stderr (issue 69: ~41 lines shared stdout with it)."""
+    """`--format json | jq`: the answer is the whole of stdout, valid JSON; the banner, progress, notes, the
+    compute line and MLflow's address go to stderr (issue 69: ~41 lines shared stdout with it)."""
     import json
 
     from tune_as.search import main
 
-    code = main(["--task", "digits", "--losses", "softmax,sparsemax", "--trials-per-loss", "1", "--max-epochs", "1",
-                 "--confirm", "2", "--max-train-samples", "300", "--format", "json", "--mlflow-uri", mlflow_server.uri,
-                 "--storage-path", str(tmp_path / "results"), "--experiment", "e2e-json"])
+    code = main(["--task", "digits", "--losses", "softmax,sparsemax", "--trials-per-loss", "1",
+                 "--max-epochs", "1", "--confirm", "2", "--max-train-samples", "300", "--format", "json",
+                 "--mlflow-uri", mlflow_server.uri, "--storage-path", str(tmp_path / "results"),
+                 "--experiment", "e2e-json"])
     out, err = capsys.readouterr()
     assert code == 0, err[-3000:]
     answer = json.loads(out)

@@ -1,6 +1,6 @@
-"""The search folder (`<storage-path>/<name>`) on real file systems: a disk that fills up under a running search
-(a real tmpfs), and a folder copied elsewhere and resumed there. The CLI runs as a subprocess with its own local
-Ray (tests/test_reliability.py's helpers); the task is `digits`, one trial of one epoch per loss."""
+"""The search folder (`<storage-path>/<name>`) on real file systems: a disk that fills up under a running
+search (a real tmpfs), and a folder copied elsewhere and resumed there. The CLI runs as a subprocess with its
+own local Ray (tests/test_reliability.py's helpers); the task is `digits`, one trial of one epoch per loss."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def fill(folder: Path) -> Path:
 
 def test_a_disk_that_fills_up_under_the_search_ends_it_with_one_line_and_it_resumes(
         tmp_path: Path, mlflow_server, ray_head: str) -> None:
-    """The first report of the search is held (tests/faults.py) while the test fills the storage path's tmpfs; the
-    trial's next checkpoint then meets ENOSPC. The search ends at once: one error line naming the cause and the
-    folder, the resume line, every run KILLED, exit 5, no traceback; freed, the resume line's search completes."""
+    """The first report of the search is held (tests/faults.py) while the test fills the storage path's tmpfs;
+    the trial's next checkpoint then meets ENOSPC. The search ends at once: one error line naming the cause
+    and the folder, the resume line, every run KILLED, exit 5, no traceback; freed, the resume line's search
+    completes."""
     faults, go = tmp_path / "faults", tmp_path / "go"
     faults.mkdir()
     space = write_space(tmp_path, trials=1, epochs=1)
@@ -63,7 +64,8 @@ def test_a_disk_that_fills_up_under_the_search_ends_it_with_one_line_and_it_resu
         args = ["--storage-path", str(disk), "--experiment", "rel-full", "--name", "digits-full",
                 "--max-concurrent", "1", "--no-asha", "--eval-every-steps", "4", "--checkpoint-interval", "0"]
         proc = start_cli(tmp_path, mlflow_server.uri, ["--search-space", str(space), *args],
-                         env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_HOLD_UNTIL": str(go)}, address=ray_head)
+                         env={"TUNE_AS_FAULT_DIR": str(faults), "TUNE_AS_HOLD_UNTIL": str(go)},
+                         address=ray_head)
         wait_for(lambda: (faults / "holding").exists() or proc.poll() is not None, 240, "the first report")
         filler = fill(disk)
         go.touch()
@@ -76,7 +78,8 @@ def test_a_disk_that_fills_up_under_the_search_ends_it_with_one_line_and_it_resu
         assert "Traceback" not in out and "Trial task failed" not in out, out[-3000:]
         parents, children = runs(mlflow_server.uri, "rel-full")
         assert [p.info.status for p in parents] == ["KILLED"]
-        assert children and all(c.info.status == "KILLED" for c in children), [c.info.status for c in children]
+        assert children and all(c.info.status == "KILLED" for c in children), \
+            [c.info.status for c in children]
 
         filler.unlink()
         code, out = finish(start_cli(tmp_path, mlflow_server.uri, ["--resume", *args[:6]], address=ray_head))
@@ -96,26 +99,26 @@ def contents(folder: Path) -> dict[str, tuple[int, str]]:
 def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
         tmp_path: Path, mlflow_server, capsys: pytest.CaptureFixture[str], ray_head: str) -> None:
     """A finished search and its SQLite store, both copied elsewhere, get its confirmation there (`--resume
-    --confirm 2 --mlflow-uri <the copied store>`): it completes, and not one file of the original folder or store
-    changes (root ignores a read-only mode, so mtimes and bytes are compared). A store that does not hold the
-    search's runs is refused in one line, exit 2. An unfinished copy is refused in one line, exit 2: Ray Tune's
-    pickled state names the original folder, and Ray would train its remaining trials there. A new search of the
-    same name in a third folder, tracked in the copied store, is refused in one line, exit 2."""
+    --confirm 2 --mlflow-uri <the copied store>`): it completes, and not one file of the original folder or
+    store changes (root ignores a read-only mode, so mtimes and bytes are compared). A store that does not
+    hold the search's runs is refused in one line, exit 2. An unfinished copy is refused in one line, exit 2:
+    Ray Tune's pickled state names the original folder, and Ray would train its remaining trials there. A new
+    search of the same name in a third folder, tracked in the copied store, is refused in one line, exit 2."""
     space = write_space(tmp_path, trials=1, epochs=1)
     name, first, second = "digits-copy", tmp_path / "first", tmp_path / "second"
     first_db, second_db = tmp_path / "stores" / "first.db", tmp_path / "moved" / "second.db"
     first_db.parent.mkdir()
     code, out = finish(start_cli(tmp_path, f"sqlite:///{first_db}", [
-        "--search-space", str(space), "--experiment", "rel-copy", "--name", name, "--storage-path", str(first),
-        "--max-concurrent", "1", "--no-asha"], address=ray_head))
+        "--search-space", str(space), "--experiment", "rel-copy", "--name", name, "--storage-path",
+        str(first), "--max-concurrent", "1", "--no-asha"], address=ray_head))
     assert code == 0, out[-3000:]
     shutil.copytree(first, second, symlinks=True)
     shutil.copytree(first_db.parent, second_db.parent)
     (second_db.parent / "first.db").rename(second_db)
     original = contents(first), contents(first_db.parent)
 
-    # the session's server holds no run of this search: not its store (refused as the resume's plan is made, before
-    # Ray: the CLI's main in this process)
+    # the session's server holds no run of this search: not its store (refused as the resume's plan is made,
+    # before Ray: the CLI's main in this process)
     capsys.readouterr()
     assert search(["--resume", "--name", name, "--storage-path", str(second), "--confirm", "2",
                    "--mlflow-uri", mlflow_server.uri]) == 2
@@ -128,22 +131,25 @@ def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
     assert code == 0, out[-3000:]
     assert "Confirmation round 1: 4 runs of 2 losses" in out, out[-3000:]
     assert len(list(round_dir(second / name).glob("*/checkpoint_*"))) == 4
-    assert (contents(first), contents(first_db.parent)) == original, "resuming the copy wrote into the original"
+    assert (contents(first), contents(first_db.parent)) == original, \
+        "resuming the copy wrote into the original"
     parents, trials = runs(f"sqlite:///{second_db}", "rel-copy")
     assert [p.info.status for p in parents] == ["FINISHED"] and len(trials) == 2
     client = MlflowClient(f"sqlite:///{second_db}")
-    confirmations = client.search_runs([parents[0].info.experiment_id], "tags.`tune_as.role` = 'confirmation'")
+    confirmations = client.search_runs([parents[0].info.experiment_id],
+                                       "tags.`tune_as.role` = 'confirmation'")
     assert len(confirmations) == 4 and all(r.info.status == "FINISHED" for r in confirmations)
 
     # a new search under the name the store holds already (another storage path) would add its runs to that
     # search's parent run: refused in one line, exit 2, before its folder is made
     third = tmp_path / "third"
     code, out = finish(start_cli(tmp_path, f"sqlite:///{second_db}", [
-        "--search-space", str(space), "--experiment", "rel-copy", "--name", name, "--storage-path", str(third),
-        "--max-concurrent", "1", "--no-asha"], address=ray_head))
+        "--search-space", str(space), "--experiment", "rel-copy", "--name", name, "--storage-path",
+        str(third), "--max-concurrent", "1", "--no-asha"], address=ray_head))
     assert code == 2 and "Traceback" not in out, out[-3000:]
     (line,) = [x for x in out.splitlines() if x.startswith("error:")]
-    assert line.startswith("error: --name: expected a new search name, but MLflow experiment 'rel-copy'"), line
+    assert line.startswith("error: --name: expected a new search name, but MLflow experiment 'rel-copy'"), \
+        line
     assert not (third / name).exists()
 
     state = second / name / "tune_as_search.json"
@@ -151,5 +157,6 @@ def test_a_copied_search_resumes_in_the_copy_and_never_writes_to_the_original(
     assert search(["--resume", "--name", name, "--storage-path", str(second),
                    "--mlflow-uri", f"sqlite:///{second_db}"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: --resume: ") and f"started, {first / name}, got {second / name}" in line, line
+    assert line.startswith("error: --resume: ") and f"started, {first / name}, got {second / name}" in line, \
+        line
     assert (contents(first), contents(first_db.parent)) == original

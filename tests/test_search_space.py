@@ -57,7 +57,8 @@ def test_paper_settings_match_table6() -> None:
     assert clinc.losses["as_softmax"].paper == {"delta": 0.3, "warmup_r": 0.15}
     assert clinc.losses["as_speed"].paper == {"delta": 0.3, "warmup_r": 0.15, "lam": 0.5, "max_steps": 5}
     assert clinc.fixed == {"epochs": 10, "batch_size": 32, "lr": 2e-5, "max_length": 64}
-    assert load_search_space(SPACES_DIR / "sst5.yaml", "multiclass").losses["am_softmax"].paper == {"s": 10, "m": 0.3}
+    assert load_search_space(SPACES_DIR / "sst5.yaml", "multiclass").losses["am_softmax"].paper == \
+        {"s": 10, "m": 0.3}
 
 
 def test_param_names_route_to_trainer_or_loss() -> None:
@@ -78,10 +79,12 @@ BAD = [
     ("unknown top key", GOOD + "colour: red\n", "unknown key(s) ['colour']"),
     ("unknown loss", GOOD.replace("as_softmax", "nosuchloss"), "losses.nosuchloss: unknown loss"),
     ("delta above 1", GOOD.replace("high: 0.5", "high: 1.5"), "losses.as_softmax.params.delta"),
-    ("low above high", GOOD.replace("low: 0.1", "low: 0.6"), "params.delta: invalid float distribution: `low <= high`"),
+    ("low above high", GOOD.replace("low: 0.1", "low: 0.6"),
+     "params.delta: invalid float distribution: `low <= high`"),
     ("wrong type", GOOD.replace("low: 0.1", "low: high"), "params.delta.low: expected a float, got 'high'"),
     ("unknown param", GOOD.replace("delta:", "gamma:"), "unknown parameter(s) ['gamma']"),
-    ("negative lambda", "task: sst5\nlosses:\n  as_speed:\n    params:\n      lam: {type: float, low: -1.0, high: 1.0}\n",
+    ("negative lambda",
+     "task: sst5\nlosses:\n  as_speed:\n    params:\n      lam: {type: float, low: -1.0, high: 1.0}\n",
      "losses.as_speed.params.lam"),
     ("s below 1", "task: sst5\nlosses:\n  as_speed:\n    fixed: {max_steps: 0}\n", "losses.as_speed.fixed"),
     ("bad dist type", GOOD.replace("type: float", "type: gaussian"),
@@ -89,7 +92,8 @@ BAD = [
     ("no losses", "task: sst5\nlosses: {}\n", "expected at least one loss"),
     ("trials not int", GOOD + "trials_per_loss: many\n", "trials_per_loss: expected an integer, got 'many'"),
     ("loss of wrong kind", "task: sst5\nlosses:\n  bce: {}\n", "does not apply to multiclass tasks"),
-    ("bad trial setting", "task: sst5\nfixed: {epochs: -1}\nlosses:\n  softmax: {}\n", "fixed: epochs: expected a number > 0, got -1.0"),
+    ("bad trial setting", "task: sst5\nfixed: {epochs: -1}\nlosses:\n  softmax: {}\n",
+     "fixed: epochs: expected a number > 0, got -1.0"),
 ]
 
 
@@ -123,7 +127,8 @@ def _one_param(loss: str, name: str, spec: str) -> str:
     return f"task: sst5\nlosses:\n  {loss}:\n    params:\n      {name}: {{{spec}}}\n"
 
 
-# Each of these loaded cleanly before optuna judged distributions at load time, and failed in the running search.
+# Each of these loaded cleanly before optuna judged distributions at load time, and failed in the running
+# search.
 DISTRIBUTION_ERRORS = [
     ("type not a name", "as_softmax", "delta", "type: [float], low: 0.1, high: 0.5",
      "params.delta.type: expected one of ['categorical', 'float', 'int'], got ['float']"),
@@ -136,13 +141,14 @@ DISTRIBUTION_ERRORS = [
     ("zero step", "as_softmax", "delta", "type: float, low: 0.1, high: 0.5, step: 0",
      "params.delta: invalid float distribution: `step > 0` must hold"),
     ("step not dividing the range", "as_softmax", "delta", "type: float, low: 0.1, high: 0.5, step: 0.3",
-     "params.delta: invalid float distribution: The distribution is specified by [0.1, 0.5] and step=0.3, but the "
-     "range is not divisible by `step`."),
+     "params.delta: invalid float distribution: The distribution is specified by [0.1, 0.5] and step=0.3, "
+     "but the range is not divisible by `step`."),
     ("log not a bool", "as_softmax", "delta", "type: float, low: 0.1, high: 0.5, log: maybe",
      "params.delta.log: expected true or false, got 'maybe'"),
     ("infinite bound", "as_softmax", "delta", "type: float, low: 0.1, high: .inf",
      "params.delta.high: expected a finite number, got inf"),
-    ("missing bound", "as_softmax", "delta", "type: float, low: 0.1", "params.delta.high: expected a float, got None"),
+    ("missing bound", "as_softmax", "delta", "type: float, low: 0.1",
+     "params.delta.high: expected a float, got None"),
     ("choices not a list", "as_softmax", "delta", "type: categorical, choices: 0.3",
      "params.delta.choices: expected a list of values, got 0.3"),
     ("no choices", "as_softmax", "delta", "type: categorical, choices: []",
@@ -219,8 +225,8 @@ losses:
 
 def test_a_name_both_searched_and_fixed_is_refused(tmp_path: Path) -> None:
     text = GOOD + "    fixed: {delta: 0.3}\n"
-    assert "losses.as_softmax.fixed: expected each name in params or in fixed, got ['delta'] in both" in _error(
-        tmp_path, text)
+    assert "losses.as_softmax.fixed: expected each name in params or in fixed, got ['delta'] " \
+           "in both" in _error(tmp_path, text)
 
 
 def test_numbers_yaml_reads_as_strings_are_numbers(tmp_path: Path) -> None:
@@ -249,18 +255,24 @@ losses:
 WRONG_TYPES = [
     ("fixed: {lr: fast}", "softmax: {}", "fixed.lr: expected a float, got 'fast'"),
     ("fixed: {batch_size: 3.5}", "softmax: {}", "fixed.batch_size: expected an integer, got 3.5"),
-    ("fixed: {skip_masked_rows: maybe}", "softmax: {}", "fixed.skip_masked_rows: expected true or false, got 'maybe'"),
+    ("fixed: {skip_masked_rows: maybe}", "softmax: {}",
+     "fixed.skip_masked_rows: expected true or false, got 'maybe'"),
     ("fixed: {eval_every_steps: often}", "softmax: {}",
      "fixed.eval_every_steps: expected an integer or none, got 'often'"),
     ("fixed: {precision: 16}", "softmax: {}", "fixed.precision: expected a string, got 16"),
-    ("", "as_speed: {fixed: {max_steps: 2.5}}", "losses.as_speed.fixed.max_steps: expected an integer, got 2.5"),
-    ("", "taylor_softmax: {paper: {n: two}}", "losses.taylor_softmax.paper.n: expected an integer, got 'two'"),
-    ("", "as_softmax: {fixed: {warmup_r: soon}}", "losses.as_softmax.fixed.warmup_r: expected a float, got 'soon'"),
+    ("", "as_speed: {fixed: {max_steps: 2.5}}",
+     "losses.as_speed.fixed.max_steps: expected an integer, got 2.5"),
+    ("", "taylor_softmax: {paper: {n: two}}",
+     "losses.taylor_softmax.paper.n: expected an integer, got 'two'"),
+    ("", "as_softmax: {fixed: {warmup_r: soon}}",
+     "losses.as_softmax.fixed.warmup_r: expected a float, got 'soon'"),
 ]
 
 
-@pytest.mark.parametrize(("top", "loss", "message"), WRONG_TYPES, ids=[w[2].split(":")[0] for w in WRONG_TYPES])
-def test_a_value_of_the_wrong_type_names_key_and_type(tmp_path: Path, top: str, loss: str, message: str) -> None:
+@pytest.mark.parametrize(("top", "loss", "message"), WRONG_TYPES,
+                         ids=[w[2].split(":")[0] for w in WRONG_TYPES])
+def test_a_value_of_the_wrong_type_names_key_and_type(tmp_path: Path, top: str, loss: str,
+                                                      message: str) -> None:
     assert message in _error(tmp_path, f"task: sst5\n{top}\nlosses:\n  {loss}\n")
 
 
@@ -269,7 +281,8 @@ BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
 
 
 def test_alias_bomb_is_refused_fast_in_one_short_line(tmp_path: Path) -> None:
-    """Nine levels of nine aliases (~400 bytes) expand to 387 million strings; the loader never expands them."""
+    """Nine levels of nine aliases (~400 bytes) expand to 387 million strings; the loader never expands
+    them."""
     start = time.perf_counter()
     message = _error(tmp_path, BOMB)
     assert "invalid YAML at line 2, column 8: expected no aliases (write each value out), got *a" in message
@@ -278,18 +291,24 @@ def test_alias_bomb_is_refused_fast_in_one_short_line(tmp_path: Path) -> None:
 
 FILE_SHAPES = [
     ("empty", "", "top level: expected a mapping with task and losses, got an empty file"),
-    ("only comments", "# a search space\n", "top level: expected a mapping with task and losses, got an empty file"),
+    ("only comments", "# a search space\n",
+     "top level: expected a mapping with task and losses, got an empty file"),
     ("a list", "- softmax\n", "top level: expected a mapping with task and losses, got list ['softmax']"),
     ("a scalar", "clinc_oos\n", "top level: expected a mapping with task and losses, got str 'clinc_oos'"),
-    ("duplicate key", GOOD + "task: sst2\n", "invalid YAML at line 7, column 1: expected each key once, got 'task' twice"),
-    ("duplicate nested key", GOOD.replace("high: 0.5", "high: 0.5, low: 0.2"), "expected each key once, got 'low' twice"),
-    ("a key that is not a name", "task: sst5\nlosses:\n  softmax: {}\n  1: {}\n", "losses: expected names as keys, got int 1"),
-    ("deep nesting", "[" * 20_000 + "]" * 20_000, "invalid YAML: expected a few levels of nesting, got too many"),
+    ("duplicate key", GOOD + "task: sst2\n",
+     "invalid YAML at line 7, column 1: expected each key once, got 'task' twice"),
+    ("duplicate nested key", GOOD.replace("high: 0.5", "high: 0.5, low: 0.2"),
+     "expected each key once, got 'low' twice"),
+    ("a key that is not a name", "task: sst5\nlosses:\n  softmax: {}\n  1: {}\n",
+     "losses: expected names as keys, got int 1"),
+    ("deep nesting", "[" * 20_000 + "]" * 20_000,
+     "invalid YAML: expected a few levels of nesting, got too many"),
 ]
 
 
 @pytest.mark.parametrize(("label", "text", "message"), FILE_SHAPES, ids=[f[0] for f in FILE_SHAPES])
-def test_a_file_of_the_wrong_shape_gets_one_clear_line(tmp_path: Path, label: str, text: str, message: str) -> None:
+def test_a_file_of_the_wrong_shape_gets_one_clear_line(tmp_path: Path, label: str, text: str,
+                                                       message: str) -> None:
     assert message in _error(tmp_path, text)
 
 
@@ -329,14 +348,15 @@ def test_set_keys_are_the_trial_settings_without_their_own_option() -> None:
     assert {"lr", "batch_size", "warmup_r", "precision"} <= OVERRIDE_KEYS
     # one way in: a setting with its own flag is refused by --set, which names the flag (the flags themselves:
     # tests/test_request.py)
-    assert {"backbone", "encoder", "encode_precision", "data_dir", "max_train_samples", "max_eval_samples", "seed",
-            "epochs", "max_length", "eval_every_steps"} == set(OWN_OPTIONS)
+    assert {"backbone", "encoder", "encode_precision", "data_dir", "max_train_samples", "max_eval_samples",
+            "seed", "epochs", "max_length", "eval_every_steps"} == set(OWN_OPTIONS)
 
 
 def test_set_values_are_typed_by_trial_config() -> None:
     assert parse_overrides(["lr=2e-5"]) == {"lr": "2e-5"}, "split only: typed once, by check_overrides"
     got = _set(["lr=2e-5", "batch_size = 16", "skip_masked_rows=true", "precision=fp32", "max_grad_norm=1"])
-    assert got == {"lr": 2e-5, "batch_size": 16, "skip_masked_rows": True, "precision": "fp32", "max_grad_norm": 1.0}
+    assert got == {"lr": 2e-5, "batch_size": 16, "skip_masked_rows": True, "precision": "fp32",
+                   "max_grad_norm": 1.0}
     assert [type(got[k]) for k in ("batch_size", "max_grad_norm")] == [int, float]
     assert _set([]) == {}
 
@@ -352,7 +372,8 @@ def test_set_float_round_trips_its_repr(x: float) -> None:
 
 
 @pytest.mark.parametrize(("item", "message"), [
-    ("max_grad_norm=0", "max_grad_norm: expected a number > 0"), ("batch_size=0", "batch_size: expected an integer"),
+    ("max_grad_norm=0", "max_grad_norm: expected a number > 0"),
+    ("batch_size=0", "batch_size: expected an integer"),
     ("weight_decay=-0.1", "weight_decay: expected a number >= 0"), ("lr=inf", "lr: expected a finite number"),
     ("lr=nan", "lr: expected a finite number")])
 def test_set_refuses_settings_the_trainer_cannot_use(item: str, message: str) -> None:
@@ -394,17 +415,20 @@ def test_with_overrides_sets_the_shared_fixed_settings() -> None:
     assert faster.losses == clinc.losses
     assert faster.fingerprint() != clinc.fingerprint()
     assert clinc.with_overrides({}).fingerprint() == clinc.fingerprint()
-    assert clinc.with_overrides({"lr": 2e-5}).fingerprint() == clinc.fingerprint(), "the file's own value: same space"
+    assert clinc.with_overrides({"lr": 2e-5}).fingerprint() == clinc.fingerprint(), \
+        "the file's own value: same space"
 
 
 def test_with_overrides_pins_a_setting_a_loss_searches() -> None:
-    """--set warmup_r=0 must reach every trial: as_softmax stops searching warmup_r instead of ignoring --set."""
+    """--set warmup_r=0 must reach every trial: as_softmax stops searching warmup_r instead of ignoring
+    --set."""
     clinc = load_search_space(SPACES_DIR / "clinc_oos.yaml", "multiclass")
     pinned = clinc.with_overrides({"warmup_r": 0.0})
     for loss in ("as_softmax", "as_speed"):
         assert "warmup_r" in [d.name for d in clinc.losses[loss].params]
         assert "warmup_r" not in [d.name for d in pinned.losses[loss].params]
-        assert "warmup_r" not in (pinned.losses[loss].paper or {}) and "warmup_r" not in pinned.losses[loss].fixed
+        assert "warmup_r" not in (pinned.losses[loss].paper or {}) and \
+            "warmup_r" not in pinned.losses[loss].fixed
     assert pinned.losses["as_softmax"].paper == {"delta": 0.3}
     assert pinned.overrides["warmup_r"] == 0.0 and pinned.fingerprint() != clinc.fingerprint()
 
@@ -435,7 +459,8 @@ def test_with_overrides_checks_what_it_is_given() -> None:
 
 def test_k_above_classes_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "space.yaml"
-    path.write_text("task: sst5\nlosses:\n  sparse_softmax:\n    params:\n      k: {type: int, low: 2, high: 10}\n")
+    path.write_text("task: sst5\nlosses:\n  sparse_softmax:\n    params:\n"
+                    "      k: {type: int, low: 2, high: 10}\n")
     space = load_search_space(path, "multiclass")
     with pytest.raises(UserError, match=r"expected k <= 5 \(the task's classes\), got k=10"):
         space.check_classes(5)
@@ -445,18 +470,21 @@ def test_fingerprint_changes_with_content(tmp_path: Path) -> None:
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text(GOOD)
     b.write_text(GOOD.replace("high: 0.5", "high: 0.4"))
-    fa, fb = load_search_space(a, "multiclass").fingerprint(), load_search_space(b, "multiclass").fingerprint()
+    fa, fb = load_search_space(a, "multiclass").fingerprint(), \
+        load_search_space(b, "multiclass").fingerprint()
     assert fa != fb and fa == load_search_space(a, "multiclass").fingerprint()
 
 
 def test_trial_settings_reject_unknown_keys_and_round_trip() -> None:
-    flat = {"loss": "as_softmax", "epochs": 2.0, "batch_size": 8, "lr": 1e-3, "loss.delta": 0.3, "warmup_r": 0.1}
+    flat = {"loss": "as_softmax", "epochs": 2.0, "batch_size": 8, "lr": 1e-3, "loss.delta": 0.3,
+            "warmup_r": 0.1}
     cfg = TrialSettings.from_dict(flat)
     assert cfg.loss_params == {"delta": 0.3}
     assert TrialSettings.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match=r"unknown trial setting\(s\) \['lrr'\]"):
         TrialSettings.from_dict({**flat, "lrr": 1.0})
-    with pytest.raises(ValueError, match=r"\['max_length'\] \(max_length: data settings, fixed for the whole search\)"):
+    with pytest.raises(ValueError,
+                       match=r"\['max_length'\] \(max_length: data settings, fixed for the whole search\)"):
         TrialSettings.from_dict({**flat, "max_length": 16})
 
 
@@ -476,7 +504,8 @@ def test_config_round_trips_through_mlflow_params() -> None:
     from tune_as.settings import DataSettings, from_params
 
     trial = TrialSettings.from_dict({"loss": "taylor_softmax", "epochs": 2.0, "batch_size": 8, "lr": 1e-3,
-                                     "loss.n": 4, "loss.backward": "inf", "seed": 3, "eval_every_steps": None})
+                                     "loss.n": 4, "loss.backward": "inf", "seed": 3,
+                                     "eval_every_steps": None})
     data = DataSettings("sst5", data_dir=Path("/data/sst5"), backbone="tiny", max_length=16)
     params = {k: str(v) for k, v in {**data.to_params(), **trial.to_dict()}.items()} | {"git_commit": "abc"}
     got_data, got_trial = from_params(params)
@@ -494,12 +523,14 @@ def test_the_default_space_follows_the_task_kind() -> None:
 
 
 def test_the_size_of_a_finite_space_is_counted_not_listed(tmp_path: Path) -> None:
-    """A float range with step 1e-12 has ~10^11 values: counting them must not list them (it hung the driver)."""
+    """A float range with step 1e-12 has ~10^11 values: counting them must not list them (it hung the
+    driver)."""
     path = tmp_path / "space.yaml"
     path.write_text("task: digits\nlosses:\n  as_softmax:\n    params:\n"
                     "      delta: {type: float, low: 0.1, high: 0.2, step: 1.0e-12}\n"
                     "      warmup_r: {type: categorical, choices: [0.0, 0.1]}\n")
     space = load_search_space(path, "multiclass").losses["as_softmax"]
     assert space.size() == 2 * (round(0.1 / 1e-12) + 1)
-    small = {d.name: d for d in load_search_space(SPACES_DIR / "digits.yaml", "multiclass").losses["sm_softmax"].params}
+    small = {d.name: d
+             for d in load_search_space(SPACES_DIR / "digits.yaml", "multiclass").losses["sm_softmax"].params}
     assert all(d.count() == (len(d.values() or []) or None) for d in small.values())

@@ -37,7 +37,8 @@ TAGS = {schema.ROLE: schema.ROLE_TRIAL, schema.LOSS: "softmax"}
 def assert_secret_absent(text: str, user: str, password: str) -> None:
     """Fail if `password` appears in `text` in any form a URL or an HTTP request could carry it: as is,
     percent-encoded, or inside a basic-auth header. The failure message names the form, not the context."""
-    forms = {"as is": password, "percent-encoded": quote(password, safe=""), "form-encoded": quote_plus(password),
+    forms = {"as is": password, "percent-encoded": quote(password, safe=""),
+             "form-encoded": quote_plus(password),
              "in a basic-auth header": base64.b64encode(f"{user}:{password}".encode()).decode()}
     found = [name for name, form in forms.items() if form in text]
     assert not found, f"the password appears {', '.join(found)}"
@@ -53,7 +54,8 @@ class AuthServer(MlflowServer):
         self.env = dict(os.environ)
         if self.auth:
             ini = root / "basic_auth.ini"
-            ini.write_text(f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{root / 'auth.db'}\n"
+            ini.write_text("[mlflow]\ndefault_permission = READ\n"
+                           f"database_uri = sqlite:///{root / 'auth.db'}\n"
                            f"admin_username = {USER}\n"
                            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
                            "auth_cache_ttl_seconds = 3600\n")  # else each request hashes the password anew
@@ -67,7 +69,8 @@ class AuthServer(MlflowServer):
         # Ready when an authenticated API call answers: the auth app's first one (lazy start-up, password
         # hashing) can outlast MLflow's 10 s request timeout on a busy machine.
         header = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
-        return urllib.request.Request(f"{self.uri}/api/2.0/mlflow/experiments/search?max_results=1", headers=header)
+        return urllib.request.Request(f"{self.uri}/api/2.0/mlflow/experiments/search?max_results=1",
+                                      headers=header)
 
     def start(self, timeout: float = 300.0, env: dict[str, str] | None = None) -> None:
         super().start(timeout, env or self.env)
@@ -85,7 +88,8 @@ def credentials_env(monkeypatch: pytest.MonkeyPatch) -> None:
     (open_client writes them into this process's environment). Requests may take their time: the auth app
     checks a password in seconds on a busy machine, beyond tune_as's 10 s default."""
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "600")
-    for name in (MLFLOW_TRACKING_USERNAME.name, MLFLOW_TRACKING_PASSWORD.name, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"):
+    for name in (MLFLOW_TRACKING_USERNAME.name, MLFLOW_TRACKING_PASSWORD.name,
+                 "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"):
         monkeypatch.setenv(name, "")  # recorded first, so the teardown restores the state before the test
         monkeypatch.delenv(name)
 
@@ -133,8 +137,8 @@ def test_report_reaches_a_credentialed_server(secured_server: AuthServer) -> Non
     if secured_server.auth:
         with pytest.raises(UserError) as wrong:
             report.connect(f"http://{USER}:not-the-password-42@127.0.0.1:{secured_server.port}")
-        assert "received: API request to endpoint /api/2.0/mlflow/experiments/search failed with error code 401" \
-            in str(wrong.value)
+        assert "received: API request to endpoint /api/2.0/mlflow/experiments/search failed with error " \
+               "code 401" in str(wrong.value)
         assert_secret_absent(str(wrong.value), USER, "not-the-password-42")
 
 
@@ -156,7 +160,8 @@ def test_a_search_and_an_outage_never_show_the_password(
     tracker.trial_result("t1", {"training_iteration": 1, "val_accuracy": 0.5})
     tracker.trial_ended("t1", "FINISHED", artifacts=[artifact])
     tracker.trial_started("t2", {"loss": "softmax", "lr": 1.0}, TAGS)
-    tracker.trial_ended("t2", "FAILED", error=f"RuntimeError: could not post to {uri}/api")  # an error quoting it
+    # an error quoting it
+    tracker.trial_ended("t2", "FAILED", error=f"RuntimeError: could not post to {uri}/api")
     assert not tracker.pending  # everything written: the password reached the server
 
     secured_server.stop()  # an outage: several attempts, one warning
@@ -177,6 +182,8 @@ def test_a_search_and_an_outage_never_show_the_password(
     assert caplog.text.count(f"MLflow unreachable at http://{USER}:***@127.0.0.1:{secured_server.port}") == 1
     assert "View run" not in out  # MLflow's per-run links are off for the search as for the report
     trials = {run.data.tags[schema.TRIAL]: run for run in runs if schema.TRIAL in run.data.tags}
-    assert {t: run.info.status for t, run in trials.items()} == {"t1": "FINISHED", "t2": "FAILED", "t3": "FINISHED"}
+    assert {t: run.info.status for t, run in trials.items()} == \
+        {"t1": "FINISHED", "t2": "FAILED", "t3": "FINISHED"}
     assert f"{USER}:***@" in trials["t2"].data.tags[schema.ERROR]
-    assert [a.path for a in MlflowClient(secured_server.uri).list_artifacts(trials["t1"].info.run_id)] == [artifact.name]
+    assert [a.path for a in MlflowClient(secured_server.uri).list_artifacts(trials["t1"].info.run_id)] == \
+        [artifact.name]

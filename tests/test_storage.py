@@ -1,5 +1,5 @@
-"""Ray Tune's storage for a search (tune_as.engine.storage): a writer killed or failing mid-file leaves no file
-cut short under a real name, and a resume refuses Ray state that an older writer left cut short."""
+"""Ray Tune's storage for a search (tune_as.engine.storage): a writer killed or failing mid-file leaves no
+file cut short under a real name, and a resume refuses Ray state that an older writer left cut short."""
 
 from __future__ import annotations
 
@@ -30,13 +30,14 @@ KILLED_MID_FILE = textwrap.dedent("""
 
 
 def killed_writer(kind: str, target: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", KILLED_MID_FILE, kind, str(target)], capture_output=True, text=True,
-                          check=False, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", KILLED_MID_FILE, kind, str(target)], capture_output=True,
+                          text=True, check=False, timeout=120)
     assert proc.returncode == -9, proc.stderr
 
 
 @pytest.mark.parametrize("kind", ["local", "whole"])
-def test_a_writer_killed_mid_file_leaves_the_name_empty_only_with_whole_files(kind: str, tmp_path: Path) -> None:
+def test_a_writer_killed_mid_file_leaves_the_name_empty_only_with_whole_files(
+        kind: str, tmp_path: Path) -> None:
     target = tmp_path / "search_gen_state-2026-11-29_05-34-17.json"
     killed_writer(kind, target)
     if kind == "local":  # what Ray's own copy left in CI on b29019a: the name holds a file cut short
@@ -52,7 +53,8 @@ def test_a_writer_killed_mid_file_leaves_the_name_empty_only_with_whole_files(ki
 
 
 def test_a_failed_write_takes_no_name_and_leaves_no_partial_file(tmp_path: Path) -> None:
-    """A write past the file size limit fails as a full disk does (EFBIG; ENOSPC alike): the copy is removed."""
+    """A write past the file size limit fails as a full disk does (EFBIG; ENOSPC alike): the copy is
+    removed."""
     script = textwrap.dedent("""
         import resource, signal, sys
         from tune_as.engine import storage
@@ -73,13 +75,15 @@ def test_a_failed_write_takes_no_name_and_leaves_no_partial_file(tmp_path: Path)
 def test_a_folder_copied_as_ray_copies_it_arrives_whole_with_the_users_permissions(tmp_path: Path) -> None:
     source, dest = tmp_path / "staging", tmp_path / "storage"
     (source / "trial_0001" / "checkpoint_000000").mkdir(parents=True)
-    files = {"experiment_state-x.json": b"{}", "trial_0001/checkpoint_000000/weights.safetensors": os.urandom(3 << 20),
+    files = {"experiment_state-x.json": b"{}",
+             "trial_0001/checkpoint_000000/weights.safetensors": os.urandom(3 << 20),
              "trial_0001/result.json": b'{"epoch": 1}\n', "empty": b""}
     for name, data in files.items():
         (source / name).write_bytes(data)
     fs = storage.whole_files()
     fs.create_dir(str(dest))
-    pyarrow.fs.copy_files(str(source), str(dest), destination_filesystem=fs, chunk_size=1 << 20)  # as Ray uploads
+    # as Ray uploads
+    pyarrow.fs.copy_files(str(source), str(dest), destination_filesystem=fs, chunk_size=1 << 20)
     assert {str(p.relative_to(dest)): p.read_bytes() for p in dest.rglob("*") if p.is_file()} == files
     umask = os.umask(0)
     os.umask(umask)
@@ -91,20 +95,24 @@ def test_a_folder_copied_as_ray_copies_it_arrives_whole_with_the_users_permissio
 
 
 def test_a_resume_refuses_ray_state_cut_short_in_its_newest_file_only(tmp_path: Path) -> None:
-    state = pickle.dumps({"counter": 3, "finished": False, "name:ConcurrencyLimiter": {"live": ["a", "b"]}}, 5)
+    state = pickle.dumps({"counter": 3, "finished": False,
+                          "name:ConcurrencyLimiter": {"live": ["a", "b"]}}, 5)
     (tmp_path / "tuner.pkl").write_bytes(state)
     (tmp_path / "experiment_state-2026-11-29_05-34-17.json").write_text(json.dumps({"trial_data": []}))
     storage.check_whole(tmp_path)
     for cut in range(len(state)):  # a pickle cut short anywhere is seen, without unpickling it
         (tmp_path / "tuner.pkl").write_bytes(state[:cut])
-        with pytest.raises(UserError, match="tuner.pkl: expected Ray Tune's saved state, got a file cut short"):
+        with pytest.raises(UserError,
+                           match="tuner.pkl: expected Ray Tune's saved state, got a file cut short"):
             storage.check_whole(tmp_path)
     (tmp_path / "tuner.pkl").write_bytes(state + b"x")  # bytes past STOP: not the file Ray wrote either
     with pytest.raises(UserError):
         storage.check_whole(tmp_path)
     (tmp_path / "tuner.pkl").write_bytes(state)
-    (tmp_path / "search_gen_state-2026-11-29_05-34-17.json").write_bytes(b"")  # CI's case: a pickle, named .json
-    with pytest.raises(UserError, match=r"search_gen_state-2026-11-29_05-34-17\.json: .* new --name$") as info:
+    # CI's case: a pickle, named .json
+    (tmp_path / "search_gen_state-2026-11-29_05-34-17.json").write_bytes(b"")
+    with pytest.raises(UserError,
+                       match=r"search_gen_state-2026-11-29_05-34-17\.json: .* new --name$") as info:
         storage.check_whole(tmp_path)
     assert "\n" not in str(info.value)
     # a resume since then wrote a newer state of its own: Ray reads that one, so the folder resumes

@@ -21,8 +21,10 @@ LOSSES = {  # name -> hyper-parameters away from the defaults (each changes whic
 
 
 def log1p_sum_exp(terms: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
-    """log(1 + sum over `on` of exp(terms)) per row, by logsumexp over [0, terms] (autograd's own backward)."""
-    return torch.logsumexp(torch.cat([torch.zeros_like(terms[:, :1]), terms.masked_fill(~on, -torch.inf)], 1), 1)
+    """log(1 + sum over `on` of exp(terms)) per row, by logsumexp over [0, terms] (autograd's own
+    backward)."""
+    return torch.logsumexp(
+        torch.cat([torch.zeros_like(terms[:, :1]), terms.masked_fill(~on, -torch.inf)], 1), 1)
 
 
 def reference(name: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -35,7 +37,8 @@ def reference(name: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         if name == "multilabel_as_softmax":  # Eq. 15-17, with the module's empty-set rules
             p = torch.softmax(x, 1)
-            p_pos_min = p.masked_fill(~pos, torch.inf).amin(1, keepdim=True)  # inf: no positive, keep negatives
+            # inf: no positive, keep negatives
+            p_pos_min = p.masked_fill(~pos, torch.inf).amin(1, keepdim=True)
             p_neg_max = p.masked_fill(pos, 0.0).amax(1, keepdim=True)  # 0: no negative
             neg_on = neg_on & (~(p_pos_min - p >= hp["delta"]) | ~pos.any(1, keepdim=True))
             pos_on = pos_on & ~(p - p_neg_max >= hp["delta"])
@@ -45,7 +48,8 @@ def reference(name: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (log1p_sum_exp(x, neg_on) + log1p_sum_exp(-x, pos_on)).mean()
 
 
-def inputs(n: int, c: int, seed: int, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+def inputs(n: int, c: int, seed: int,
+           dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits (n, c) and multi-hot targets, ~30 % positive: row 0 without positives, row 1 all positive, row 2
     with a -inf negative (a padded class), row 3 with a negative at -1e4 (its term underflows)."""
     g = torch.Generator().manual_seed(seed)
@@ -77,7 +81,8 @@ def test_loss_and_backward_equal_autograd_of_the_reference(name: str, c: int) ->
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
     if c > 2:  # -inf class: exactly 0; the all-positive row pushed up, the row without positives down
         grad = got[1]
-        assert grad[2, 0] == 0.0 and grad[1].max() <= 0 < -grad[1].min() and grad[0].min() >= 0 < grad[0].max()
+        assert grad[2, 0] == 0.0 and grad[1].max() <= 0 < -grad[1].min() and \
+            grad[0].min() >= 0 < grad[0].max()
         if name in ("multilabel_softmax", "multilabel_t_softmax"):  # no term dropped: every class moves
             assert grad[1].lt(0).all() and grad[0].gt(0).all()
 
@@ -106,7 +111,8 @@ def test_positives_are_targets_above_one_half_in_any_dtype(name: str) -> None:
     expected = loss_and_grad(lambda z: loss_fn(z, hard).loss, x)
     torch.testing.assert_close(loss_and_grad(lambda z: loss_fn(z, soft).loss, x), expected, rtol=0, atol=0)
     for target in (hard.bool(), hard.long(), hard.float()):
-        torch.testing.assert_close(loss_and_grad(lambda z, t=target: loss_fn(z, t).loss, x), expected, rtol=0, atol=0)
+        torch.testing.assert_close(loss_and_grad(lambda z, t=target: loss_fn(z, t).loss, x), expected,
+                                   rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", ["multilabel_softmax", "multilabel_as_softmax"])
@@ -122,7 +128,8 @@ def test_rows_where_nothing_counts_have_exactly_zero_loss_and_gradient(name: str
     out.loss.backward()
     assert x.grad is not None and not x.grad[:3].any() and x.grad[3, :2].abs().min() > 0
     assert int(out.n_masked) == 3
-    assert float(out.loss.detach()) * 4 == pytest.approx(math.log1p(math.e) + math.log1p(math.exp(-0.5)), rel=1e-6)
+    assert float(out.loss.detach()) * 4 == \
+        pytest.approx(math.log1p(math.e) + math.log1p(math.exp(-0.5)), rel=1e-6)
 
 
 def test_backward_leaves_its_inputs_alone_and_runs_twice() -> None:

@@ -64,8 +64,9 @@ def test_registry_has_every_task_and_unknown_names_fail_listing_them() -> None:
     no_data = {name for name in TASKS if (task := build_task(name)).hub is None
                and type(task).load_raw is Task.load_raw}  # digits loads scikit-learn's own copy
     assert no_data == set(NEEDS_DATA_DIR)
-    expected = {"sst5", "clinc_oos", "conll2003", "sighan2015", "eurlex", "wos46985", "goemotions", "mnli", "mrpc",
-                "qnli", "qqp", "rte", "sst2", "cola", "mnist", "cifar10", "cifar100", "digits", "jsonl"}
+    expected = {"sst5", "clinc_oos", "conll2003", "sighan2015", "eurlex", "wos46985", "goemotions", "mnli",
+                "mrpc", "qnli", "qqp", "rte", "sst2", "cola", "mnist", "cifar10", "cifar100", "digits",
+                "jsonl"}
     assert set(TASKS) == expected
     with pytest.raises(ValueError, match="unknown task 'imagenet'.*clinc_oos.*sst5"):
         build_task("imagenet")
@@ -94,7 +95,8 @@ def test_metric_and_kind_declarations(name: str, metrics: tuple[str, ...], kind:
 def test_dataspec_is_hashable_validated_and_keys_ignore_cache_dir(tmp_path: Path) -> None:
     a, b = DataSettings("sst5", cache_dir=tmp_path / "a"), DataSettings("sst5", cache_dir=tmp_path / "b")
     assert hash(a) == hash(DataSettings("sst5", cache_dir=tmp_path / "a"))
-    assert a.key_fields() == b.key_fields() and a.key_fields() != DataSettings("sst5", max_length=64).key_fields()
+    assert a.key_fields() == b.key_fields() and \
+        a.key_fields() != DataSettings("sst5", max_length=64).key_fields()
     with pytest.raises(ValueError, match="encoder: expected one of .*got 'partial'"):
         DataSettings("sst5", encoder="partial")
     with pytest.raises(ValueError, match="max_train_samples: expected none or an integer >= 1, got 0"):
@@ -107,7 +109,8 @@ def test_prepare_checks_the_spec_and_a_second_call_reads_the_same_data_back(cach
         prepare(task, DataSettings("sst5", cache_dir=cache))
     spec = DataSettings("digits", cache_dir=cache)
     data, again = prepare(task, spec), prepare(task, spec)
-    assert torch.equal(data.train.columns["pixels"], again.train.columns["pixels"]) and len(data.train) == 1150
+    assert torch.equal(data.train.columns["pixels"], again.train.columns["pixels"]) and \
+        len(data.train) == 1150
 
 
 # -- real data from ../shared/data ------------------------------------------------------------------------
@@ -140,7 +143,8 @@ def test_real_split_sizes_and_class_counts_match_meta(name: str) -> None:
 def test_real_data_prepares_with_tiny_and_scores_perfect_predictions_as_one(name: str, cache: Path) -> None:
     # Long enough that nothing is truncated (truncated words are scored as missed, see the conll test).
     max_length = {"sighan2015": 160, "conll2003": 512}.get(name, 64)
-    data = tiny(name, shared_data(name), cache, max_length=max_length, max_train_samples=256, max_eval_samples=64)
+    data = tiny(name, shared_data(name), cache, max_length=max_length, max_train_samples=256,
+                max_eval_samples=64)
     assert (len(data.train), len(data.validation)) == (256, 64)
     assert (data.test is None) == (name in ("rte", "cola", "sst2"))  # GLUE hides test labels
     batch = data.train.batch(torch.arange(8))
@@ -148,7 +152,8 @@ def test_real_data_prepares_with_tiny_and_scores_perfect_predictions_as_one(name
     logits = model(batch)
     assert logits.shape[:-1] == batch["labels"].shape and logits.shape[-1] == data.num_labels
     scores = build_task(name).score(perfect_preds(data.validation), data.validation)
-    assert set(scores) == set(build_task(name).metrics) and all(v == pytest.approx(1.0) for v in scores.values())
+    assert set(scores) == set(build_task(name).metrics) and \
+        all(v == pytest.approx(1.0) for v in scores.values())
 
 
 # -- generated files in the exact HF schema ---------------------------------------------------------------
@@ -178,7 +183,8 @@ def test_wos_carves_test_then_validation_and_predicts_top2(single: bool, tmp_pat
 
 
 @pytest.mark.parametrize("config", ["mnli", "qnli", "qqp"])
-def test_glue_save_to_disk_hides_test_and_uses_classlabel_order(config: str, tmp_path: Path, cache: Path) -> None:
+def test_glue_save_to_disk_hides_test_and_uses_classlabel_order(config: str, tmp_path: Path,
+                                                                cache: Path) -> None:
     data = tiny(config, fx.glue(config, tmp_path / config), cache)
     assert data.test is None and any("no labels" in n for n in data.notes)
     assert data.label_names == tuple(fx.GLUE_SCHEMA[config][2])
@@ -196,8 +202,10 @@ def test_glue_jsonl_integer_labels_keep_one_as_the_positive_class(tmp_path: Path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,shape", [("mnist", (1, 28, 28)), ("cifar10", (3, 32, 32)), ("cifar100", (3, 32, 32))])
-def test_images_save_to_disk_and_table1_cnns(name: str, shape: tuple[int, ...], tmp_path: Path, cache: Path) -> None:
+@pytest.mark.parametrize("name,shape", [("mnist", (1, 28, 28)), ("cifar10", (3, 32, 32)),
+                                        ("cifar100", (3, 32, 32))])
+def test_images_save_to_disk_and_table1_cnns(name: str, shape: tuple[int, ...], tmp_path: Path,
+                                             cache: Path) -> None:
     data = tiny(name, fx.images(name, tmp_path / name), cache)
     assert (len(data.train), len(data.validation), len(data.test)) == (36, 4, 10)  # validation carved (10%)
     batch = data.train.batch(torch.arange(3))
@@ -212,8 +220,9 @@ def test_images_save_to_disk_and_table1_cnns(name: str, shape: tuple[int, ...], 
 
 @pytest.mark.parametrize("channels", [1, 3])
 def test_cnn_feature_maps_run_channels_last_with_the_same_values(channels: int) -> None:
-    """tasks.cnn.channels_last: the same values in the same logical order, in the layout oneDNN then keeps through
-    the convolutions (one input channel too, which torch would count as either layout and keep as the other)."""
+    """tasks.cnn.channels_last: the same values in the same logical order, in the layout oneDNN then keeps
+    through the convolutions (one input channel too, which torch would count as either layout and keep as the
+    other)."""
     x = torch.randn(4, channels, 8, 8)
     y = channels_last(x)
     assert torch.equal(x, y)
@@ -227,8 +236,8 @@ def test_cnn_feature_maps_run_channels_last_with_the_same_values(channels: int) 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_same_padding_convolutions_are_torchs_and_warn_nothing(k: int) -> None:
-    """tasks.cnn.SameConv2d: torch's padding="same" (asymmetric for an even kernel, as CIFAR-100's 2x2 ones), the
-    same values on both memory layouts, and no warning (torch's own warns in every trial's worker)."""
+    """tasks.cnn.SameConv2d: torch's padding="same" (asymmetric for an even kernel, as CIFAR-100's 2x2 ones),
+    the same values on both memory layouts, and no warning (torch's own warns in every trial's worker)."""
     ours, torchs = SameConv2d(3, 5, k), torch.nn.Conv2d(3, 5, k, padding="same")
     torchs.load_state_dict(ours.state_dict())
     x = torch.randn(2, 3, 7, 6)
@@ -265,7 +274,8 @@ def test_hub_path_calls_load_dataset_with_the_task_id(tmp_path: Path, cache: Pat
 
 
 # -- user errors: one line naming what was expected and what was received, never an OSError ---------------
-# (the CLI reports ValueError / FileNotFoundError as `error: ...`, but any other OSError as an unreachable hub)
+# (the CLI reports ValueError / FileNotFoundError as `error: ...`, but any other OSError as an unreachable
+# hub)
 def write_split(folder: Path, split: str, rows: list[dict[str, object]]) -> None:
     fx.write_jsonl(folder / f"{split}.jsonl.gz", rows)
 
@@ -276,25 +286,34 @@ BAD_TRAIN = {  # case: (write a broken training file into the folder, expected m
     "truncated gzip": (lambda d: fx.truncated_gzip(d / "train.jsonl.gz", GOOD),
                        r"train\.jsonl\.gz: expected complete gzip data, got EOFError"),
     "plain text named .gz": (lambda d: fx.write_plain(d / "train.jsonl.gz", fx.jsonl_text(GOOD)),
-                             r"train\.jsonl\.gz: expected gzip data .* not gzip-compressed: name it without \.gz"),
-    "gzip named .jsonl": (lambda d: fx.write_plain(d / "train.jsonl", gzip.compress(fx.jsonl_text(GOOD).encode())),
-                          r"train\.jsonl:1: expected UTF-8 text, got byte 0x8b .*name the file \*\.jsonl\.gz"),
+                             r"train\.jsonl\.gz: expected gzip data .* not gzip-compressed: name it "
+                             r"without \.gz"),
+    "gzip named .jsonl": (lambda d: fx.write_plain(d / "train.jsonl",
+                                                   gzip.compress(fx.jsonl_text(GOOD).encode())),
+                          r"train\.jsonl:1: expected UTF-8 text, got byte 0x8b .*name the file "
+                          r"\*\.jsonl\.gz"),
     "folder named train.jsonl": (lambda d: (d / "train.jsonl").mkdir(),
                                  r"train\.jsonl: expected a JSON Lines file, found a folder"),
-    "malformed JSON line": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text(GOOD[:2]) + "\n{'text': 1}\n"),
-                            r"train\.jsonl:4: expected one JSON object per line, got invalid JSON \(.* column 2\)"),
+    "malformed JSON line": (lambda d: fx.write_plain(d / "train.jsonl",
+                                                     fx.jsonl_text(GOOD[:2]) + "\n{'text': 1}\n"),
+                            r"train\.jsonl:4: expected one JSON object per line, "
+                            r"got invalid JSON \(.* column 2\)"),
     "not UTF-8": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text(GOOD).encode() + LATIN1_LINE),
                   r"train\.jsonl:11: expected UTF-8 text, got byte 0xe9 at column 14"),
     "a JSON array file": (lambda d: fx.write_plain(d / "train.json", json.dumps(GOOD)),
-                          r"train\.json:1: expected a JSON object, got list \(a JSON array: expected JSON Lines"),
+                          r"train\.json:1: expected a JSON object, got list "
+                          r"\(a JSON array: expected JSON Lines"),
     "fields differ": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text([*GOOD, {"text": "x"}])),
                       r"train\.jsonl:11: expected the fields of line 1 \['label', 'text'\], got \['text'\]"),
-    "null label": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text([*GOOD, {"text": "x", "label": None}])),
+    "null label": (lambda d: fx.write_plain(d / "train.jsonl",
+                                            fx.jsonl_text([*GOOD, {"text": "x", "label": None}])),
                    r"train\.jsonl:11: expected a label in the train split, got null"),
-    "text not a string": (lambda d: fx.write_plain(d / "train.jsonl", fx.jsonl_text([*GOOD, {"text": 5, "label": "pos"}])),
+    "text not a string": (lambda d: fx.write_plain(d / "train.jsonl",
+                                                   fx.jsonl_text([*GOOD, {"text": 5, "label": "pos"}])),
                           r"train\.jsonl:11: expected field 'text' to be a string, got int \(5\)"),
     "missing text field": (lambda d: write_split(d, "train", [{"sentence": "a b", "label": "pos"}] * 10),
-                           r"train\.jsonl\.gz: expected a field named 'text'; found fields \['label', 'sentence'\]"),
+                           r"train\.jsonl\.gz: expected a field named 'text'; "
+                           r"found fields \['label', 'sentence'\]"),
     "single class": (lambda d: write_split(d, "train", fx.labelled(["pos"] * 10)),
                      r"train\.jsonl\.gz: expected at least 2 classes in the train split, found only 'pos' "
                      r"\(all 10 rows\): nothing to learn"),
@@ -332,8 +351,9 @@ def test_unreadable_file_is_a_value_error_not_an_os_error(tmp_path: Path, cache:
 def test_validation_errors_name_the_file_and_line(tmp_path: Path, cache: Path) -> None:
     write_split(tmp_path, "train", GOOD)
     write_split(tmp_path, "validation", [*GOOD[:2], {"text": "e f", "label": "neutral"}])
-    with pytest.raises(ValueError, match="validation.jsonl.gz:3: label 'neutral' in the validation split does "
-                                         "not occur in the training split; expected one of the 2 training labels"):
+    with pytest.raises(ValueError, match="validation.jsonl.gz:3: label 'neutral' in the validation split "
+                                         "does not occur in the training split; expected one of the 2 "
+                                         "training labels"):
         tiny("sst5", tmp_path, cache)
     write_split(tmp_path, "validation", [{"text": "e f"}] * 3)
     with pytest.raises(ValueError, match="validation.jsonl.gz: expected a field named 'label'; found fields "
@@ -348,8 +368,8 @@ def test_hidden_labels_drop_test_but_are_an_error_in_validation(tmp_path: Path, 
     data = tiny("sst2", tmp_path, cache)
     assert data.test is None and any("test split has no labels" in n for n in data.notes)
     write_split(tmp_path, "validation", fx.labelled([-1, -1]))  # GLUE's hidden label
-    with pytest.raises(ValueError, match="validation.jsonl.gz: expected labels in the validation split, found "
-                                         "only hidden ones \\(null or -1\\)"):
+    with pytest.raises(ValueError, match="validation.jsonl.gz: expected labels in the validation split, "
+                                         "found only hidden ones \\(null or -1\\)"):
         tiny("sst2", tmp_path, cache)
 
 
@@ -364,10 +384,12 @@ def test_errors_point_at_the_file_line_after_carving(tmp_path: Path, cache: Path
 def test_broken_save_to_disk_folders(tmp_path: Path, cache: Path) -> None:
     import datasets
 
-    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["a", "b"])})
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["a", "b"])})
     empty = fx.save_to_disk(tmp_path / "empty", {"train": {"text": ["x", "y"], "label": [0, 1]},
                                                  "validation": {"text": [], "label": []}}, features)
-    with pytest.raises(ValueError, match="empty: expected a readable datasets.save_to_disk folder, got IndexError"):
+    with pytest.raises(ValueError,
+                       match="empty: expected a readable datasets.save_to_disk folder, got IndexError"):
         tiny("sst5", empty, cache)  # datasets cannot read back the empty split it saved
     folder = fx.eurlex(tmp_path / "eurlex")
     next((folder / "validation").glob("*.arrow")).unlink()
@@ -380,11 +402,13 @@ def test_empty_hub_split_is_refused(cache: Path, monkeypatch: pytest.MonkeyPatch
     import datasets
 
     splits = {"train": {"text": ["a b", "c d"], "label": [0, 1]}, "validation": {"text": [], "label": []}}
-    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["a", "b"])})
-    dd = datasets.DatasetDict({k: datasets.Dataset.from_dict(v, features=features) for k, v in splits.items()})
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["a", "b"])})
+    dd = datasets.DatasetDict({k: datasets.Dataset.from_dict(v, features=features)
+                               for k, v in splits.items()})
     monkeypatch.setattr(datasets, "load_dataset", lambda path, name=None: dd)
-    with pytest.raises(ValueError, match="SetFit/sst5 \\[validation\\]: expected rows in the validation split, "
-                                         "found none"):
+    with pytest.raises(ValueError, match="SetFit/sst5 \\[validation\\]: expected rows in the validation "
+                                         "split, found none"):
         tiny("sst5", None, cache)
 
 
@@ -395,7 +419,8 @@ def test_undecodable_image_names_its_row(tmp_path: Path, cache: Path) -> None:
     pixels = [{"bytes": b"not a png", "path": None}] * 4
     folder = fx.save_to_disk(tmp_path / "img", {"train": {"image": pixels, "label": [0, 1, 0, 1]},
                                                 "test": {"image": pixels[:2], "label": [0, 1]}}, features)
-    with pytest.raises(ValueError, match="img \\[train\\] row 1: expected an image, got UnidentifiedImageError"):
+    with pytest.raises(ValueError,
+                       match="img \\[train\\] row 1: expected an image, got UnidentifiedImageError"):
         tiny("mnist", folder, cache)
 
 
@@ -405,7 +430,8 @@ def test_undecodable_image_names_its_row(tmp_path: Path, cache: Path) -> None:
      "expected rows with different labels in the train split, found \\['x', 'y'\\] on all 10 rows"),
 ])
 def test_single_target_token_and_multilabel_data_is_refused(kind: str, rows: list[dict[str, object]],
-                                                            message: str, tmp_path: Path, cache: Path) -> None:
+                                                            message: str, tmp_path: Path,
+                                                            cache: Path) -> None:
     write_split(tmp_path, "train", rows)
     write_split(tmp_path, "validation", rows)
     spec = DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache)
@@ -416,7 +442,8 @@ def test_single_target_token_and_multilabel_data_is_refused(kind: str, rows: lis
 # -- data that would mislead: named, or refused -------------------------------------------------------------
 def jsonl(folder: Path, cache: Path, kind: str = "multiclass", label_field: str = "label") -> PreparedData:
     """What `--task jsonl --data-dir folder --task-arg kind=... --task-arg label_field=...` prepares."""
-    spec = DataSettings("jsonl", data_dir=folder, backbone="tiny", encoder="finetune", max_length=16, cache_dir=cache)
+    spec = DataSettings("jsonl", data_dir=folder, backbone="tiny", encoder="finetune", max_length=16,
+                        cache_dir=cache)
     return prepare(build_task("jsonl", kind=kind, label_field=label_field), spec)
 
 
@@ -424,13 +451,14 @@ def test_rows_shared_with_train_and_empty_texts_are_named_once(tmp_path: Path, c
                                                                caplog: pytest.LogCaptureFixture) -> None:
     train = fx.labelled(["pos", "neg"] * 10)
     write_split(tmp_path, "train", train)
-    write_split(tmp_path, "validation", [{**train[3], "label": "neg"}, train[4], *fx.labelled(["pos", "neg"], 9)])
+    write_split(tmp_path, "validation", [{**train[3], "label": "neg"}, train[4],
+                                         *fx.labelled(["pos", "neg"], 9)])
     write_split(tmp_path, "test", [{"text": "", "label": "pos"}, {"text": " ", "label": "neg"}])
     with caplog.at_level(logging.WARNING, logger="tune_as"):
         data = jsonl(tmp_path, cache)
     assert data.warnings == [
-        f"jsonl: 2 of 4 validation rows (50.0%) have an input that is also in train (e.g. {train[3]['text']!r}): their "
-        "scores reward memorising the training rows",
+        "jsonl: 2 of 4 validation rows (50.0%) have an input that is also in train (e.g. "
+        f"{train[3]['text']!r}): their scores reward memorising the training rows",
         "jsonl: every text of the test split is empty (2 rows): its scores cannot measure reading",
     ]
     printed = [r.getMessage() for r in caplog.records]
@@ -448,13 +476,15 @@ def test_a_multilabel_validation_split_without_any_label_is_refused(tmp_path: Pa
 
 GOOD_TRAIN = fx.jsonl_text(fx.labelled(["a", "b"] * 4))  # lines 1..8
 BAD_LINES = {  # line 9 of train.jsonl.gz: (its text, the expected error after "train.jsonl.gz:9: ")
-    "duplicate key": ('{"text": "x y", "label": "a", "label": "b"}', r"expected each field once per JSON object, "
-                                                                       r"got 'label' twice"),
-    "lone surrogate": ('{"text": "x \\ud800 y", "label": "a"}', r"expected Unicode text, got a lone surrogate "
-                                                               r"\\ud800 \(an unpaired \\uD800-\\uDFFF escape\)"),
-    "5000-digit label": ('{"text": "x", "label": ' + "7" * 5000 + "}", r"expected numbers of at most 4300 digits, "
-                                                                     r"got a longer one"),
-    "200000 nested [": ("[" * 200_000, r"expected one JSON object per line, got values nested too deeply to read"),
+    "duplicate key": ('{"text": "x y", "label": "a", "label": "b"}',
+                      r"expected each field once per JSON object, got 'label' twice"),
+    "lone surrogate": ('{"text": "x \\ud800 y", "label": "a"}',
+                       r"expected Unicode text, got a lone surrogate "
+                       r"\\ud800 \(an unpaired \\uD800-\\uDFFF escape\)"),
+    "5000-digit label": ('{"text": "x", "label": ' + "7" * 5000 + "}",
+                         r"expected numbers of at most 4300 digits, got a longer one"),
+    "200000 nested [": ("[" * 200_000,
+                        r"expected one JSON object per line, got values nested too deeply to read"),
     "a 17 MiB line": ('{"text": "' + "x" * (17 * 2**20) + '", "label": "a"}',
                       r"expected lines of at most 16 MiB \(one example each\), got a longer one"),
 }
@@ -474,8 +504,8 @@ def test_a_bad_line_is_one_error_naming_file_and_line(case: str, tmp_path: Path,
 def test_a_huge_unseen_label_is_quoted_as_a_short_excerpt(tmp_path: Path, cache: Path) -> None:
     write_split(tmp_path, "train", fx.labelled(["a", "b"] * 4))
     write_split(tmp_path, "validation", fx.labelled(["a", "x" * 1_000_000]))
-    with pytest.raises(ValueError, match=r"validation.jsonl.gz:2: label 'x+… in the validation split does not "
-                                         r"occur in the training split") as info:
+    with pytest.raises(ValueError, match=r"validation.jsonl.gz:2: label 'x+… in the validation split "
+                                         r"does not occur in the training split") as info:
         jsonl(tmp_path, cache)
     assert len(str(info.value)) < 400
 
@@ -486,7 +516,8 @@ def test_jsonl_options_as_the_cli_passes_them(tmp_path: Path, cache: Path) -> No
     assert task.metrics == ("accuracy", "mcc") and build_task("jsonl", **task.options) == task
     assert build_task("jsonl", metrics=("f1",)).metrics == ("f1",)
     for options, message in [
-        ({"metrics": "accuracy,top5"}, "expected a non-empty subset of .*comma-separated.*got 'accuracy,top5'"),
+        ({"metrics": "accuracy,top5"},
+         "expected a non-empty subset of .*comma-separated.*got 'accuracy,top5'"),
         ({"metrics": " , "}, "expected a non-empty subset"),
         ({"text_field": ""}, "text_field: expected a field name, got ''"),
         ({"label_field": "text"}, "label_field: expected a field other than the text fields, got 'text'"),
@@ -506,18 +537,22 @@ def test_jsonl_task_with_user_fields_and_clear_kind_errors(tmp_path: Path, cache
             for i in range(30)]
     write_split(tmp_path, "train", rows)
     task = build_task("jsonl", kind="multiclass", text_field="q", label_field="intent")
-    data = prepare(task, DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
+    data = prepare(task, DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune",
+                                      cache_dir=cache))
     assert data.label_names == ("i0", "i1", "i2") and len(data.validation) == 3  # carved: 10% of 30
     assert any("carved 3 rows" in n for n in data.notes)
     token = build_task("jsonl", kind="token", text_field="toks", label_field="tags")
-    data = prepare(token, DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune", cache_dir=cache))
+    data = prepare(token, DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", encoder="finetune",
+                                       cache_dir=cache))
     assert data.kind == "token" and data.label_names == ("B-X", "O")
     assert build_task(data.task, **data.task_options) == token  # what a Ray trial does to score
     assert token.metrics == ("f1", "accuracy")
     spec = DataSettings("jsonl", data_dir=tmp_path, backbone="tiny", cache_dir=cache)
-    with pytest.raises(ValueError, match="all strings or all integers, found list.*kind 'multilabel' or 'token'"):
+    with pytest.raises(ValueError,
+                       match="all strings or all integers, found list.*kind 'multilabel' or 'token'"):
         prepare(build_task("jsonl", kind="multiclass", text_field="q", label_field="tags"), spec)
-    with pytest.raises(ValueError, match="expected field 'intent' to be a list of labels \\(multi-label task\\)"):
+    with pytest.raises(ValueError,
+                       match="expected field 'intent' to be a list of labels \\(multi-label task\\)"):
         prepare(build_task("jsonl", kind="multilabel", text_field="q", label_field="intent"), spec)
     with pytest.raises(ValueError, match="kind: expected one of .*got 'regression'"):
         build_task("jsonl", kind="regression")
@@ -571,7 +606,8 @@ def test_sighan_score_reads_predicted_characters(cache: Path) -> None:
             pos = (labels[b] != -100).nonzero().flatten()
             src = [split.meta["source"][row][w] for w in split.meta["word_index"][row]]
             # a source character outside the training vocabulary: predict [UNK] (= keep the source)
-            pred[b, pos] = torch.tensor([data.label_names.index(c) if c in data.label_names else 0 for c in src])
+            pred[b, pos] = torch.tensor([data.label_names.index(c) if c in data.label_names else 0
+                                         for c in src])
         copy.append(pred)
     assert task.score(copy, split) == {"f1": 0.0}
     assert task.score(perfect_preds(split), split) == {"f1": 1.0}
@@ -606,12 +642,14 @@ def test_second_prepare_is_a_cache_hit_without_encoder_forward(tmp_path: Path,
                     max_length=32, max_train_samples=96, max_eval_samples=32, cache_dir=tmp_path)
     task = build_task("clinc_oos")
     first = prepare(task, spec)
-    assert forwards and len(tokenize_calls) == 3 and first.train.batch(torch.arange(2))["features"].shape == (2, 384)
+    assert forwards and len(tokenize_calls) == 3 and \
+        first.train.batch(torch.arange(2))["features"].shape == (2, 384)
     forwards.clear(), tokenize_calls.clear()
     second = prepare(task, spec)
     assert forwards == [] and tokenize_calls == []
     assert torch.equal(first.train.columns["features"], second.train.columns["features"])
-    prepare(task, DataSettings(**{**spec.__dict__, "max_length": 24}))  # another spec: a miss, tokenized again
+    # another spec: a miss, tokenized again
+    prepare(task, DataSettings(**{**spec.__dict__, "max_length": 24}))
     assert forwards and len(tokenize_calls) == 3
 
 
@@ -635,7 +673,8 @@ def assert_same(a: object, b: object, where: str = "data") -> None:
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
-CACHED = {  # one of each Split layout: pixels, tokens trimmed per batch, ragged frozen word features with meta
+# one of each Split layout: pixels, tokens trimmed per batch, ragged frozen word features with meta
+CACHED = {
     "digits": lambda: ("digits", None, {}),
     "sst5 tokens": lambda: ("sst5", shared_data("sst5"), {"max_train_samples": 64, "max_eval_samples": 32}),
     "conll2003 frozen": lambda: ("conll2003", shared_data("conll2003"),
@@ -682,7 +721,8 @@ def test_a_damaged_cache_entry_is_rebuilt_with_one_note(damage: str, tmp_path: P
     assert not (tmp_path / "ran").exists(), "the planted payload ran"
     assert_same(again, fresh)
     notes = [r.getMessage() for r in caplog.records if "cache" in r.getMessage()]
-    assert len(notes) == 1 and notes[0].startswith(f"{entry}: expected prepared data tune_as cached, got "), notes
+    assert len(notes) == 1 and notes[0].startswith(f"{entry}: expected prepared data tune_as cached, got "), \
+        notes
     assert "rebuilding it" in notes[0] and "\n" not in notes[0]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="tune_as"):
@@ -717,7 +757,8 @@ def test_tiny_smoke_prepare_and_one_train_step_is_fast(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_build_model_is_seeded_and_rejects_unknown_heads(cache: Path) -> None:
-    data = tiny("sst5", shared_data("sst5"), cache, encoder="frozen", max_train_samples=64, max_eval_samples=32)
+    data = tiny("sst5", shared_data("sst5"), cache, encoder="frozen", max_train_samples=64,
+                max_eval_samples=32)
     a, b = build_model(data, seed=3), build_model(data, seed=3)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
     with pytest.raises(ValueError, match="head: expected one of \\['cosine', 'linear'\\], got 'arc'"):
@@ -726,11 +767,13 @@ def test_build_model_is_seeded_and_rejects_unknown_heads(cache: Path) -> None:
 
 def test_seed_is_in_the_cache_key_only_where_it_changes_the_data() -> None:
     full = DataSettings("clinc_oos", backbone="minilm", encoder="frozen")
-    assert full.key_fields() == DataSettings("clinc_oos", backbone="minilm", encoder="frozen", seed=7).key_fields()
+    assert full.key_fields() == \
+        DataSettings("clinc_oos", backbone="minilm", encoder="frozen", seed=7).key_fields()
     subset = DataSettings("clinc_oos", max_train_samples=100)
     assert subset.key_fields() != DataSettings("clinc_oos", max_train_samples=100, seed=7).key_fields()
     random_encoder = DataSettings("clinc_oos", backbone="tiny", encoder="frozen")
-    assert random_encoder.key_fields() != DataSettings("clinc_oos", backbone="tiny", encoder="frozen", seed=7).key_fields()
+    assert random_encoder.key_fields() != \
+        DataSettings("clinc_oos", backbone="tiny", encoder="frozen", seed=7).key_fields()
 
 
 @pytest.mark.slow
@@ -791,7 +834,8 @@ def test_texts_longer_than_max_length_are_cut_and_counted_in_one_note() -> None:
     tokenizer = train_tiny_tokenizer(texts, char_level=False)
     split, note = text_split(tokenizer, texts, None, torch.zeros(4), 8, "eurlex train: tokenizing")
     plain = tokenizer(texts, truncation=True, max_length=8)["input_ids"]
-    assert [row[: int(n)].tolist() for row, n in zip(split.columns["input_ids"], split.lengths, strict=True)] == plain
+    assert [row[: int(n)].tolist()
+            for row, n in zip(split.columns["input_ids"], split.lengths, strict=True)] == plain
     lost = [len(tokenizer(t)["input_ids"]) - 8 for t in texts[2:]]  # 6 tokens + 2 special fit in 8
     assert note == (f"eurlex train: 2 of 4 texts were cut to max_length 8 tokens (tokens lost per cut text: "
                     f"median {lost[1]}, most {lost[1]})")
@@ -800,9 +844,9 @@ def test_texts_longer_than_max_length_are_cut_and_counted_in_one_note() -> None:
 
 @pytest.mark.parametrize("char_level", [False, True])
 def test_the_tiny_tokenizer_gives_the_same_ids_every_time(char_level: bool) -> None:
-    """`tokenizers`' trainers break ties in hash-map order: two trainings on the same texts numbered (and chose)
-    tokens differently, so a `--smoke` search printed other numbers each time. Built here by counting, ties
-    broken by the word, the ids are a function of the texts."""
+    """`tokenizers`' trainers break ties in hash-map order: two trainings on the same texts numbered (and
+    chose) tokens differently, so a `--smoke` search printed other numbers each time. Built here by counting,
+    ties broken by the word, the ids are a function of the texts."""
     from tune_as.tasks.backbones import train_tiny_tokenizer
 
     corpus = ["the cat sat on the mat", "a dog and a cat", "zebra yak, hyena!", "b c d e f g"] * 3

@@ -1,5 +1,6 @@
-"""The Ray token a fresh machine's first local search writes (tune_as.engine.head.ensure_token): `ray start` in
-token mode refuses to start without one, and only an in-process `ray.init()` makes one. Pure file work, no Ray."""
+"""The Ray token a fresh machine's first local search writes (tune_as.engine.head.ensure_token): `ray start`
+in token mode refuses to start without one, and only an in-process `ray.init()` makes one. Pure file work, no
+Ray."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def test_a_fresh_home_gets_a_private_token_once(home: Path) -> None:
     assert path.read_text() == token
 
 
-def test_two_fresh_homes_get_different_tokens(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_fresh_homes_get_different_tokens(tmp_path: Path, home: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     first = ray_head.ensure_token(token_env())
     assert first is not None
     other = tmp_path / "other"

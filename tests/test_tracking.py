@@ -396,9 +396,10 @@ def test_a_resumed_search_delivers_the_kept_writes_first(mlflow_server, tmp_path
 
 @pytest.mark.slow
 def test_a_kept_write_delivered_on_resume_is_no_trial_left_running(mlflow_server, tmp_path: Path) -> None:
-    """Issue 70, case 5: `--resume` after exit 4 turned a FINISHED search KILLED (exit 130). The kept result of a
-    trial the resumed driver never started was delivered before its kept end, and in between the trial counted as
-    running (`unfinished`), which the search takes for an interruption. A replayed write is no running trial."""
+    """Issue 70, case 5: `--resume` after exit 4 turned a FINISHED search KILLED (exit 130). The kept result
+    of a trial the resumed driver never started was delivered before its kept end, and in between the trial
+    counted as running (`unfinished`), which the search takes for an interruption. A replayed write is no
+    running trial."""
     first = MlflowTracker(mlflow_server.uri, "trk-resume-running", "kept-3", final_flush_s=0.2,
                           journal_dir=tmp_path)
     first.check_reachable()

@@ -87,7 +87,8 @@ def test_resume_from_mid_training_checkpoint_is_exact(digits, tmp_path: Path) ->
     resumed = Recorder(tmp_path / "resumed")
     run_trial(cfg, data, task, resumed, restore_dir=full.checkpoints[1])
     keys = ("val_loss", "optimizer_steps", "samples_seen", "backward_rows", "accum_steps", "test_accuracy")
-    assert [{k: r[k] for k in keys} for r in resumed.reports] == [{k: r[k] for k in keys} for r in full.reports[2:]]
+    assert [{k: r[k] for k in keys} for r in resumed.reports] == \
+        [{k: r[k] for k in keys} for r in full.reports[2:]]
 
 
 def test_resume_with_row_skipping_is_exact(digits, tmp_path: Path) -> None:
@@ -100,13 +101,15 @@ def test_resume_with_row_skipping_is_exact(digits, tmp_path: Path) -> None:
     resumed = Recorder(tmp_path / "resumed")
     run_trial(cfg, data, task, resumed, restore_dir=full.checkpoints[2])
     keys = ("val_loss", "train_loss", "optimizer_steps", "samples_seen", "backward_rows", "masked_ratio")
-    assert [{k: r[k] for k in keys} for r in resumed.reports] == [{k: r[k] for k in keys} for r in full.reports[3:]]
+    assert [{k: r[k] for k in keys} for r in resumed.reports] == \
+        [{k: r[k] for k in keys} for r in full.reports[3:]]
     assert full.reports[-1]["backward_rows"] < full.reports[-1]["samples_seen"]
 
 
 def test_as_warmup_keeps_delta_at_one_for_the_first_r(digits, tmp_path: Path) -> None:
     task, data = digits
-    trial = Trial(config(loss="as_softmax", warmup_r=0.5, **{"loss.delta": 0.2}), data, task, Recorder(tmp_path))
+    trial = Trial(config(loss="as_softmax", warmup_r=0.5, **{"loss.delta": 0.2}), data, task,
+                  Recorder(tmp_path))
     seen = []
     for progress in (0.0, 0.49, 0.5, 0.9):
         trial.counts.samples_seen = int(progress * trial.total_samples)
@@ -119,7 +122,8 @@ def test_as_speed_takes_fewer_optimizer_steps_for_the_same_samples(digits, tmp_p
     task, data = digits
     plain, speed = Recorder(tmp_path / "p"), Recorder(tmp_path / "s")
     run_trial(config(loss="as_softmax", epochs=4.0, **{"loss.delta": 0.5}), data, task, plain)
-    run_trial(config(loss="as_speed", epochs=4.0, **{"loss.delta": 0.5, "loss.lam": 1.5, "loss.max_steps": 4}),
+    run_trial(config(loss="as_speed", epochs=4.0,
+                     **{"loss.delta": 0.5, "loss.lam": 1.5, "loss.max_steps": 4}),
               data, task, speed)
     assert speed.reports[-1]["samples_seen"] == plain.reports[-1]["samples_seen"]
     assert speed.reports[-1]["optimizer_steps"] < plain.reports[-1]["optimizer_steps"]
@@ -136,7 +140,8 @@ def test_diverging_trial_reports_an_error_instead_of_a_score(digits, tmp_path: P
 
 
 def test_lr_schedule_warms_up_then_decays_to_zero() -> None:
-    assert [lr_factor(p, 0.1) for p in (0.0, 0.05, 0.1, 0.55, 1.0)] == pytest.approx([0.0, 0.5, 1.0, 0.5, 0.0])
+    assert [lr_factor(p, 0.1) for p in (0.0, 0.05, 0.1, 0.55, 1.0)] == \
+        pytest.approx([0.0, 0.5, 1.0, 0.5, 0.0])
 
 
 def test_p_margin_by_hand() -> None:
@@ -144,7 +149,8 @@ def test_p_margin_by_hand() -> None:
     margins = p_margin(logits, torch.tensor([0, 0, -100]))
     assert margins.tolist() == pytest.approx([0.5 - 0.3, 0.1 - 0.6])
     multi = p_margin(logits[:2], torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
-    assert multi.tolist() == pytest.approx([0.3 - 0.2])  # min positive - max negative; no-positive rows skipped
+    # min positive - max negative; no-positive rows skipped
+    assert multi.tolist() == pytest.approx([0.3 - 0.2])
 
 
 def test_bf16_autocast_path_trains_with_finite_fp32_losses(digits, tmp_path: Path) -> None:
@@ -157,7 +163,8 @@ def test_bf16_autocast_path_trains_with_finite_fp32_losses(digits, tmp_path: Pat
     assert last["best_val_accuracy"] > 0.3
 
 
-SKIPPING = sorted(name for name, cls in LOSSES.items() if cls.supports_row_skipping and "multiclass" in cls.kinds)
+SKIPPING = sorted(name for name, cls in LOSSES.items()
+                  if cls.supports_row_skipping and "multiclass" in cls.kinds)
 
 
 def masked_and_unmasked_rows(trial: Trial, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,9 +180,11 @@ def masked_and_unmasked_rows(trial: Trial, n: int) -> tuple[torch.Tensor, torch.
 
 def eval_mode_trial(digits: tuple[Any, Any], tmp_path: Path, loss: str, skip: bool) -> Trial:
     task, data = digits
-    trial = Trial(config(loss=loss, skip_masked_rows=skip, **{"loss.delta": 0.0}), data, task, Recorder(tmp_path))
+    trial = Trial(config(loss=loss, skip_masked_rows=skip, **{"loss.delta": 0.0}), data, task,
+                  Recorder(tmp_path))
     with torch.no_grad():
-        trial.model.get_submodule("head").get_parameter("weight").mul_(30.0)  # confident logits: correct rows get p_t far above every competitor
+        # confident logits: correct rows get p_t far above every competitor
+        trial.model.get_submodule("head").get_parameter("weight").mul_(30.0)
     trial.model.eval()  # no dropout: the probe and the gradient pass see the same logits
     trial.apply_schedules()
     return trial
@@ -212,8 +221,8 @@ def test_a_micro_batch_with_every_example_masked_has_no_backward(digits, tmp_pat
 
 def test_a_cycle_with_every_row_masked_takes_no_optimizer_step(digits, tmp_path: Path) -> None:
     """The gradient of an all-masked cycle is zero, but AdamW would still move the weights (its momentum):
-    Trial.optimizer_step(skip=True), which the loop asks for when a cycle's counted rows all were masked, leaves
-    every weight and the step count as they were; the same call without skip moves them."""
+    Trial.optimizer_step(skip=True), which the loop asks for when a cycle's counted rows all were masked,
+    leaves every weight and the step count as they were; the same call without skip moves them."""
     trial = eval_mode_trial(digits, tmp_path, "as_speed", True)
     right, _ = masked_and_unmasked_rows(trial, 10)
     assert trial.micro_step(right, steps=1).sums.tolist()[1:] == [10.0, 10.0]  # every row masked
@@ -245,12 +254,14 @@ def test_backward_rows_equals_samples_seen_without_skipping(digits, tmp_path: Pa
 def test_skipping_saves_backward_rows_and_still_learns(digits, tmp_path: Path) -> None:
     task, data = digits
     rec = Recorder(tmp_path)
-    trial = Trial(config(loss="as_softmax", epochs=3.0, skip_masked_rows=True, warmup_r=0.34, **{"loss.delta": 0.3}),
+    trial = Trial(config(loss="as_softmax", epochs=3.0, skip_masked_rows=True, warmup_r=0.34,
+                         **{"loss.delta": 0.3}),
                   data, task, rec)
     trial.timer = PhaseTimer(trial.device)
     trial.run()
     first, last = rec.reports[0], rec.reports[-1]
-    assert first["backward_rows"] == first["samples_seen"]  # epoch 1 lies inside the warm-up: delta = 1, no probe
+    # epoch 1 lies inside the warm-up: delta = 1, no probe
+    assert first["backward_rows"] == first["samples_seen"]
     assert last["backward_rows"] < 0.8 * last["samples_seen"]
     assert last["best_val_accuracy"] > 0.8
     assert set(trial.timer.seconds) == {"probe", "forward", "backward", "step"}
@@ -258,16 +269,20 @@ def test_skipping_saves_backward_rows_and_still_learns(digits, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("loss", ["softmax", "label_smoothing", "as_variant"])
-def test_row_skipping_with_a_loss_that_cannot_skip_is_a_clear_error(digits, tmp_path: Path, loss: str) -> None:
+def test_row_skipping_with_a_loss_that_cannot_skip_is_a_clear_error(digits, tmp_path: Path,
+                                                                    loss: str) -> None:
     task, data = digits
-    with pytest.raises(ValueError, match=rf"skip_masked_rows: expected false for {loss} \(only \[.*'as_softmax'.*\] can skip masked rows\), got true"):
+    with pytest.raises(ValueError,
+                       match=rf"skip_masked_rows: expected false for {loss} \(only \[.*'as_softmax'.*\] can "
+                             r"skip masked rows\), got true"):
         Trial(config(loss=loss, skip_masked_rows=True), data, task, Recorder(tmp_path))
 
 
 def test_checkpoints_hold_only_tensors_and_plain_values(digits, tmp_path: Path) -> None:
     task, data = digits
     rec = Recorder(tmp_path)
-    run_trial(config(loss="as_speed", epochs=1.0, **{"loss.delta": 0.3, "loss.lam": 1.0, "loss.max_steps": 3}),
+    run_trial(config(loss="as_speed", epochs=1.0,
+                     **{"loss.delta": 0.3, "loss.lam": 1.0, "loss.max_steps": 3}),
               data, task, rec)
     saved = torch.load(rec.checkpoints[-1] / STATE_FILE, weights_only=True)  # no pickle of arbitrary objects
     assert saved["loop"]["samples_seen"] == rec.reports[-1]["samples_seen"]
@@ -280,13 +295,14 @@ def test_a_planted_pickle_as_the_trial_checkpoint_is_refused_and_never_run(digit
     planted = tmp_path / "ckpt"
     planted.mkdir()
     torch.save({"model": Payload(tmp_path / "ran")}, planted / STATE_FILE)
-    with pytest.raises(ValueError, match=rf"ckpt/{STATE_FILE}: expected a tune_as trial checkpoint \(tensors and "
-                                         r"plain values\), got .*"):
+    with pytest.raises(ValueError, match=rf"ckpt/{STATE_FILE}: expected a tune_as trial checkpoint "
+                                         r"\(tensors and plain values\), got .*"):
         Trial(config(), data, task, Recorder(tmp_path), restore_dir=planted)
     assert not (tmp_path / "ran").exists(), "the planted payload ran"
 
 
-def test_a_finished_trials_checkpoint_keeps_no_weights_and_restores_to_nothing_left(digits, tmp_path: Path) -> None:
+def test_a_finished_trials_checkpoint_keeps_no_weights_and_restores_to_nothing_left(
+        digits, tmp_path: Path) -> None:
     from tune_as.training.trial import drop_weights
 
     task, data = digits
@@ -296,15 +312,16 @@ def test_a_finished_trials_checkpoint_keeps_no_weights_and_restores_to_nothing_l
     drop_weights(final)  # what the driver does once Ray says the trial ended
     assert not (final / STATE_FILE).exists() and (final / PMARGIN_FILE).is_file()
     assert sum(p.stat().st_size for p in final.iterdir()) < 10_000
-    # its driver killed before Ray noted the end, a resumed search restores the trial: nothing is left to train
+    # its driver killed before Ray noted the end, a resumed search restores the trial: nothing is left to
+    # train
     again = Recorder(tmp_path / "again")
     run_trial(config(), data, task, again, restore_dir=final)
     assert again.reports == []
 
 
 def test_a_cycle_cut_at_an_epoch_end_steps_on_the_mean_gradient(digits, tmp_path: Path) -> None:
-    """AS-Speed plans 4 micro-batches a cycle; an epoch that ends after 2 closes the cycle there. Its gradient must
-    be the mean of those 2 (as a 2-step cycle gives), not their sum divided by the planned 4."""
+    """AS-Speed plans 4 micro-batches a cycle; an epoch that ends after 2 closes the cycle there. Its gradient
+    must be the mean of those 2 (as a 2-step cycle gives), not their sum divided by the planned 4."""
     idx = torch.arange(64)
     grads = []
     for steps, close in ((4, True), (2, False)):
@@ -313,7 +330,8 @@ def test_a_cycle_cut_at_an_epoch_end_steps_on_the_mean_gradient(digits, tmp_path
         trial.micro_step(idx[32:], steps)
         if close:
             trial.close_cycle(2, steps)
-        grads.append({name: p.grad.clone() for name, p in trial.model.named_parameters() if p.grad is not None})
+        grads.append({name: p.grad.clone() for name, p in trial.model.named_parameters()
+                      if p.grad is not None})
     cut, full = grads
     assert cut.keys() == full.keys() and cut
     for name, grad in full.items():

@@ -80,7 +80,8 @@ def test_verdicts_follow_holm_over_all_three_m_hypotheses() -> None:
         tost = max(stats.ttest_1samp(d, -M, alternative="greater").pvalue,
                    stats.ttest_1samp(d, M, alternative="less").pvalue)
         raw += [(loss, "win", stats.ttest_1samp(d, 0, alternative="greater").pvalue),
-                (loss, "loss", stats.ttest_1samp(d, 0, alternative="less").pvalue), (loss, "equivalent", tost)]
+                (loss, "loss", stats.ttest_1samp(d, 0, alternative="less").pvalue),
+                (loss, "equivalent", tost)]
     rejected: set[tuple[str, str]] = set()
     for step, (loss, h, p) in enumerate(sorted(raw, key=lambda x: x[2])):
         if p > alpha / (len(raw) - step):
@@ -114,12 +115,14 @@ def test_tost_equivalence_is_the_larger_one_sided_p() -> None:
 
 def test_equal_counts_and_a_constant_difference_are_no_evidence() -> None:
     base = by_seed([0.80, 0.81, 0.79])
-    # the same value on every seed (equal counts on a finite split) is not proof of equivalence: no spread, no test
+    # the same value on every seed (equal counts on a finite split) is not proof of equivalence: no spread, no
+    # test
     same = compare_with_baseline({"softmax": base, "copy": dict(base)}, "softmax", M, 0.05)[0]
     assert (same.verdict, same.p_adjusted, same.mean_diff) == ("undecided", 1.0, 0.0)
     # and its interval is never of zero width: at least one item of the split (here 1 of 359 items) each side
     step = 1 / 359
-    wide = compare_with_baseline({"softmax": base, "copy": dict(base)}, "softmax", M, 0.05, resolution=step)[0]
+    wide = compare_with_baseline({"softmax": base, "copy": dict(base)}, "softmax", M, 0.05,
+                                 resolution=step)[0]
     assert wide.interval == pytest.approx((-step, step))
     # the same step on every seed (a metric on a finite split moves in steps): no spread to test, so no claim
     up = {s: v + 0.02 for s, v in base.items()}  # +2 points on every seed
@@ -127,7 +130,8 @@ def test_equal_counts_and_a_constant_difference_are_no_evidence() -> None:
     inside = {s: v + 0.002 for s, v in base.items()}  # +0.2 points on every seed
     rows = {r.loss: r for r in compare_with_baseline(
         {"softmax": base, "up": up, "down": down, "inside": inside}, "softmax", M, 0.05)}
-    assert {loss: r.verdict for loss, r in rows.items()} == dict.fromkeys(("up", "down", "inside"), "undecided")
+    assert {loss: r.verdict for loss, r in rows.items()} == \
+        dict.fromkeys(("up", "down", "inside"), "undecided")
     assert all(r.rejected == set() for r in rows.values())
     for r in rows.values():
         assert r.interval is not None and r.mean_diff is not None
@@ -135,11 +139,13 @@ def test_equal_counts_and_a_constant_difference_are_no_evidence() -> None:
     # one seed that differs by another step gives the spread a test needs
     up[1] += 0.001
     assert compare_with_baseline({"softmax": base, "up": up}, "softmax", M, 0.05)[0].verdict == "win"
-    assert compare_with_baseline({"softmax": base, "copy": dict(base)}, "softmax", 0.0, 0.05)[0].verdict == "undecided"
+    assert compare_with_baseline({"softmax": base, "copy": dict(base)}, "softmax", 0.0, 0.05)[0].verdict == \
+        "undecided"
 
 
 def test_fewer_than_two_paired_seeds_is_undecided() -> None:
-    values = {"softmax": {1: 0.80, 2: 0.81}, "one": {1: 0.95}, "none": {3: 0.95}, "other_seed": {2: 0.9, 5: 0.9}}
+    values = {"softmax": {1: 0.80, 2: 0.81}, "one": {1: 0.95}, "none": {3: 0.95},
+              "other_seed": {2: 0.9, 5: 0.9}}
     rows = {r.loss: r for r in compare_with_baseline(values, "softmax", M, 0.05)}
     assert [(r.verdict, r.n, r.interval, r.p_adjusted) for r in rows.values()] == [
         ("undecided", 1, None, 1.0), ("undecided", 0, None, 1.0), ("undecided", 1, None, 1.0)]
@@ -154,7 +160,8 @@ def test_pairs_only_shared_seeds() -> None:
 def test_interval_is_bonferroni_over_the_three_m_hypotheses() -> None:
     rng = np.random.default_rng(5)
     base = rng.normal(0.8, 0.01, 9)
-    values = {"softmax": by_seed(base), **{f"l{i}": by_seed(base + rng.normal(0.001, 0.004, 9)) for i in range(4)}}
+    values = {"softmax": by_seed(base),
+              **{f"l{i}": by_seed(base + rng.normal(0.001, 0.004, 9)) for i in range(4)}}
     alpha = 0.05
     rows = compare_with_baseline(values, "softmax", M, alpha)
     for r in rows:
@@ -192,7 +199,8 @@ def test_earlier_claims_are_kept_and_leave_the_family() -> None:
     earlier = {"a": Comparison("a", 3, 0.02, None, 0.001, "win", 1, frozenset({"win"}))}
     rows = {r.loss: r for r in compare_with_baseline(values, "softmax", M, 0.05, earlier=earlier, look=2)}
     # sticky: "a" keeps its claim, its p and its look, with today's data
-    assert (rows["a"].verdict, rows["a"].p_adjusted, rows["a"].decided_at, rows["a"].n) == ("win", 0.001, 1, 5)
+    assert (rows["a"].verdict, rows["a"].p_adjusted, rows["a"].decided_at, rows["a"].n) == \
+        ("win", 0.001, 1, 5)
     # the family: a's two open nulls (p = 1, they keep their place) and b's three -> 5 hypotheses
     smallest = smallest_raw_p(base, np.array(list(values["b"].values())), M)
     assert rows["b"].p_adjusted == pytest.approx(min(1.0, smallest * 5))
@@ -211,7 +219,8 @@ def test_best_set_keeps_identical_losses_and_drops_a_clearly_worse_one() -> None
     assert set(best.members) == {"same0", "same1", "same2", "same3"}
     assert best.excluded_by["worse"] in best.members
     assert best.leader == max(best.members, key=lambda loss: best.means[loss])
-    assert [best.means[m] for m in best.members] == sorted((best.means[m] for m in best.members), reverse=True)
+    assert [best.means[m] for m in best.members] == \
+        sorted((best.means[m] for m in best.members), reverse=True)
 
 
 def test_best_set_level_is_alpha_over_k_minus_one() -> None:
@@ -255,6 +264,6 @@ def test_bad_input_is_an_error() -> None:
 
 
 def test_the_answer_prints_a_selected_setting_as_it_reproduces_the_run() -> None:
-    row = ranking.Row("sm_softmax", {"loss.m": "0.8963863270334698", "loss.n": "6", "loss.backward": "inf"}, 2, 2,
-                      [0.8, 0.81], [0.79, 0.8], True)
+    row = ranking.Row("sm_softmax", {"loss.m": "0.8963863270334698", "loss.n": "6", "loss.backward": "inf"},
+                      2, 2, [0.8, 0.81], [0.79, 0.8], True)
     assert ranking.table_rows([row])[0][2] == "backward=inf, m=0.8963863270334698, n=6"
