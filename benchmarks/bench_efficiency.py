@@ -1,16 +1,16 @@
-"""Does the search pay, and are its verdicts right (issues 15 and 20)? tune_as's whole answer (which loss wins,
-with which settings, and each loss's verdict against the baseline) against an exhaustive grid reference and a
-10-seed truth, at a fraction of the grid's compute.
+"""Does the search pay, and are its verdicts right (issues 15 and 20)?
+tune_as's whole answer (which loss wins, with which settings, and each loss's verdict against the baseline)
+against an exhaustive grid reference and a 10-seed truth, at a fraction of the grid's compute.
 
-    python benchmarks/bench_efficiency.py --quick                      # a few minutes: smoke check
-    python benchmarks/bench_efficiency.py --task digits                # docs/bench_efficiency.md
-    python benchmarks/bench_efficiency.py --task clinc_oos             # frozen MiniLM features (../shared/data)
+    python benchmarks/bench_efficiency.py --quick           # a few minutes: smoke check
+    python benchmarks/bench_efficiency.py --task digits     # docs/bench_efficiency.md
+    python benchmarks/bench_efficiency.py --task clinc_oos  # frozen MiniLM features (../shared/data)
 
 The reference: every multi-class loss over a grid of its parameters (GRIDS, inside the task's search space),
-each point with several seeds, trained to the end by `tune_as.training.trial.run_trial` directly (no Ray), every
-evaluation recorded and cached as JSON Lines under --cache-dir, so re-running the arms never repeats it. Per loss
-the reference answer is the grid point with the best mean validation metric, its test mean and 95% t-interval;
-the losses are ranked by that test mean. Reference compute = the sum of epochs trained.
+each point with several seeds, trained to the end by `tune_as.training.trial.run_trial` directly (no Ray),
+every evaluation recorded and cached as JSON Lines under --cache-dir, so re-running the arms never repeats it.
+Per loss the reference answer is the grid point with the best mean validation metric, its test mean and 95%
+t-interval; the losses are ranked by that test mean. Reference compute = the sum of epochs trained.
 
 The truth: each loss's reference-selected point re-run on TRUTH_SEEDS (10 seeds no grid run, search trial or
 confirmation run of an arm uses; checked), in the same run cache; per loss the paired difference to the
@@ -23,9 +23,10 @@ seeds, all through `tune_as.engine.run_search` (real Ray Tune, Optuna, MLflow on
   random_race  --race as above with --sampler random --no-warm-start
 and, behind --arms, the earlier ablations of the fixed design: cross_loss (asha_scope="search"), random
 (--sampler random --no-warm-start), no_warm_start, confirm_all (every loss confirmed).
-Trials per loss are the largest whose estimated compute, with the confirmation the arm reserves, fits the budget
-(`trials_for`); the compute actually spent (the engine's Outcome.compute) is reported next to it. The verdicts
-and the best set are read from the engine's answer rows (Outcome.rows) and scored by efficiency_scores.
+Trials per loss are the largest whose estimated compute, with the confirmation the arm reserves, fits the
+budget (`trials_for`); the compute actually spent (the engine's Outcome.compute) is reported next to it. The
+verdicts and the best set are read from the engine's answer rows (Outcome.rows) and scored by
+efficiency_scores.
 """
 
 from __future__ import annotations
@@ -71,11 +72,12 @@ from tune_as.results.budget import CONFIRM_SHARE
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
 # The truth's seeds: far above the grid's (0-2) and above every seed an arm uses (the search seed, and the
-# confirmation seeds the engine takes as the integers after it: tune_as.results.selection.new_seeds); main checks.
+# confirmation seeds the engine takes as the integers after it: tune_as.results.selection.new_seeds);
+# main checks.
 TRUTH_SEEDS = tuple(range(1000, 1010))
 
-# Reference grids per loss (parameter names as in search_spaces/<task>.yaml). Points outside a loss's search range
-# are not allowed: the reference and the arms search the same space.
+# Reference grids per loss (parameter names as in search_spaces/<task>.yaml). Points outside a loss's search
+# range are not allowed: the reference and the arms search the same space.
 GRIDS: dict[str, dict[str, list[Any]]] = {
     "softmax": {},
     "sparsemax": {},
@@ -110,9 +112,10 @@ class TaskSetup:
 
 TASKS = {
     "digits": TaskSetup({}, 5.0, 5e-3, 64, GRIDS, "scikit-learn's 8x8 digits, the task's small CNN"),
-    # a head trained from scratch on cached mean-pooled all-MiniLM-L6-v2 features; k reaches the task's 151 classes
-    "clinc_oos": TaskSetup({"backbone": "minilm", "encoder": "frozen", "data_dir": DATA / "clinc_oos"}, 5.0, 1e-3, 32,
-                           {**GRIDS, "sparse_softmax": {"k": [5, 10, 20, 50, 100]}},
+    # a head trained from scratch on cached mean-pooled all-MiniLM-L6-v2 features;
+    # k reaches the task's 151 classes
+    "clinc_oos": TaskSetup({"backbone": "minilm", "encoder": "frozen", "data_dir": DATA / "clinc_oos"},
+                           5.0, 1e-3, 32, {**GRIDS, "sparse_softmax": {"k": [5, 10, 20, 50, 100]}},
                            "CLINC150 + oos (151 classes), frozen MiniLM features, a linear head"),
 }
 
@@ -148,8 +151,9 @@ class Setup:
         """The engine request every phase starts from (the reference's plan, its workers and the arms)."""
         from tune_as.engine.request import SearchRequest
 
-        return SearchRequest(task=self.task, losses=self.losses, max_epochs=self.epochs, overrides=self.overrides,
-                             cache_dir=self.cache_dir / "data", verbose=0, **self.task_setup.request, **kw)
+        return SearchRequest(task=self.task, losses=self.losses, max_epochs=self.epochs,
+                             overrides=self.overrides, cache_dir=self.cache_dir / "data", verbose=0,
+                             **self.task_setup.request, **kw)
 
     @property
     def metric(self) -> str:
@@ -160,9 +164,10 @@ class Setup:
         return (("lr", self.lr), ("batch_size", self.batch_size))
 
 
-# -- running trials without Ray ---------------------------------------------------------------------------------
+# -- running trials without Ray ------------------------------------------------------------------------------
 class Collector:
-    """A `tune_as.training.trial.Reporter` that keeps every evaluation (no checkpoints: nothing resumes here)."""
+    """A `tune_as.training.trial.Reporter` that keeps every evaluation
+    (no checkpoints: nothing resumes here)."""
 
     def __init__(self) -> None:
         self.reports: list[dict[str, Any]] = []
@@ -238,7 +243,8 @@ def plan_for(setup: Setup, storage: Path) -> Any:
 
 
 def trial_config(plan: Any, loss: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The config the engine's searcher would hand a trial of `loss` with these (search-space named) params."""
+    """The config the engine's searcher would hand a trial of `loss` with these
+    (search-space named) params."""
     from tune_as.space.search_space import config_key
 
     space = plan.space.losses[loss]
@@ -246,7 +252,7 @@ def trial_config(plan: Any, loss: str, params: dict[str, Any], seed: int) -> dic
             **{config_key(k): v for k, v in params.items()}, "seed": seed}
 
 
-# -- the reference and the truth ------------------------------------------------------------------------------
+# -- the reference and the truth -----------------------------------------------------------------------------
 def reference(setup: Setup, plan: Any, cache: RunCache) -> dict[str, Any]:
     jobs: list[tuple[str, dict[str, Any], int]] = []
     for loss, grid in setup.grids.items():
@@ -255,8 +261,8 @@ def reference(setup: Setup, plan: Any, cache: RunCache) -> dict[str, Any]:
             for seed in setup.ref_seeds:
                 jobs.append((loss, dict(zip(names, values, strict=True)), seed))
     configs = [trial_config(plan, loss, params, seed) for loss, params, seed in jobs]
-    print(f"reference: {len(configs)} runs ({len(configs) - sum(config_id(c) in cache.done for c in configs)} "
-          "to train)", flush=True)
+    print(f"reference: {len(configs)} runs "
+          f"({len(configs) - sum(config_id(c) in cache.done for c in configs)} to train)", flush=True)
     tic = time.perf_counter()
     results = cache.run(configs, setup)
     wall = time.perf_counter() - tic
@@ -265,7 +271,8 @@ def reference(setup: Setup, plan: Any, cache: RunCache) -> dict[str, Any]:
         points[loss][json.dumps(params, sort_keys=True)].append(row)
     per_loss = {}
     for loss, by_point in points.items():
-        scored = [(statistics.fmean(num(r["best_val"]) for r in rows), key, rows) for key, rows in by_point.items()]
+        scored = [(statistics.fmean(num(r["best_val"]) for r in rows), key, rows)
+                  for key, rows in by_point.items()]
         # a point with a diverged seed (no validation result) is not a result, as in the engine; max keeps the
         # first of equals: grid order
         val, key, rows = max(scored, key=lambda s: -math.inf if math.isnan(s[0]) else s[0])
@@ -276,17 +283,18 @@ def reference(setup: Setup, plan: Any, cache: RunCache) -> dict[str, Any]:
     ranking = sorted(per_loss, key=lambda loss: -per_loss[loss]["test"])
     n = len(setup.ref_seeds)
     return {"losses": per_loss, "ranking": ranking, "best": ranking[0], "runs": len(results),
-            "compute": _epochs(results), "trial_seconds": sum(r["seconds"] for r in results), "wall_this_call": wall,
-            "floor_confirmed": noise_floor(per_loss, n, n), "floor_single": noise_floor(per_loss, n, 1)}
+            "compute": _epochs(results), "trial_seconds": sum(r["seconds"] for r in results),
+            "wall_this_call": wall, "floor_confirmed": noise_floor(per_loss, n, n),
+            "floor_single": noise_floor(per_loss, n, 1)}
 
 
 def truth(setup: Setup, plan: Any, ref: dict[str, Any], cache: RunCache) -> dict[str, Any]:
-    """Each loss's reference-selected point on the truth's seeds; per loss its paired difference to the baseline.
-    A run without a test result (diverged) leaves its seed out of the pairs."""
+    """Each loss's reference-selected point on the truth's seeds; per loss its paired difference to the
+    baseline. A run without a test result (diverged) leaves its seed out of the pairs."""
     jobs = [(loss, seed) for loss in setup.losses for seed in setup.truth_seeds]
     configs = [trial_config(plan, loss, ref["losses"][loss]["params"], seed) for loss, seed in jobs]
-    print(f"truth: {len(configs)} runs ({len(configs) - sum(config_id(c) in cache.done for c in configs)} to train)",
-          flush=True)
+    print(f"truth: {len(configs)} runs ({len(configs) - sum(config_id(c) in cache.done for c in configs)} "
+          "to train)", flush=True)
     results = cache.run(configs, setup)
     test: dict[str, dict[int, float]] = {loss: {} for loss in setup.losses}
     val: dict[str, dict[int, float]] = {loss: {} for loss in setup.losses}
@@ -305,7 +313,7 @@ def _epochs(results: list[dict[str, Any]]) -> float:
     return sum(r["curve"][-1][0] for r in results if r["curve"])
 
 
-# -- the arms ---------------------------------------------------------------------------------------------------
+# -- the arms ------------------------------------------------------------------------------------------------
 FIXED, RACING = "fixed", "racing"
 # arm -> (its confirmation design, the SearchRequest options it changes beyond the design's)
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -331,8 +339,8 @@ def arm_options(setup: Setup, arm: str, budget_epochs: float) -> dict[str, Any]:
 
 
 def reserved(setup: Setup, options: dict[str, Any]) -> float:
-    """The confirmation epochs an arm's trials per loss leave room for. Fixed design: its confirm seeds for the
-    losses it confirms (the top K and the baseline). Race: its first look for every loss (the race's first
+    """The confirmation epochs an arm's trials per loss leave room for. Fixed design: its confirm seeds for
+    the losses it confirms (the top K and the baseline). Race: its first look for every loss (the race's first
     round, racing.Plan's `first` seeds each), so that every loss can get a verdict; later rounds take what the
     budget leaves."""
     from tune_as.results.racing import Plan
@@ -347,9 +355,9 @@ def reserved(setup: Setup, options: dict[str, Any]) -> float:
 def trials_for(budget_epochs: float, setup: Setup, reserve: float, tunable: int,
                reduction_factor: float = 3.0) -> int:
     """The largest trials per loss whose estimated compute (search + `reserve`) fits the budget, at least 1.
-    A loss with nothing to tune gets one search trial (the engine's quota when it confirms). Per-loss ASHA judges
-    nothing below `reduction_factor` trials; above, about STOPPED of the trials stop at its one rung (a third of
-    the epochs, rounded up to an evaluation)."""
+    A loss with nothing to tune gets one search trial (the engine's quota when it confirms). Per-loss ASHA
+    judges nothing below `reduction_factor` trials; above, about STOPPED of the trials stop at its one rung (a
+    third of the epochs, rounded up to an evaluation)."""
     n, e = len(setup.losses), setup.epochs
     rung = math.ceil(e / reduction_factor)
     best = 1
@@ -371,8 +379,9 @@ def ray_arm(setup: Setup, arm: str, options: dict[str, Any], trials: int | None,
 
 
 def answer(outcome: Any) -> dict[str, Any]:
-    """The engine's answer as a record: per loss its numbers, setting, verdict and best-set flag as the answer's
-    rows (tune_as.results.ranking.Row) hold them, what it cost, and the confirmation seeds it used."""
+    """The engine's answer as a record: per loss its numbers, setting, verdict and best-set flag as the
+    answer's rows (tune_as.results.ranking.Row) hold them, what it cost, and the confirmation seeds it
+    used."""
     rows = outcome.rows
     per_loss = {r.loss: {"val": statistics.fmean(r.val) if r.val else None,
                          "test": statistics.fmean(r.test) if r.test else None, "setting": r.setting,
@@ -387,8 +396,9 @@ def answer(outcome: Any) -> dict[str, Any]:
 
 
 def check_seeds(setup: Setup) -> str | None:
-    """Why the truth's seeds could meet another phase's, or None. A search that confirms runs its trials on its
-    seed s (a loss with nothing to tune gets one trial) and confirms on s + 1, s + 2, ... (selection.new_seeds)."""
+    """Why the truth's seeds could meet another phase's, or None. A search that confirms runs its trials on
+    its seed s (a loss with nothing to tune gets one trial) and confirms on
+    s + 1, s + 2, ... (selection.new_seeds)."""
     from tune_as.engine.request import SearchRequest
 
     most = max(SearchRequest.max_seeds, setup.confirm)
@@ -397,8 +407,9 @@ def check_seeds(setup: Setup) -> str | None:
     return f"the truth's seeds {clash} are used by the grid or an arm" if clash else None
 
 
-# -- main -------------------------------------------------------------------------------------------------------
-def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, reference_only: bool = False) -> dict[str, Any]:
+# -- main ----------------------------------------------------------------------------------------------------
+def run(setup: Setup, plot_path: Path | None, cached_only: bool = False,
+        reference_only: bool = False) -> dict[str, Any]:
     from tune_as.engine.request import SearchRequest
 
     setup.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -426,23 +437,26 @@ def run(setup: Setup, plot_path: Path | None, cached_only: bool = False, referen
                     # a race takes the engine's own split of its --budget (tune_as.results.budget)
                     trials = setup.trials_per_loss or (None if options.get("race") else trials_for(
                         budget * ref["compute"], setup, reserved(setup, options), tunable))
-                    split = {"confirm_share": CONFIRM_SHARE} if options.get("race") else {}  # the engine's split
+                    # the engine's split
+                    split = {"confirm_share": CONFIRM_SHARE} if options.get("race") else {}
                     key = "v3|" + json.dumps({"arm": arm, "seed": seed, "trials": trials, **options, **split},
                                              sort_keys=True)
                     if key not in arms and cached_only:
                         continue
                     if key not in arms:
-                        print(f"arm {arm}, budget {budget:.0%} ({trials} trials per loss), search seed {seed}",
-                              flush=True)
-                        arms[key] = ray_arm(setup, arm, options, trials, seed, Path(tmp) / f"{arm}-{budget}-{seed}")
+                        print(f"arm {arm}, budget {budget:.0%} ({trials} trials per loss), "
+                              f"search seed {seed}", flush=True)
+                        arms[key] = ray_arm(setup, arm, options, trials, seed,
+                                            Path(tmp) / f"{arm}-{budget}-{seed}")
                         arms_file.write_text(json.dumps(arms, indent=1))
                     rec = {"arm": arm, "budget": budget, "seed": seed, "trials_per_loss": trials, **arms[key]}
                     assert not set(rec["confirmation_seeds"]) & set(setup.truth_seeds), "truth seeds reused"
                     rec["score"] = score(ref, tru, rec, margin_points / 100)
                     records.append(rec)
-    pool = [(tru["val"][tru["baseline"]][s], tru["test"][tru["baseline"]][s]) for s in tru["test"][tru["baseline"]]]
-    null = null_fwer(setup.losses, tru["baseline"], pool, margin_points, SearchRequest.max_seeds, setup.sim_answers,
-                     seed=0, items=items)
+    pool = [(tru["val"][tru["baseline"]][s], tru["test"][tru["baseline"]][s])
+            for s in tru["test"][tru["baseline"]]]
+    null = null_fwer(setup.losses, tru["baseline"], pool, margin_points, SearchRequest.max_seeds,
+                     setup.sim_answers, seed=0, items=items)
     if records:
         print("\n" + arms_table(records))
         print("\n" + summary_table(records, order))
@@ -462,7 +476,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(TASKS), default="digits")
     parser.add_argument("--quick", action="store_true",
-                        help="digits, 3 losses, tiny grids, 2 epochs, 2 trials per loss, one search seed: a smoke check")
+                        help="digits, 3 losses, tiny grids, 2 epochs, 2 trials per loss, "
+                             "one search seed: a smoke check")
     parser.add_argument("--ref-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budgets", type=float, nargs="+", default=[0.15],
                         help="fractions of the reference's compute, confirmation included (default 0.15)")
@@ -470,14 +485,17 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(DEFAULT_ARMS))
     parser.add_argument("--confirm", type=int, default=3, help="the fixed design's seeds per confirmed loss")
     parser.add_argument("--confirm-top", type=int, default=3,
-                        help="the fixed design confirms the K losses best on validation (and softmax); 0: every loss")
+                        help="the fixed design confirms the K losses best on validation (and softmax); "
+                             "0: every loss")
     parser.add_argument("--trials-per-loss", type=int, default=None,
                         help="every arm's search trials per loss (default: the most its budget allows)")
     parser.add_argument("--sim-answers", type=int, default=2000,
                         help="answers of each null-simulation scenario (the null, and at the margin)")
-    parser.add_argument("--workers", type=int, default=2, help="concurrent 1-thread trials (Ray's max_concurrent too)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="concurrent 1-thread trials (Ray's max_concurrent too)")
     parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="runs and arm results (default: .tune_as_cache/bench_efficiency[_<task>|_quick])")
+                        help="runs and arm results "
+                             "(default: .tune_as_cache/bench_efficiency[_<task>|_quick])")
     parser.add_argument("--reference-only", action="store_true",
                         help="train (or read) the reference and the truth; run no arm")
     parser.add_argument("--cached-only", action="store_true",

@@ -7,8 +7,8 @@ The model is all-MiniLM-L6-v2's architecture (BERT, 6 layers, hidden 384, 12 hea
 random weights, built by `tune_as.tasks.build_model` (a cost measure needs no trained weights, and none can be
 downloaded on a machine without the hub); the rows are random token ids with clinc_oos-like lengths (8 to 32
 tokens), 151 classes. Both loops: batch 32, one epoch, AdamW (fused; decay on matrices only), the linear
-warm-up/decay schedule, clipping at 1.0, the precision the trial picks (bf16 autocast on a GPU that has it, fp32
-on the CPU), batches trimmed to their longest row, the same order. The trial is
+warm-up/decay schedule, clipping at 1.0, the precision the trial picks (bf16 autocast on a GPU that has it,
+fp32 on the CPU), batches trimmed to their longest row, the same order. The trial is
 `tune_as.training.trial.Trial.run` as a search runs it (no Ray), evaluating its 256 validation rows at the
 epoch's end; the plain loop does the same evaluation and never reads a number from the GPU while it trains.
 Printed: seconds per epoch (whole run, synchronized), the minimum over --repeats, alternating the loops.
@@ -89,7 +89,8 @@ def plain_loop(prepared: Any, task: Any, cfg: dict[str, Any], device: torch.devi
     model.train()
     order = epoch_order(n, settings.seed, 0)
     for k, start in enumerate(range(0, n, b)):
-        batch = {key: v.to(device, non_blocking=True) for key, v in train.batch(order[start:start + b]).items()}
+        batch = {key: v.to(device, non_blocking=True)
+                 for key, v in train.batch(order[start:start + b]).items()}
         for group in optimizer.param_groups:
             group["lr"] = settings.lr * lr_factor(k / steps, settings.lr_warmup)
         with autocast:
@@ -106,7 +107,8 @@ def plain_loop(prepared: Any, task: Any, cfg: dict[str, Any], device: torch.devi
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
@@ -116,7 +118,8 @@ def main() -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("--device: expected cpu, or cuda on a machine with a GPU; got cuda and no GPU is visible")
     if device.type == "cpu" and torch.cuda.is_available():
-        sys.exit("--device cpu: the trial picks the GPU when one is visible; set CUDA_VISIBLE_DEVICES= to compare")
+        sys.exit("--device cpu: the trial picks the GPU when one is visible; "
+                 "set CUDA_VISIBLE_DEVICES= to compare")
     prepared, task = data(args.rows, args.layers)
     cfg = {"loss": "softmax", "epochs": 1.0, "batch_size": 32, "lr": 5e-5, "seed": 0}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
@@ -132,7 +135,8 @@ def main() -> None:
             torch.cuda.synchronize()
         return time.perf_counter() - tic
 
-    runs = {"trial": lambda: trial_loop(prepared, task, cfg), "plain": lambda: plain_loop(prepared, task, cfg, device)}
+    runs = {"trial": lambda: trial_loop(prepared, task, cfg),
+            "plain": lambda: plain_loop(prepared, task, cfg, device)}
     runs["plain"]()  # warm-up: kernels, autotuning, allocator
     best = {k: float("inf") for k in runs}
     for _ in range(args.repeats):

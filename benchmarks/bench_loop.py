@@ -1,19 +1,19 @@
 """The trial's training loop against a hand-written PyTorch loop doing the same work (issue 21).
 
-    python benchmarks/bench_loop.py                       # clinc_oos (frozen MiniLM features) and digits (CNN)
+    python benchmarks/bench_loop.py  # clinc_oos (frozen MiniLM features) and digits (CNN)
     python benchmarks/bench_loop.py --tasks digits --repeats 3 --epochs 2
 
 Both loops train the same model (`tune_as.tasks.build_model`) on the same prepared data with AdamW (decay on
-matrices only), the linear warm-up/decay schedule, gradient clipping at 1.0, batch 32, one thread, and evaluate
-the validation split after every epoch (and the test split when validation improved). The hand-written loop
-indexes the training tensors (widened once), uses the trial's optimizer (fused AdamW; --plain-foreach: torch's
-default), calls the loss directly (`F.cross_entropy`; AS-Softmax's own
+matrices only), the linear warm-up/decay schedule, gradient clipping at 1.0, batch 32, one thread, and
+evaluate the validation split after every epoch (and the test split when validation improved). The
+hand-written loop indexes the training tensors (widened once), uses the trial's optimizer (fused
+AdamW; --plain-foreach: torch's default), calls the loss directly (`F.cross_entropy`; AS-Softmax's own
 function), steps `LambdaLR` and never reads a number from the tensors while training. The trial loop is
 `tune_as.training.trial.Trial.run`, exactly as a search runs it (no Ray: the reporter keeps the metrics).
 
-Measured side by side in one process, alternating the two loops, the minimum over --repeats; printed per task and
-loss: training seconds per epoch (evaluation excluded; the trial's own `train_seconds`, the hand loop timed the
-same way), the ratio, and the whole run's seconds (evaluation included) with its ratio.
+Measured side by side in one process, alternating the two loops, the minimum over --repeats; printed per task
+and loss: training seconds per epoch (evaluation excluded; the trial's own `train_seconds`, the hand loop
+timed the same way), the ratio, and the whole run's seconds (evaluation included) with its ratio.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def prepared(task_name: str, cache_dir: Path) -> tuple[Any, Any]:
     return task, prepare(task, spec)
 
 
-def trial_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: int, seed: int) -> tuple[float, float]:
+def trial_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: int,
+               seed: int) -> tuple[float, float]:
     from bench_efficiency import Collector  # the benchmarks' reporter that keeps metrics, no checkpoints
 
     from tune_as.training.trial import Trial
@@ -69,7 +70,8 @@ def _inputs(split: Any) -> dict[str, torch.Tensor]:
     return split.batch(torch.arange(len(split)))
 
 
-def plain_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: int, seed: int) -> tuple[float, float]:
+def plain_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: int,
+               seed: int) -> tuple[float, float]:
     from tune_as.losses.as_softmax import as_softmax_loss
     from tune_as.tasks import build_model
     from tune_as.training.tools import lr_factor
@@ -83,8 +85,8 @@ def plain_loop(task: Any, data: Any, loss: str, params: dict[str, Any], epochs: 
     total = steps_per_epoch * epochs
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, fused=FUSED)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, fused=FUSED)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step / total, 0.1))
     delta = params.get("delta")
     train_seconds, best = 0.0, -1.0
@@ -122,8 +124,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--plain-foreach", action="store_true",
-                        help="the hand-written loop with torch's default AdamW (foreach), not the trial's fused one")
-    parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("TUNE_AS_CACHE", ".tune_as_cache")))
+                        help="the hand-written loop with torch's default AdamW (foreach), "
+                             "not the trial's fused one")
+    parser.add_argument("--cache-dir", type=Path,
+                        default=Path(os.environ.get("TUNE_AS_CACHE", ".tune_as_cache")))
     args = parser.parse_args()
     global FUSED
     FUSED = not args.plain_foreach
@@ -144,7 +148,8 @@ def main() -> None:
             p_train, o_train = min(t for t, _ in plain), min(t for t, _ in ours)
             p_wall, o_wall = min(w for _, w in plain), min(w for _, w in ours)
             print(f"{task_name:10} {loss:11} {p_train / args.epochs:13.3f} {o_train / args.epochs:13.3f} "
-                  f"{o_train / p_train:6.2f} {p_wall:11.2f} {o_wall:11.2f} {o_wall / p_wall:6.2f}", flush=True)
+                  f"{o_train / p_train:6.2f} {p_wall:11.2f} {o_wall:11.2f} {o_wall / p_wall:6.2f}",
+                  flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 

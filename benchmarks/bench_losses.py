@@ -1,14 +1,15 @@
-"""Forward+backward time and peak memory of every loss against F.cross_entropy, on the same inputs, in one run.
+"""Forward+backward time and peak memory of every loss against F.cross_entropy, on the same inputs,
+in one run.
 
     python benchmarks/bench_losses.py                 # table: one ratio per loss and shape, one torch thread
     python benchmarks/bench_losses.py --json out.json # the same figures as JSON too
     python benchmarks/bench_losses.py --multilabel    # every multi-label loss against bce at EURLEX57K's size
 
 ``--multilabel``: the baseline is ``bce`` instead of ``F.cross_entropy``, the losses are every loss that takes
-multi-hot targets (``as_speed`` included, with a multi-hot target), the shape is (1024, 4271) (EURLEX57K's 4,271
-labels) with about 5 positives per row (``--positives``), and AS-Speed's Eq. 19 schedule is reported too: the
-rows the loss masks on that batch, the accumulation steps the schedule then picks, and what ``observe`` plus
-``cycle_start`` cost per micro-batch.
+multi-hot targets (``as_speed`` included, with a multi-hot target), the shape is (1024, 4271) (EURLEX57K's
+4,271 labels) with about 5 positives per row (``--positives``), and AS-Speed's Eq. 19 schedule is reported
+too: the rows the loss masks on that batch, the accumulation steps the schedule then picks, and what
+``observe`` plus ``cycle_start`` cost per micro-batch.
 
 Time: repetitions are interleaved (the baseline, then every loss, in turn), so that load from other
 processes hits every loss alike. ``--stat min`` (default) reports the fastest repetition of each and
@@ -51,10 +52,12 @@ MULTILABEL = sorted(name for name, cls in LOSSES.items() if "multilabel" in cls.
 def multilabel_input(name: str, args: argparse.Namespace) -> bool:
     if name == CROSS_ENTROPY:
         return False
-    return args.multilabel and "multilabel" in LOSSES[name].kinds or not LOSSES[name].kinds & {"multiclass", "token"}
+    return (args.multilabel and "multilabel" in LOSSES[name].kinds
+            or not LOSSES[name].kinds & {"multiclass", "token"})
 
 
-def make_step(name: str, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, args: argparse.Namespace) -> Callable[[], None]:
+def make_step(name: str, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor,
+              args: argparse.Namespace) -> Callable[[], None]:
     if name == CROSS_ENTROPY:
         return lambda: F.cross_entropy(x, t).backward()
     loss_fn = build_loss(name)
@@ -107,8 +110,9 @@ def peak_bytes(step: Callable[[], None], inputs: list[torch.Tensor]) -> int:
 
 
 def accumulation(x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-    """AS-Speed's Eq. 19 schedule on this batch: rows masked, the steps it picks after one micro-batch (from 1),
-    and the time of one ``observe`` + ``cycle_start`` (the schedule's own cost per micro-batch; best of 200)."""
+    """AS-Speed's Eq. 19 schedule on this batch: rows masked, the steps it picks after one micro-batch
+    (from 1), and the time of one ``observe`` + ``cycle_start`` (the schedule's own cost per micro-batch;
+    best of 200)."""
     loss_fn = build_loss("as_speed")
     acc = loss_fn.make_accumulator()
     assert acc is not None
@@ -161,20 +165,27 @@ def bench_shape(names: list[str], n: int, c: int, args: argparse.Namespace) -> d
             if ref == args.baseline or (multilabel_input(name, args) and ref in result):
                 suffix = "" if ref == args.baseline else "_vs_multilabel_softmax"
                 ratios = [a / b for a, b in zip(times[name], times[ref], strict=True)]
-                ratio = min(times[name]) / min(times[ref]) if args.stat == "min" else statistics.median(ratios)
+                ratio = (min(times[name]) / min(times[ref]) if args.stat == "min"
+                         else statistics.median(ratios))
                 result[name]["time_ratio" + suffix] = ratio
-                result[name]["mem_ratio" + suffix] = result[name]["peak_mb"] / max(result[ref]["peak_mb"], 1e-9)
+                result[name]["mem_ratio" + suffix] = (result[name]["peak_mb"]
+                                                      / max(result[ref]["peak_mb"], 1e-9))
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--multilabel", action="store_true", help="multi-label losses against bce (see above)")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--multilabel", action="store_true",
+                        help="multi-label losses against bce (see above)")
     parser.add_argument("--losses", nargs="+", choices=sorted(LOSSES), metavar="LOSS",
                         help="default: every loss (--multilabel: every multi-label loss)")
-    parser.add_argument("--shapes", nargs="+", metavar="NxC", help="default: four shapes (--multilabel: 1024x4271)")
-    parser.add_argument("--positives", type=float, help="mean positive labels per row (default 3; --multilabel: 5)")
-    parser.add_argument("--reps", type=int, default=0, help="timed repetitions (default: by size, 10 to 2000)")
+    parser.add_argument("--shapes", nargs="+", metavar="NxC",
+                        help="default: four shapes (--multilabel: 1024x4271)")
+    parser.add_argument("--positives", type=float,
+                        help="mean positive labels per row (default 3; --multilabel: 5)")
+    parser.add_argument("--reps", type=int, default=0,
+                        help="timed repetitions (default: by size, 10 to 2000)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--stat", default="min", choices=["min", "median"], help="see the module docstring")
@@ -189,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     results = {}
     base = "bce" if args.multilabel else "CE"
-    print(f"# torch {torch.__version__}, {args.device}, {args.dtype}, {args.threads} threads, {args.clock} clock, "
-          f"{args.stat}; baseline {args.baseline}; multi-hot targets: ~{args.positives:g} positives per row; "
+    print(f"# torch {torch.__version__}, {args.device}, {args.dtype}, {args.threads} threads, "
+          f"{args.clock} clock, {args.stat}; baseline {args.baseline}; "
+          f"multi-hot targets: ~{args.positives:g} positives per row; "
           f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(f"{'loss':26s} {'N x C':>11s} {'time':>10s} {'x ' + base:>6s} {'peak MB':>8s} {'x ' + base:>6s}")
     for shape in args.shapes:
@@ -199,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         results[f"{n}x{c}"] = res
         for name, r in res.items():
             ratio_t, ratio_m = r.get("time_ratio", 1.0), r.get("mem_ratio", 1.0)
-            line = f"{name:26s} {f'{n}x{c}':>11s} {r['time_us']:8.0f}us {ratio_t:6.2f} {r['peak_mb']:8.2f} {ratio_m:6.2f}"
+            line = (f"{name:26s} {f'{n}x{c}':>11s} {r['time_us']:8.0f}us {ratio_t:6.2f} "
+                    f"{r['peak_mb']:8.2f} {ratio_m:6.2f}")
             if "time_ratio_vs_multilabel_softmax" in r:
                 line += f"   vs multilabel_softmax: time {r['time_ratio_vs_multilabel_softmax']:.2f}"
                 line += f" mem {r['mem_ratio_vs_multilabel_softmax']:.2f}"
@@ -207,11 +220,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.multilabel and "as_speed" in args.losses:
             x, _, y = bench_inputs(n, c, args)
             a = res["as_speed (schedule)"] = accumulation(x, y)
-            print(f"as_speed schedule (Eq. 19, lam {a['lam']:g}, max_steps {a['max_steps']}): {a['n_masked']} of "
-                  f"{a['n_rows']} rows masked -> {a['steps']} step(s); observe + cycle_start {a['schedule_us']:.1f}us")
+            print(f"as_speed schedule (Eq. 19, lam {a['lam']:g}, max_steps {a['max_steps']}): "
+                  f"{a['n_masked']} of {a['n_rows']} rows masked -> {a['steps']} step(s); "
+                  f"observe + cycle_start {a['schedule_us']:.1f}us")
     print(f"# load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if args.json:
-        meta = {"device": args.device, "dtype": args.dtype, "threads": args.threads, "clock": args.clock, "stat": args.stat}
+        meta = {"device": args.device, "dtype": args.dtype, "threads": args.threads, "clock": args.clock,
+                "stat": args.stat}
         text = json.dumps({**meta, "torch": torch.__version__, "results": results}, indent=2)
         if args.json == "-":
             print(text)

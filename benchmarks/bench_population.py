@@ -8,12 +8,12 @@ Two works, on random inputs of their shapes (the cost does not depend on their v
 frozen-feature head of clinc_oos (MiniLM features 384 -> 512 -> 151 classes, 15,100 training rows, validation
 3,100 and test 5,500 rows, batch 32), and "cnn", the digits CNN (tune_as.tasks.cnn.digits on 8x8 images, 10
 classes, 1,078 training rows, validation 360 and test 359 rows, batch 64: the README's first command; its
-population is tune_as.training.stacked_cnn). "solo" is `tune_as.training.trial.Trial` run once per seed, as a confirmation round runs it
-today (one seed per trial; the Ray process around it not counted); "population P" is
-`tune_as.training.population.Population` with P seeds. Each figure is the whole run (training and the
-evaluations a trial makes) divided by the member-epochs it trained: wall seconds and CPU seconds (this process's
-user + system time; on a GPU the CPU time is the host's share). The minimum over --repeats, measured alternately
-in one process; the ratio is solo / population (> 1: the population is faster).
+population is tune_as.training.stacked_cnn). "solo" is `tune_as.training.trial.Trial` run once per seed, as a
+confirmation round runs it today (one seed per trial; the Ray process around it not counted); "population P"
+is `tune_as.training.population.Population` with P seeds. Each figure is the whole run (training and the
+evaluations a trial makes) divided by the member-epochs it trained: wall seconds and CPU seconds (this
+process's user + system time; on a GPU the CPU time is the host's share). The minimum over --repeats, measured
+alternately in one process; the ratio is solo / population (> 1: the population is faster).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def frozen_data(train_rows: int | None) -> tuple[Any, Any]:
                       "labels": torch.randint(0, classes, (rows,), generator=g)})
 
     names = tuple(f"intent_{i}" for i in range(classes))
-    prepared = PreparedData("clinc_oos", "multiclass", DataSettings("clinc_oos", backbone="minilm", encoder="frozen"),
+    prepared = PreparedData("clinc_oos", "multiclass",
+                            DataSettings("clinc_oos", backbone="minilm", encoder="frozen"),
                             split(train_rows), split(SHAPE["validation"]), split(SHAPE["test"]), names,
                             {"encoder": "frozen", "feature_dim": dim})
     for s in (prepared.train, prepared.validation, prepared.test):
@@ -105,13 +106,15 @@ def timed(run: Callable[[], None], device: torch.device) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", nargs="+", choices=sorted(WORKS), default=sorted(WORKS, reverse=True))
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 4, 10, 16])
     parser.add_argument("--losses", nargs="+", choices=sorted(LOSSES), default=sorted(LOSSES))
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--train-rows", type=int, help="training rows (default: the work's)")
-    parser.add_argument("--solo-seeds", type=int, default=2, help="one-seed trials timed per repeat (default 2)")
+    parser.add_argument("--solo-seeds", type=int, default=2,
+                        help="one-seed trials timed per repeat (default 2)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
@@ -126,10 +129,10 @@ def main() -> None:
     for work in args.work:
         prepared, task = WORKS[work](args.train_rows)
         print(f"# bench_population {work}: {name}; load average {os.getloadavg()[0]:.2f}; torch "
-              f"{torch.__version__}; {args.precision}; {args.epochs:g} epoch(s) of {len(prepared.train)} rows, batch "
-              f"{BATCH[work]}", flush=True)
-        print(f"{'loss':<11} {'run':<15} {'wall s/member-epoch':>20} {'CPU s/member-epoch':>19} {'wall ratio':>11}",
-              flush=True)
+              f"{torch.__version__}; {args.precision}; {args.epochs:g} epoch(s) of {len(prepared.train)} "
+              f"rows, batch {BATCH[work]}", flush=True)
+        print(f"{'loss':<11} {'run':<15} {'wall s/member-epoch':>20} {'CPU s/member-epoch':>19} "
+              f"{'wall ratio':>11}", flush=True)
         for loss in args.losses:
             cfg = {"loss": loss, "epochs": args.epochs, "batch_size": BATCH[work], "lr": 1e-3,
                    "precision": args.precision, **LOSSES[loss]}

@@ -1,14 +1,16 @@
-"""AS-Speed vs softmax (and AS-Softmax) at the same task and sample budget: optimizer steps, training wall time
-and test metric over seeds, plus the cost split that bounds any speed-up (time per micro-batch vs per step).
+"""AS-Speed vs softmax (and AS-Softmax) at the same task and sample budget: optimizer steps,
+training wall time and test metric over seeds, plus the cost split that bounds any speed-up (time per
+micro-batch vs per step).
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_speed.py --task clinc_oos --data-dir ../shared/data/clinc_oos \\
         [--seeds 0 1 2] [--losses softmax as_softmax as_speed] [--epochs E] [--json]
 
-Each (seed, loss) trial runs the real trainable (`tune_as.training.trial.run_trial`, no Ray: Ray's own overhead is
-measured apart, docs/benchmarks.md) with the task's fixed settings from search_spaces/<task>.yaml and the loss's paper
-(Table 6) setting, so all losses see the same samples in the same order. Runs are interleaved seed by seed, so
-load from other processes on a shared machine hits every loss alike. Target (issue 4): AS-Speed >= 1.25x faster
-than softmax (train_seconds, mean over seeds) at <= 0.5 point lower test metric.
+Each (seed, loss) trial runs the real trainable (`tune_as.training.trial.run_trial`, no Ray: Ray's own
+overhead is measured apart, docs/benchmarks.md) with the task's fixed settings from search_spaces/<task>.yaml
+and the loss's paper (Table 6) setting, so all losses see the same samples in the same order. Runs are
+interleaved seed by seed, so load from other processes on a shared machine hits every loss alike. Target
+(issue 4): AS-Speed >= 1.25x faster than softmax (train_seconds, mean over seeds) at <= 0.5 point lower test
+metric.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def trial_configs(plan: Any, losses: list[str], seed: int, lam: float | None) ->
     configs = {}
     for loss in losses:
         space = plan.space.losses[loss]
-        config = {**plan.base.to_dict(), **space.constants(), **(space.paper_point() or {}), "loss": loss, "seed": seed}
+        config = {**plan.base.to_dict(), **space.constants(), **(space.paper_point() or {}), "loss": loss,
+                  "seed": seed}
         if loss == "as_speed" and lam is not None:
             config["loss.lam"] = lam
         configs[loss] = config
@@ -57,8 +60,8 @@ def trial_configs(plan: Any, losses: list[str], seed: int, lam: float | None) ->
 
 
 def step_costs(plan: Any, configs: dict[str, dict[str, Any]], repeats: int = 300) -> dict[str, Any]:
-    """Median milliseconds of one micro-batch (batch, forward, loss, backward) per loss and of one optimizer step
-    (clip + AdamW) for this task's model: AS-Speed saves only the second, once per step it skips."""
+    """Median milliseconds of one micro-batch (batch, forward, loss, backward) per loss and of one optimizer
+    step (clip + AdamW) for this task's model: AS-Speed saves only the second, once per step it skips."""
     from tune_as.losses import build_loss
     from tune_as.tasks import build_model
 
@@ -116,7 +119,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"task": args.task, "backbone": args.backbone, "encoder": args.encoder,
             "epochs": plan.base.epochs, "batch_size": plan.base.batch_size, "lr": plan.base.lr,
             "metric": plan.metric, "seeds": args.seeds, "torch_threads": torch.get_num_threads(),
-            "cpus": os.cpu_count(), "trials": rows, "summary": summarize(rows, plan.metric, costs, plan.base.batch_size), **costs}
+            "cpus": os.cpu_count(), "trials": rows,
+            "summary": summarize(rows, plan.metric, costs, plan.base.batch_size), **costs}
 
 
 def summarize(rows: list[dict[str, Any]], metric: str, costs: dict[str, Any], batch_size: int
@@ -151,24 +155,27 @@ def summarize(rows: list[dict[str, Any]], metric: str, costs: dict[str, Any], ba
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(f"\n{result['task']} ({result['backbone']} {result['encoder']}), {result['epochs']:g} epochs, batch "
-          f"{result['batch_size']}, lr {result['lr']:g}, seeds {result['seeds']}, {result['torch_threads']} torch threads")
+    print(f"\n{result['task']} ({result['backbone']} {result['encoder']}), {result['epochs']:g} epochs, "
+          f"batch {result['batch_size']}, lr {result['lr']:g}, seeds {result['seeds']}, "
+          f"{result['torch_threads']} torch threads")
     micro = ", ".join(f"{loss} {ms:.2f}" for loss, ms in result["micro_batch_ms"].items())
     print(f"one micro-batch (batch+fwd+loss+bwd), ms: {micro}; one optimizer step (clip+AdamW): "
           f"{result['optimizer_step_ms']:.2f} ms")
-    print("| loss | optimizer steps | steps vs softmax | train s | speed-up (measured) | speed-up (cost model) | "
-          "test (mean ± std) | Δ test (points) |")
+    print("| loss | optimizer steps | steps vs softmax | train s | speed-up (measured) | "
+          "speed-up (cost model) | test (mean ± std) | Δ test (points) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     nan = float("nan")
     for loss, s in result["summary"].items():
         print(f"| {loss} | {s['optimizer_steps']:.0f} | {s.get('step_ratio', nan):.2f}x fewer | "
-              f"{s['train_seconds']:.1f} | {s.get('speedup', nan):.2f}x | {s.get('modeled_speedup', nan):.2f}x | "
-              f"{s['test']:.2f} ± {s['test_std']:.2f} | {s.get('test_delta_points', nan):+.2f} |")
+              f"{s['train_seconds']:.1f} | {s.get('speedup', nan):.2f}x | "
+              f"{s.get('modeled_speedup', nan):.2f}x | {s['test']:.2f} ± {s['test_std']:.2f} | "
+              f"{s.get('test_delta_points', nan):+.2f} |")
     speed = result["summary"].get("as_speed")
     if speed and "speedup" in speed:
         met = speed["speedup"] >= SPEEDUP_TARGET and speed["test_delta_points"] >= -MAX_LOSS_POINTS
-        print(f"target (>= {SPEEDUP_TARGET}x at <= {MAX_LOSS_POINTS} point loss): {'met' if met else 'NOT met'} "
-              f"({speed['speedup']:.2f}x, {speed['test_delta_points']:+.2f} points)")
+        print(f"target (>= {SPEEDUP_TARGET}x at <= {MAX_LOSS_POINTS} point loss): "
+              f"{'met' if met else 'NOT met'} ({speed['speedup']:.2f}x, "
+              f"{speed['test_delta_points']:+.2f} points)")
 
 
 def main() -> None:
@@ -183,9 +190,11 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=None, help="default: the search space's epochs")
     parser.add_argument("--lr", type=float, default=None, help="default: the search space's lr")
     parser.add_argument("--search-space", type=Path, default=None, help="default: search_spaces/<task>.yaml")
-    parser.add_argument("--lam", type=float, default=None, help="AS-Speed lambda (default: the paper's setting)")
+    parser.add_argument("--lam", type=float, default=None,
+                        help="AS-Speed lambda (default: the paper's setting)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (1, as Ray gives a 1-CPU trial; 2 threads on 2 shared cores ran 16x slower)")
+                        help="torch threads (1, as Ray gives a 1-CPU trial; "
+                             "2 threads on 2 shared cores ran 16x slower)")
     parser.add_argument("--json", type=Path, default=None, help="also write the full result here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

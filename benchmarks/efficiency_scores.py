@@ -10,11 +10,11 @@ Definitions (docs/bench_efficiency.md, "Scores"):
 - decided share: decided verdicts (win, loss, equivalent) / every non-baseline loss of the answer.
 - wrong (`wrong`): a `win` unless the truth's interval lies entirely above 0, a `loss` unless it lies entirely
   below 0 (an interval on the other side contradicts the claim; one that contains 0 is a null at the truth's
-  resolution, and a sign claimed on a null is false), an `equivalent` whose truth mean difference is at or beyond
-  ±margin; `undecided` is never wrong. A verdict on a loss without a truth (its 10-seed runs diverged) is not
-  judged and counted apart.
-- wrong share: wrong verdicts / decided verdicts that were judged (an answer that decides nothing has no share);
-  the count over every comparison is printed beside it.
+  resolution, and a sign claimed on a null is false), an `equivalent` whose truth mean difference is at or
+  beyond ±margin; `undecided` is never wrong. A verdict on a loss without a truth (its 10-seed runs diverged)
+  is not judged and counted apart.
+- wrong share: wrong verdicts / decided verdicts that were judged (an answer that decides nothing has no
+  share); the count over every comparison is printed beside it.
 - gap: |arm's test mean for the loss − the reference's best test mean for it|, points, mean over losses.
 """
 
@@ -33,15 +33,16 @@ import numpy as np
 from tune_as.results.verdicts import unmarked
 
 DECIDED = ("win", "loss", "equivalent")
-# the engine's own words (tune_as.results.ranking.Row.verdict): decided ones, "baseline", "undecided (n seeds)",
-# "" for a loss the answer did not confirm; anything not decided counts as undecided here
+# the engine's own words (tune_as.results.ranking.Row.verdict): decided ones, "baseline",
+# "undecided (n seeds)", "" for a loss the answer did not confirm;
+# anything not decided counts as undecided here
 SHORT = {"win": "W", "loss": "L", "equivalent": "E", "undecided": "u"}
 GOAL_GAP_POINTS = 0.35
 GOAL_FWER = 0.05
 GOAL_DECIDED_RATIO = 2.0
 
 
-# -- numbers ----------------------------------------------------------------------------------------------------
+# -- numbers -------------------------------------------------------------------------------------------------
 def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
     """Mean and two-sided 95% t-interval (scipy.stats.t); NaN ends with fewer than 2 values, the point itself
     with zero spread."""
@@ -62,7 +63,8 @@ def truth_row(values: dict[int, float], base: dict[int, float]) -> dict[str, Any
         return None
     d = [values[s] - base[s] for s in shared]
     mean, low, high = t_interval(d)
-    return {"n": len(shared), "diff": mean, "low": low, "high": high, "test": statistics.fmean(values.values())}
+    return {"n": len(shared), "diff": mean, "low": low, "high": high,
+            "test": statistics.fmean(values.values())}
 
 
 def truth_says(truth: dict[str, Any] | None, margin: float) -> str:
@@ -82,24 +84,24 @@ def word(verdict: str) -> str:
 def truly_null(truth: dict[str, Any]) -> bool:
     """Is the loss null at the truth's own resolution: does its 95% t-interval contain 0 (ends included)?
 
-    The truth is a 10-seed estimate (`truth_row`: the mean paired difference and its unadjusted t-interval), not
-    the true effect, so "truly null" can only mean "no difference the truth can resolve". The rule is the
-    interval, not an exact mean of 0: a mean of exactly 0 (on a lattice of k / items it happens, e.g. sm_softmax
-    at m=0, which is softmax: +0.00 [+0.00, +0.00]) always lies in its interval, so it is covered, and a mean of
-    +0.01 with an interval of ±0.4 is the same evidence of no difference; an exact-zero rule would let a sign
-    claimed on it pass. The price, stated: a true effect smaller than the truth resolves (its half-width,
-    0.2-0.4 points on digits) is scored wrong when an answer claims it. An answer's claim rests on at most 10
-    seeds at an adjusted alpha, so a real effect it proves is usually resolved by the truth's 10 seeds, tested
-    unadjusted, too."""
+    The truth is a 10-seed estimate (`truth_row`: the mean paired difference and its unadjusted t-interval),
+    not the true effect, so "truly null" can only mean "no difference the truth can resolve". The rule is the
+    interval, not an exact mean of 0: a mean of exactly 0 (on a lattice of k / items it happens, e.g.
+    sm_softmax at m=0, which is softmax: +0.00 [+0.00, +0.00]) always lies in its interval, so it is covered,
+    and a mean of +0.01 with an interval of ±0.4 is the same evidence of no difference; an exact-zero rule
+    would let a sign claimed on it pass. The price, stated: a true effect smaller than the truth resolves (its
+    half-width, 0.2-0.4 points on digits) is scored wrong when an answer claims it. An answer's claim rests on
+    at most 10 seeds at an adjusted alpha, so a real effect it proves is usually resolved by the truth's 10
+    seeds, tested unadjusted, too."""
     return bool(truth["low"] <= 0 <= truth["high"])
 
 
 def wrong(verdict: str, truth: dict[str, Any] | None, margin: float) -> bool | None:
     """Is the verdict contradicted by the truth? None: a decided verdict on a loss without a truth.
 
-    win: wrong unless the truth's interval lies entirely above 0 (below 0 contradicts it; containing 0 is a null,
-    `truly_null`, and a false win on a null is wrong). loss: the mirror image. equivalent: wrong when the truth's
-    mean difference is at or beyond the margin. undecided: never wrong."""
+    win: wrong unless the truth's interval lies entirely above 0 (below 0 contradicts it; containing 0 is a
+    null, `truly_null`, and a false win on a null is wrong). loss: the mirror image. equivalent: wrong when
+    the truth's mean difference is at or beyond the margin. undecided: never wrong."""
     v = word(verdict)
     if v not in DECIDED:
         return False
@@ -117,9 +119,9 @@ def num(value: Any) -> float:
 
 
 def noise_floor(per_loss: dict[str, Any], ref_seeds: int, seeds: int) -> float:
-    """The mean per-loss gap (points) a perfect search would still show: each loss at the reference's own setting,
-    its test mean over `seeds` new seeds against the reference's mean over `ref_seeds`. With the seed-to-seed
-    standard deviation s of that setting, the difference of the two means is normal with sd
+    """The mean per-loss gap (points) a perfect search would still show: each loss at the reference's own
+    setting, its test mean over `seeds` new seeds against the reference's mean over `ref_seeds`. With the
+    seed-to-seed standard deviation s of that setting, the difference of the two means is normal with sd
     s * sqrt(1/seeds + 1/ref_seeds), and E|N(0, v)| = sqrt(2 v / pi)."""
     gaps = [r["sd"] * math.sqrt((1 / seeds + 1 / ref_seeds) * 2 / math.pi) * 100 for r in per_loss.values()
             if not math.isnan(r["sd"])]
@@ -175,9 +177,10 @@ def score(ref: dict[str, Any], truth: dict[str, Any], arm: dict[str, Any], margi
             "tau_all": tau_all, "tau_sep": (conc - disc) / pairs if pairs else math.nan, "sep_pairs": pairs,
             "gap": statistics.fmean(gaps) if gaps else math.nan, "missing": len(names) - len(gaps),
             "fraction": arm["compute"] / ref["compute"], "comparisons": len(others), "decided": decided,
-            "decided_share": decided / len(others) if others else math.nan, "wrong": len(bad), "wrong_losses": bad,
-            # wrong among the decided verdicts the truth could judge: an undecided verdict is never wrong, so a
-            # share over every comparison would shrink as fewer are decided
+            "decided_share": decided / len(others) if others else math.nan, "wrong": len(bad),
+            "wrong_losses": bad,
+            # wrong among the decided verdicts the truth could judge: an undecided verdict is never wrong, so
+            # a share over every comparison would shrink as fewer are decided
             "judged": decided - unjudged,
             "wrong_share": len(bad) / (decided - unjudged) if decided - unjudged else math.nan,
             "unjudged": unjudged, "verdicts": verdicts,
@@ -190,10 +193,11 @@ def distinct_runs(pool_size: int, losses: int, seeds: int, rng: np.random.Genera
 
     On every seed the losses take distinct runs (a random permutation of the pool), so two losses share a run
     only when the pool forces it: with more losses than runs every run is taken once before any is taken twice
-    (a fresh permutation per pass), and which losses share is random. Drawing each loss with replacement instead
-    (sim_racing.from_pools) gives a loss its baseline's very run on a seed with probability 1 / pool size: a
-    paired difference of exactly 0 because the same run was counted twice, which real runs of two losses never
-    are (their counts may still be equal, and distinct runs of the pool tie as often as real ones do)."""
+    (a fresh permutation per pass), and which losses share is random. Drawing each loss with replacement
+    instead (sim_racing.from_pools) gives a loss its baseline's very run on a seed with probability 1 / pool
+    size: a paired difference of exactly 0 because the same run was counted twice, which real runs of two
+    losses never are (their counts may still be equal, and distinct runs of the pool tie as often as real ones
+    do)."""
     if pool_size < 1 or losses < 1 or seeds < 0:
         raise ValueError(f"expected a non-empty pool and losses, got pool {pool_size}, losses {losses}, "
                          f"seeds {seeds}")
@@ -207,8 +211,8 @@ def distinct_runs(pool_size: int, losses: int, seeds: int, rng: np.random.Genera
 
 def margin_step(margin: float, items: int | None) -> float:
     """The smallest difference at or beyond `margin` (a fraction) that a split of `items` items can show:
-    ceil(margin × items) whole items / items (digits' 359 test images at margin 0.005: 2 images, 0.557 points).
-    None: a continuous metric, the margin itself."""
+    ceil(margin × items) whole items / items (digits' 359 test images at margin 0.005: 2 images, 0.557
+    points). None: a continuous metric, the margin itself."""
     if items is None:
         return margin
     if items < 1:
@@ -217,10 +221,10 @@ def margin_step(margin: float, items: int | None) -> float:
 
 
 def shifted(values: np.ndarray, shift: float, items: int | None) -> np.ndarray:
-    """`values` (fractions) moved by `shift`. On a split of `items` items the shift is whole items, k = shift ×
-    items, and a value on the lattice becomes (count + k) / items: the very float a run with k more right answers
-    reports, so that equal counts compare equal, as in real runs. A value off the lattice (or a continuous
-    metric, items None) is moved by `shift` as it is."""
+    """`values` (fractions) moved by `shift`. On a split of `items` items the shift is whole items,
+    k = shift × items, and a value on the lattice becomes (count + k) / items: the very float a run with k
+    more right answers reports, so that equal counts compare equal, as in real runs. A value off the lattice
+    (or a continuous metric, items None) is moved by `shift` as it is."""
     values = np.asarray(values, dtype=float)
     if items is None or shift == 0:
         return values + shift
@@ -233,11 +237,12 @@ def shifted(values: np.ndarray, shift: float, items: int | None) -> np.ndarray:
 
 def pool_races(plan: Any, runs: np.ndarray, signs: dict[str, int], items: tuple[int | None, int | None],
                answers: int, rng: np.random.Generator) -> tuple[Any, int]:
-    """`answers` races (tune_as.results.racing.decide, every round up to max_seeds) on one pool of (validation,
-    test) runs, fractions. On each seed the losses draw distinct runs (`distinct_runs`); a loss's runs are moved by
-    signs[loss] (-1, 0 or +1) times the margin step of each split (`margin_step` of the plan's margin and
-    `items`, (validation items, test items): whole items, `shifted`). Scored by sim_racing.score, the test shifts
-    being the true effects. Returns the tally and the answers with a false 'equivalent'."""
+    """`answers` races (tune_as.results.racing.decide, every round up to max_seeds) on one pool of
+    (validation, test) runs, fractions. On each seed the losses draw distinct runs (`distinct_runs`); a loss's
+    runs are moved by signs[loss] (-1, 0 or +1) times the margin step of each split (`margin_step` of the
+    plan's margin and `items`, (validation items, test items): whole items, `shifted`). Scored by
+    sim_racing.score, the test shifts being the true effects. Returns the tally and the answers with a false
+    'equivalent'."""
     import sim_racing
 
     from tune_as.results import racing
@@ -257,24 +262,27 @@ def pool_races(plan: Any, runs: np.ndarray, signs: dict[str, int], items: tuple[
         answer = racing.decide(results, plan)
         sim_racing.score(tally, answer, effects, plan)
         false_equivalent += any(r.verdict == "equivalent"
-                                and abs(effects[r.loss] - effects[plan.baseline]) >= plan.margin for r in answer.rows)
+                                and abs(effects[r.loss] - effects[plan.baseline]) >= plan.margin
+                                for r in answer.rows)
     return tally, false_equivalent
 
 
-def null_fwer(losses: Sequence[str], baseline: str, pool: Sequence[tuple[float, float | None]], margin_points: float,
-              max_seeds: int, answers: int, seed: int,
+def null_fwer(losses: Sequence[str], baseline: str, pool: Sequence[tuple[float, float | None]],
+              margin_points: float, max_seeds: int, answers: int, seed: int,
               items: tuple[int | None, int | None] | None = None) -> dict[str, Any]:
-    """The racing rule's family-wise error by simulation, on the baseline's truth runs `pool` (validation, test):
+    """The racing rule's family-wise error by simulation, on the baseline's truth runs `pool`
+    (validation, test):
 
     - null: every loss is the baseline. On each seed every loss draws a distinct run of the pool
-      (`distinct_runs`; shared only when there are more losses than runs). Any win or loss is false, and so is a
-      best set without a best loss (sim_racing.score). `wrong` / `answers` is the null FWER of the goal.
-    - at the margin: every loss but the baseline shifted by the smallest difference at or beyond the margin that
-      the splits can show, in whole items (`margin_step`: 2 of digits' 359 test images), + and − in turn, drawn
-      the same way. Its values stay on the metric's lattice, so equal counts (a paired difference of exactly 0,
-      the same difference on every seed) occur as in real runs; a shift of exactly ±margin (0.005 = 1.795
-      images, sim_racing's --from scenario) leaves the lattice, and a shifted loss never ties its baseline's
-      count. Every `equivalent` is false here, and so is any win or loss against the sign of the shift.
+      (`distinct_runs`; shared only when there are more losses than runs). Any win or loss is false, and so is
+      a best set without a best loss (sim_racing.score). `wrong` / `answers` is the null FWER of the goal.
+    - at the margin: every loss but the baseline shifted by the smallest difference at or beyond the margin
+      that the splits can show, in whole items (`margin_step`: 2 of digits' 359 test images), + and − in turn,
+      drawn the same way. Its values stay on the metric's lattice, so equal counts (a paired difference of
+      exactly 0, the same difference on every seed) occur as in real runs; a shift of exactly ±margin
+      (0.005 = 1.795 images, sim_racing's --from scenario) leaves the lattice, and a shifted loss never ties
+      its baseline's count. Every `equivalent` is false here, and so is any win or loss against the sign of
+      the shift.
     items: (validation items, test items) of the task's splits; None (or a None inside): a continuous metric,
     shifted by exactly ±margin. With fewer than 2 runs in the pool, sim_racing's normal model (seed and run sd
     0.3 points each, its defaults) gives the null and there is no at-margin scenario. The engine's race plan:
@@ -287,18 +295,19 @@ def null_fwer(losses: Sequence[str], baseline: str, pool: Sequence[tuple[float, 
     # the engine's plan: one test item as the intervals' resolution where its Plan has that field
     own = {"resolution_points": 100 / test_items} if test_items and "resolution_points" in {
         f.name for f in dataclasses.fields(Plan)} else {}
-    plan = Plan(tuple(losses), baseline, tuple(range(max_seeds)), max_seeds=max_seeds, margin_points=margin_points,
-                **own)
+    plan = Plan(tuple(losses), baseline, tuple(range(max_seeds)), max_seeds=max_seeds,
+                margin_points=margin_points, **own)
     zero = dict.fromkeys(plan.losses, 0.0)
     rng = np.random.default_rng(seed)
     margin: dict[str, Any] | None = None
     if len(pool) >= 2 and all(t is not None for _, t in pool):
         runs = np.array([(v, t) for v, t in pool], dtype=float)
-        tally, _ = pool_races(plan, runs, dict.fromkeys(plan.losses, 0), (val_items, test_items), answers, rng)
+        tally, _ = pool_races(plan, runs, dict.fromkeys(plan.losses, 0), (val_items, test_items),
+                              answers, rng)
         share = (f"; {len(plan.losses)} losses > {len(runs)} runs: each run taken once before any twice"
                  if len(plan.losses) > len(runs) else "")
-        source = (f"every loss draws from the baseline's {len(runs)} truth runs, a distinct run per loss on each seed"
-                  f"{share}")
+        source = (f"every loss draws from the baseline's {len(runs)} truth runs, "
+                  f"a distinct run per loss on each seed{share}")
         step = margin_step(plan.margin, test_items)
         signs = {loss: 0 if loss == baseline else (1 if i % 2 else -1) for i, loss in enumerate(plan.losses)}
         at, false_eq = pool_races(plan, runs, signs, (val_items, test_items), answers, rng)
@@ -308,7 +317,8 @@ def null_fwer(losses: Sequence[str], baseline: str, pool: Sequence[tuple[float, 
                   "items": test_items, "decided_share": at.decided / at.rows if at.rows else math.nan}
     else:
         draws = sim_racing.always(sim_racing.synthetic(plan, zero, 0.3, 0.3))
-        source = "normal model, seed and run sd 0.3 points (sim_racing.synthetic): the truth's baseline has no pool"
+        source = ("normal model, seed and run sd 0.3 points (sim_racing.synthetic): "
+                  "the truth's baseline has no pool")
         tally = sim_racing.run(plan, draws, zero, answers, rng)
     return {"wrong": tally.wrong_answer, "answers": tally.answers, "text": sim_racing.cp(tally.wrong_answer,
                                                                                           tally.answers),
@@ -316,7 +326,7 @@ def null_fwer(losses: Sequence[str], baseline: str, pool: Sequence[tuple[float, 
             "decided_share": tally.decided / tally.rows if tally.rows else math.nan, "margin": margin}
 
 
-# -- output ----------------------------------------------------------------------------------------------------
+# -- output --------------------------------------------------------------------------------------------------
 def fmt(x: Any, spec: str = ".2f") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -347,10 +357,12 @@ def truth_table(ref: dict[str, Any], truth: dict[str, Any], margin: float) -> st
         if loss == truth["baseline"]:
             rows.append([loss, _setting(ref["losses"][loss]["params"]), mean, "baseline", "-"])
             continue
-        diff = "-" if t is None else f"{t['diff'] * 100:+.2f} [{t['low'] * 100:+.2f}, {t['high'] * 100:+.2f}] ({t['n']})"
+        diff = ("-" if t is None
+                else f"{t['diff'] * 100:+.2f} [{t['low'] * 100:+.2f}, {t['high'] * 100:+.2f}] ({t['n']})")
         rows.append([loss, _setting(ref["losses"][loss]["params"]), mean, diff, truth_says(t, margin)])
     return _table(["loss", "reference's setting", f"test mean, {len(truth['seeds'])} new seeds",
-                   f"Δ test vs {truth['baseline']}, points [95% t-interval] (paired seeds)", "the truth says"], rows)
+                   f"Δ test vs {truth['baseline']}, points [95% t-interval] (paired seeds)",
+                   "the truth says"], rows)
 
 
 def arms_table(records: Sequence[dict[str, Any]]) -> str:
@@ -362,12 +374,14 @@ def arms_table(records: Sequence[dict[str, Any]]) -> str:
                      f"{r['wall']:.0f}", f"{s['decided']}/{s['comparisons']}", f"{s['wrong']}/{s['judged']}",
                      str(s["best_size"]), fmt(s["gap"]), str(s["winner"]), "yes" if s["winner_ok"] else "no",
                      fmt(s["tau_all"]), f"{fmt(s['tau_sep'])} ({s['sep_pairs']})"])
-    return _table(["arm", "budget", "search seed", "trials/loss", "trials (stopped early)", "compute (trial-epochs)",
-                   "fraction of reference", "wall s", "decided", "wrong / decided", "best-set size",
-                   "mean gap, points", "winner", "winner in ref. interval", "τ all", "τ separable (pairs)"], rows)
+    return _table(["arm", "budget", "search seed", "trials/loss", "trials (stopped early)",
+                   "compute (trial-epochs)", "fraction of reference", "wall s", "decided", "wrong / decided",
+                   "best-set size", "mean gap, points", "winner", "winner in ref. interval", "τ all",
+                   "τ separable (pairs)"], rows)
 
 
-def groups(records: Sequence[dict[str, Any]], order: Sequence[str]) -> list[tuple[str, float, list[dict[str, Any]]]]:
+def groups(records: Sequence[dict[str, Any]],
+           order: Sequence[str]) -> list[tuple[str, float, list[dict[str, Any]]]]:
     """Records by (arm, budget), in budget then `order`'s order."""
     keys = sorted({(r["arm"], r["budget"]) for r in records}, key=lambda g: (g[1], order.index(g[0])))
     return [(a, b, [r for r in records if r["arm"] == a and r["budget"] == b]) for a, b in keys]
@@ -405,8 +419,8 @@ def summary_table(records: Sequence[dict[str, Any]], order: Sequence[str]) -> st
                    "wall s"], rows)
 
 
-def verdict_table(records: Sequence[dict[str, Any]], ref: dict[str, Any], truth: dict[str, Any], margin: float,
-                  order: Sequence[str]) -> str:
+def verdict_table(records: Sequence[dict[str, Any]], ref: dict[str, Any], truth: dict[str, Any],
+                  margin: float, order: Sequence[str]) -> str:
     """Per loss: the truth, then each arm's verdicts over its search seeds (W win, L loss, E equivalent,
     u undecided; a wrong one in bold with ✗)."""
     gs = groups(records, order)
@@ -415,7 +429,8 @@ def verdict_table(records: Sequence[dict[str, Any]], ref: dict[str, Any], truth:
         if loss == truth["baseline"]:
             continue
         t = truth["losses"].get(loss)
-        cells = [loss, "-" if t is None else f"{t['diff'] * 100:+.2f} [{t['low'] * 100:+.2f}, {t['high'] * 100:+.2f}]"]
+        cells = [loss, "-" if t is None
+                 else f"{t['diff'] * 100:+.2f} [{t['low'] * 100:+.2f}, {t['high'] * 100:+.2f}]"]
         for _, _, rs in gs:
             marks = []
             for r in rs:
@@ -427,8 +442,8 @@ def verdict_table(records: Sequence[dict[str, Any]], ref: dict[str, Any], truth:
 
 
 def gap_table(records: Sequence[dict[str, Any]], ref: dict[str, Any], order: Sequence[str]) -> str:
-    """Where the mean gap comes from: per loss, |arm's test − reference's best| in points, mean over search seeds
-    ("-": no result in any seed), and in how many seeds the loss was confirmed."""
+    """Where the mean gap comes from: per loss, |arm's test − reference's best| in points, mean over search
+    seeds ("-": no result in any seed), and in how many seeds the loss was confirmed."""
     gs = groups(records, order)
     rows = []
     for name in ref["ranking"]:
@@ -444,28 +459,30 @@ def gap_table(records: Sequence[dict[str, Any]], ref: dict[str, Any], order: Seq
 
 def summary_lines(records: Sequence[dict[str, Any]], ref: dict[str, Any], order: Sequence[str],
                   tru: dict[str, Any] | None = None) -> list[str]:
-    out = [f"noise floor (the reference's own settings, new seeds): gap {ref['floor_confirmed']:.2f} points with "
-           f"{len(ref['losses'])} losses confirmed on as many seeds as the reference, {ref['floor_single']:.2f} "
-           "with single runs (normal model)"]
+    out = [f"noise floor (the reference's own settings, new seeds): gap {ref['floor_confirmed']:.2f} points "
+           f"with {len(ref['losses'])} losses confirmed on as many seeds as the reference, "
+           f"{ref['floor_single']:.2f} with single runs (normal model)"]
     if tru is not None and "floor" in tru:
-        out.append(f"noise floor, measured on the truth's runs (a perfect search: the reference's settings on every "
-                   f"{tru['floor']['seeds']}-subset of the new seeds): gap {fmt(tru['floor']['confirmed'])} points "
-                   f"confirmed, {fmt(tru['floor']['single'])} with single runs")
+        out.append(f"noise floor, measured on the truth's runs (a perfect search: the reference's settings "
+                   f"on every {tru['floor']['seeds']}-subset of the new seeds): "
+                   f"gap {fmt(tru['floor']['confirmed'])} points confirmed, "
+                   f"{fmt(tru['floor']['single'])} with single runs")
     gs = groups(records, order)
     for arm, budget, rs in gs:
         sc = [r["score"] for r in rs]
         out.append(f"search-vs-grid: {arm:<11} budget {budget:.0%} (spent {_mean(rs, 'fraction'):.1%}): "
                    f"winner in interval {sum(s['winner_ok'] for s in sc)}/{len(sc)}, "
                    f"tau_sep {fmt(_mean(rs, 'tau_sep'))}, tau_all {fmt(_mean(rs, 'tau_all'))}, "
-                   f"gap {fmt(_mean(rs, 'gap'))} points, {sum(s['missing'] for s in sc)} loss results missing")
+                   f"gap {fmt(_mean(rs, 'gap'))} points, "
+                   f"{sum(s['missing'] for s in sc)} loss results missing")
     for arm, budget, rs in gs:
         sc = [r["score"] for r in rs]
         per = " ".join(f"{s['decided']}/{s['comparisons']}" for s in sc)
         out.append(f"decided share: {arm:<11} budget {budget:.0%}: {_mean(rs, 'decided_share'):.2f} "
                    f"(per seed {per}), best-set size "
                    f"{statistics.fmean(s['best_size'] for s in sc):.1f}, compute "
-                   f"{statistics.fmean(r['compute'] for r in rs):.0f} trial-epochs ({_mean(rs, 'fraction'):.1%}), "
-                   f"wall {statistics.fmean(r['wall'] for r in rs):.0f} s")
+                   f"{statistics.fmean(r['compute'] for r in rs):.0f} trial-epochs "
+                   f"({_mean(rs, 'fraction'):.1%}), wall {statistics.fmean(r['wall'] for r in rs):.0f} s")
     for arm, budget, rs in gs:
         sc = [r["score"] for r in rs]
         named = "; ".join(f"seed {r['seed']}: {', '.join(r['score']['wrong_losses'])}" for r in rs
@@ -473,8 +490,9 @@ def summary_lines(records: Sequence[dict[str, Any]], ref: dict[str, Any], order:
         unjudged = sum(s["unjudged"] for s in sc)
         bad, judged, share = wrong_of_decided(rs)
         per = " ".join(f"{s['wrong']}/{s['judged']}" for s in sc)
-        out.append(f"wrong verdicts: {arm:<11} budget {budget:.0%}: {bad} of {sum(s['comparisons'] for s in sc)} "
-                   f"comparisons; wrong {bad} of {judged} decided (share {fmt(share, '.3f')}; per seed {per})"
+        out.append(f"wrong verdicts: {arm:<11} budget {budget:.0%}: "
+                   f"{bad} of {sum(s['comparisons'] for s in sc)} comparisons; "
+                   f"wrong {bad} of {judged} decided (share {fmt(share, '.3f')}; per seed {per})"
                    + (f" [{named}]" if named else "")
                    + (f", {unjudged} more decided without a truth (not judged)" if unjudged else ""))
     return out
@@ -487,9 +505,10 @@ def null_lines(null: dict[str, Any]) -> list[str]:
     m = null.get("margin")
     if m:
         step = (f"{m['shift_points']:.3f} points = {round(m['shift_points'] / 100 * m['items'])} of "
-                f"{m['items']} test items" if m["items"] else f"{m['shift_points']:g} points (continuous metric)")
-        out.append(f"at the margin (each loss ±{step}, distinct draws as above): any wrong claim {m['text']}; "
-                   f"false 'equivalent' {m['equivalent_text']}")
+                f"{m['items']} test items" if m["items"]
+                else f"{m['shift_points']:g} points (continuous metric)")
+        out.append(f"at the margin (each loss ±{step}, distinct draws as above): "
+                   f"any wrong claim {m['text']}; false 'equivalent' {m['equivalent_text']}")
     return out
 
 
@@ -514,10 +533,10 @@ def goal_lines(records: Sequence[dict[str, Any]], null: dict[str, Any], task: st
     twice = share_race > 0 and share_race >= GOAL_DECIDED_RATIO * share_fixed if race and fixed else None
     gap = _mean(race, "gap") if race else math.nan
     rate = null["wrong"] / null["answers"]
-    return [f"goal [{task}] 0 wrong verdicts over every arm and search seed: {wrong_total} of {judged} decided "
-            f"({len(records)} answers) -> {verdict(wrong_total == 0 if records else None)}",
-            f"goal [{task}] decided share race >= {GOAL_DECIDED_RATIO:g}x fixed at the same compute (and > 0): "
-            f"{fmt(share_race)} vs {fmt(share_fixed)}"
+    return [f"goal [{task}] 0 wrong verdicts over every arm and search seed: {wrong_total} of {judged} "
+            f"decided ({len(records)} answers) -> {verdict(wrong_total == 0 if records else None)}",
+            f"goal [{task}] decided share race >= {GOAL_DECIDED_RATIO:g}x fixed at the same compute "
+            f"(and > 0): {fmt(share_race)} vs {fmt(share_fixed)}"
             + (f" = {share_race / share_fixed:.2f}x" if share_fixed > 0 else "") + f" -> {verdict(twice)}",
             f"goal [{task}] null FWER <= {GOAL_FWER:.0%}: {rate:.4f} -> {verdict(rate <= GOAL_FWER)}",
             f"goal [{task}] mean per-loss gap <= {GOAL_GAP_POINTS} points (race): {fmt(gap)} -> "
@@ -541,7 +560,8 @@ def plot(records: Sequence[dict[str, Any]], path: Path, task: str, order: Sequen
             ax.scatter([r["score"]["fraction"] * 100 for r in rs], [r["score"][key] for r in rs],
                        marker=markers[arm], alpha=0.5)
             budgets = sorted({r["budget"] for r in rs})
-            mx = [statistics.fmean(r["score"]["fraction"] * 100 for r in rs if r["budget"] == b) for b in budgets]
+            mx = [statistics.fmean(r["score"]["fraction"] * 100 for r in rs if r["budget"] == b)
+                  for b in budgets]
             my = [statistics.fmean(r["score"][key] for r in rs if r["budget"] == b) for b in budgets]
             ax.plot(mx, my, marker=markers[arm], label=arm)
     axes[0].set(xlabel="compute, % of the grid reference", ylabel="decided verdicts / non-baseline losses",

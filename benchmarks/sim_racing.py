@@ -11,21 +11,22 @@ Scenarios:
   * half-null: half the losses identical to the baseline, the others 1 point better or worse;
   * mixed (not null): 3 losses +1 point, 3 losses -1 point, 3 within 0.2 points (+0.2, -0.2, +0.1), the
     rest identical; decided share, seeds used and wrong verdicts, racing and the fixed design side by side.
-- --from FILE: real per-seed results (`read_pools` below has the format) instead of a normal model. Each answer
-  takes one pool (one task and loss setting: its per-seed results), in turn; each run of each of the K losses
-  draws a (validation, test) pair from it with replacement, and the race runs as above (all its rounds, up to
-  max_seeds; the seeds spent are those its decisions used, what the engine runs without a budget). Seeds pair
-  as in the engine: every loss runs the plan's seeds and the rule takes differences seed by seed; two losses'
-  draws on one seed are independent (a null whatever seed effect real losses share). Two scenarios: the null
-  (every loss identical: any win or loss is false) and the margin scenario (each loss but the baseline on the
-  pool shifted by exactly +margin or -margin, in turn, validation and test alike: every 'equivalent' is false,
-  the equivalence test's error). --mix resamples all pools as one, each centred on the mean of the pools.
+- --from FILE: real per-seed results (`read_pools` below has the format) instead of a normal model. Each
+  answer takes one pool (one task and loss setting: its per-seed results), in turn; each run of each of the K
+  losses draws a (validation, test) pair from it with replacement, and the race runs as above (all its rounds,
+  up to max_seeds; the seeds spent are those its decisions used, what the engine runs without a budget). Seeds
+  pair as in the engine: every loss runs the plan's seeds and the rule takes differences seed by seed; two
+  losses' draws on one seed are independent (a null whatever seed effect real losses share). Two scenarios:
+  the null (every loss identical: any win or loss is false) and the margin scenario (each loss but the
+  baseline on the pool shifted by exactly +margin or -margin, in turn, validation and test alike: every
+  'equivalent' is false, the equivalence test's error). --mix resamples all pools as one,
+  each centred on the mean of the pools.
 
 The answer is wrong when a verdict is wrong or its best set holds no truly best loss (Hsu's promise); an
 excluded loss that ties for best is counted apart: with ties the promise is per best loss, not for all.
 
-- --lattice N: the synthetic model on an N-item split (each value a whole number of items), for the null and for
-  true differences exactly at +-margin: equal counts on every seed occur as on a real test split.
+- --lattice N: the synthetic model on an N-item split (each value a whole number of items), for the null and
+  for true differences exactly at +-margin: equal counts on every seed occur as on a real test split.
 
 Run: python benchmarks/sim_racing.py [--answers 2000] [--quick] [--from FILE [--mix]] [--lattice N]
 """
@@ -74,7 +75,8 @@ def wrong(verdict: str, effect: float, margin: float) -> bool:
 
 def score(tally: Tally, answer: Answer, effects: dict[str, float], plan: Plan) -> None:
     top = max(effects.values())
-    bad_rows = [r for r in answer.rows if wrong(r.verdict, effects[r.loss] - effects[plan.baseline], plan.margin)]
+    bad_rows = [r for r in answer.rows
+                if wrong(r.verdict, effects[r.loss] - effects[plan.baseline], plan.margin)]
     tops = [loss for loss, e in effects.items() if e == top]
     no_best = not any(loss in answer.best for loss in tops)
     tally.answers += 1
@@ -110,7 +112,7 @@ def synthetic(plan: Plan, effects_points: dict[str, float], seed_sd: float, run_
     return draw
 
 
-# -- real per-seed results (--from) ----------------------------------------------------------------------------
+# -- real per-seed results (--from) --------------------------------------------------------------------------
 Pools = dict[str, np.ndarray]  # "task/setting" -> (seeds, 2) array of (validation, test) as fractions
 
 
@@ -119,19 +121,22 @@ def read_pools(path: Path) -> Pools:
 
     - JSON (any name but *.jsonl): one object, or a list of them, each
       `{"task": "digits", "metric": "accuracy", "source": "how it was measured",
-        "runs": {"softmax": {"1": 93.2, "2": 92.9, ...}, "label_smoothing eps=0.1": {"1": [93.5, 92.8], ...}}}`
+        "runs": {"softmax": {"1": 93.2, "2": 92.9, ...},
+                 "label_smoothing eps=0.1": {"1": [93.5, 92.8], ...}}}`
       runs: setting -> seed -> the metric in points (percent, as the answer prints it): a number is the test
       metric (used for validation too), a pair is [validation, test]. "source" is free text, optional.
     - JSON Lines (*.jsonl): the run cache of benchmarks/bench_efficiency.py (one finished trial a line:
-      {"config": {... "loss", "seed" ...}, "best_val": 0.93, "test": 0.92, "error": null}, fractions); a pool is
-      every seed of one config, named by its loss and the settings that differ between the file's configs.
-    Pools with fewer than 3 results or a single distinct value are left out (a bootstrap of them says nothing)."""
+      {"config": {... "loss", "seed" ...}, "best_val": 0.93, "test": 0.92, "error": null}, fractions); a pool
+      is every seed of one config, named by its loss and the settings that differ between the file's configs.
+    Pools with fewer than 3 results or a single distinct value are left out
+    (a bootstrap of them says nothing)."""
     try:
         text = path.read_text()
         pools = _from_cache(path, text) if path.suffix == ".jsonl" else _from_json(path, json.loads(text))
     except (OSError, ValueError) as exc:
         raise SystemExit(f"{path}: {exc}") from None
-    usable = {name: runs for name, runs in pools.items() if len(runs) >= 3 and len(np.unique(runs, axis=0)) > 1}
+    usable = {name: runs for name, runs in pools.items()
+              if len(runs) >= 3 and len(np.unique(runs, axis=0)) > 1}
     for name in sorted(set(pools) - set(usable)):
         print(f"left out {name}: {len(pools[name])} results, {len(np.unique(pools[name], axis=0))} distinct")
     if not usable:
@@ -143,8 +148,8 @@ def _from_json(path: Path, raw: object) -> Pools:
     pools: Pools = {}
     for i, entry in enumerate(raw if isinstance(raw, list) else [raw]):
         if not isinstance(entry, dict) or not isinstance(entry.get("runs"), dict):
-            raise ValueError(f"entry {i}: expected an object with \"runs\": {{setting: {{seed: value}}}}, got "
-                             f"{str(entry)[:80]}")
+            raise ValueError(f"entry {i}: expected an object with \"runs\": {{setting: {{seed: value}}}}, "
+                             f"got {str(entry)[:80]}")
         task = str(entry.get("task", path.stem))
         for setting, by_seed in entry["runs"].items():
             if not isinstance(by_seed, dict):
@@ -153,9 +158,10 @@ def _from_json(path: Path, raw: object) -> Pools:
             for seed, value in by_seed.items():
                 pair = value if isinstance(value, list) else [value, value]
                 if not str(seed).lstrip("-").isdigit() or len(pair) != 2 or not all(
-                        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in pair):
-                    raise ValueError(f"{task} {setting}: expected an integer seed and a number or [validation, "
-                                     f"test] in points, got {seed!r}: {value!r}")
+                        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                        for x in pair):
+                    raise ValueError(f"{task} {setting}: expected an integer seed and a number or "
+                                     f"[validation, test] in points, got {seed!r}: {value!r}")
                 pairs.append((pair[0] / 100, pair[1] / 100))
             pools[f"{task}/{setting}"] = np.array(pairs, dtype=float).reshape(-1, 2)
     return pools
@@ -165,23 +171,27 @@ def _from_cache(path: Path, text: str) -> Pools:
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     for i, row in enumerate(rows, 1):
         if not isinstance(row, dict) or not isinstance(row.get("config"), dict):
-            raise ValueError(f"line {i}: expected a finished trial {{\"config\": {{...}}, \"best_val\", \"test\"}}, "
-                             f"got {str(row)[:80]}")
+            raise ValueError(f"line {i}: expected a finished trial "
+                             f"{{\"config\": {{...}}, \"best_val\", \"test\"}}, got {str(row)[:80]}")
     good = [r for r in rows if not r.get("error") and isinstance(r.get("best_val"), (int, float))
-            and isinstance(r.get("test"), (int, float)) and math.isfinite(r["best_val"]) and math.isfinite(r["test"])]
+            and isinstance(r.get("test"), (int, float)) and math.isfinite(r["best_val"])
+            and math.isfinite(r["test"])]
     settings = [{k: v for k, v in r["config"].items() if k != "seed"} for r in good]
-    differ = sorted({k for c in settings for k in c if k != "loss" and len({json.dumps(d.get(k)) for d in settings}) > 1})
+    differ = sorted({k for c in settings for k in c
+                     if k != "loss" and len({json.dumps(d.get(k)) for d in settings}) > 1})
     grouped: dict[str, list[tuple[float, float]]] = {}
     for row, config in zip(good, settings, strict=True):
         name = " ".join([str(config.get("loss")), *(f"{k}={config[k]}" for k in differ if k in config)])
-        grouped.setdefault(f"{path.parent.name}/{name}", []).append((float(row["best_val"]), float(row["test"])))
+        grouped.setdefault(f"{path.parent.name}/{name}", []).append(
+            (float(row["best_val"]), float(row["test"])))
     return {name: np.array(pairs, dtype=float) for name, pairs in grouped.items()}
 
 
 def centred(pools: Pools) -> Pools:
     """Every pool moved to the mean of the pools' means, as one pool (--mix)."""
     grand = np.mean([runs.mean(axis=0) for runs in pools.values()], axis=0)
-    return {"all pools, centred": np.concatenate([runs - runs.mean(axis=0) + grand for runs in pools.values()])}
+    return {"all pools, centred": np.concatenate([runs - runs.mean(axis=0) + grand
+                                                  for runs in pools.values()])}
 
 
 def from_pools(plan: Plan, pools: Pools, shift: dict[str, float], answers: int,
@@ -197,7 +207,8 @@ def from_pools(plan: Plan, pools: Pools, shift: dict[str, float], answers: int,
                    for loss in plan.losses}
         answer = decide(results, plan)
         score(tally, answer, shift, plan)
-        false_equivalent += any(r.verdict == "equivalent" and abs(shift[r.loss] - shift[plan.baseline]) >= plan.margin
+        false_equivalent += any(r.verdict == "equivalent"
+                                and abs(shift[r.loss] - shift[plan.baseline]) >= plan.margin
                                 for r in answer.rows)
     return tally, false_equivalent
 
@@ -205,27 +216,31 @@ def from_pools(plan: Plan, pools: Pools, shift: dict[str, float], answers: int,
 def report_from(path: Path, plan: Plan, pools: Pools, answers: int, rng: np.random.Generator) -> None:
     """The two scenarios of --from, one line per figure."""
     for name, runs in sorted(pools.items()):
-        print(f"pool {name}: {len(runs)} seeds, test {runs[:, 1].mean() * 100:.2f} ± {runs[:, 1].std(ddof=1) * 100:.2f}"
-              f" points, validation {runs[:, 0].mean() * 100:.2f} ± {runs[:, 0].std(ddof=1) * 100:.2f}")
+        print(f"pool {name}: {len(runs)} seeds, test {runs[:, 1].mean() * 100:.2f} ± "
+              f"{runs[:, 1].std(ddof=1) * 100:.2f} points, validation {runs[:, 0].mean() * 100:.2f} ± "
+              f"{runs[:, 0].std(ddof=1) * 100:.2f}")
     k, most = len(plan.losses), len(plan.losses) * plan.max_seeds
     null, _ = from_pools(plan, pools, dict.fromkeys(plan.losses, 0.0), answers, rng)
     print(f"null, {k} identical losses from {path.name}: family-wise error (any false win/loss): "
           f"{cp(null.wrong_verdicts, answers)}")
-    print(f"null: seeds spent {null.seeds / null.losses:.2f} per loss, {null.seeds / answers:.1f} runs per answer "
-          f"(at most {most})")
+    print(f"null: seeds spent {null.seeds / null.losses:.2f} per loss, "
+          f"{null.seeds / answers:.1f} runs per answer (at most {most})")
     m = plan.margin
-    shift = {loss: 0.0 if loss == plan.baseline else (m if i % 2 else -m) for i, loss in enumerate(plan.losses)}
+    shift = {loss: 0.0 if loss == plan.baseline else (m if i % 2 else -m)
+             for i, loss in enumerate(plan.losses)}
     at_margin, false_eq = from_pools(plan, pools, shift, answers, rng)
-    print(f"true differences exactly ±{plan.margin_points:g} points: false 'equivalent' in {cp(false_eq, answers)}")
-    print(f"±{plan.margin_points:g} points: any wrong claim (a verdict, or a best set without a best loss) in "
-          f"{cp(at_margin.wrong_answer, answers)}")
+    print(f"true differences exactly ±{plan.margin_points:g} points: "
+          f"false 'equivalent' in {cp(false_eq, answers)}")
+    print(f"±{plan.margin_points:g} points: any wrong claim (a verdict, or a best set without a best loss) "
+          f"in {cp(at_margin.wrong_answer, answers)}")
     print(f"±{plan.margin_points:g} points: seeds spent {at_margin.seeds / at_margin.losses:.2f} per loss, "
           f"{at_margin.seeds / answers:.1f} runs per answer (at most {most})")
 
 
 def lattice(plan: Plan, items: int, effects_points: dict[str, float], seed_sd: float, run_sd: float) -> Draw:
-    """The synthetic model on a finite split: each run's accuracy is a whole number of `items` (latent value in
-    points rounded to the nearest item), so equal counts on every seed happen as they do on a real test split."""
+    """The synthetic model on a finite split: each run's accuracy is a whole number of `items` (latent value
+    in points rounded to the nearest item), so equal counts on every seed happen as they do on a real test
+    split."""
     seeds = plan.seeds[: plan.max_seeds]
 
     def on_lattice(points: np.ndarray) -> np.ndarray:
@@ -245,16 +260,18 @@ def lattice(plan: Plan, items: int, effects_points: dict[str, float], seed_sd: f
 
 def report_lattice(plan: Plan, items: int, seed_sd: float, run_sd: float, answers: int,
                    rng: np.random.Generator) -> None:
-    """Two scenarios on an `items`-item split: every loss identical to the baseline (any win/loss is false), and
-    every other loss exactly +-margin from it in the latent metric (any 'equivalent' is false)."""
+    """Two scenarios on an `items`-item split: every loss identical to the baseline (any win/loss is false),
+    and every other loss exactly +-margin from it in the latent metric (any 'equivalent' is false)."""
     step = 100 / items
     print(f"lattice: {items} items (one item = {step:.3f} points), run noise {run_sd} points, margin "
           f"{plan.margin_points:g} points{' (below one item)' if plan.margin_points < step else ''}")
     null = run(plan, always(lattice(plan, items, dict.fromkeys(plan.losses, 0.0), seed_sd, run_sd)),
                dict.fromkeys(plan.losses, 0.0), answers, rng)
-    print(f"  null, {len(plan.losses)} identical losses: any false win/loss: {cp(null.wrong_verdicts, answers)}")
+    print(f"  null, {len(plan.losses)} identical losses: "
+          f"any false win/loss: {cp(null.wrong_verdicts, answers)}")
     m = plan.margin_points
-    shift = {loss: 0.0 if loss == plan.baseline else (m if i % 2 else -m) for i, loss in enumerate(plan.losses)}
+    shift = {loss: 0.0 if loss == plan.baseline else (m if i % 2 else -m)
+             for i, loss in enumerate(plan.losses)}
     draw = lattice(plan, items, shift, seed_sd, run_sd)
     false_eq = decided = rows = 0
     for _ in range(answers):
@@ -286,8 +303,8 @@ def report(name: str, tally: Tally, null: bool) -> None:
         print(f"    best set without a best loss: {cp(tally.wrong_best, tally.answers)}")
     else:
         print(f"  FWER: {cp(tally.wrong_answer, tally.answers)}")
-        print(f"  wrong verdicts: {tally.wrong_claims} claims in {tally.wrong_verdicts} of {tally.answers} answers;"
-              f" best set without a best loss: {tally.wrong_best}")
+        print(f"  wrong verdicts: {tally.wrong_claims} claims in {tally.wrong_verdicts} of {tally.answers} "
+              f"answers; best set without a best loss: {tally.wrong_best}")
     print(f"  (not promised when several losses tie for best) some best loss excluded: "
           f"{cp(tally.best_out, tally.answers)}")
     print(f"  decided share: {tally.decided / tally.rows:.3f} of {tally.rows} verdicts; "
@@ -315,9 +332,10 @@ def peeking(looks: tuple[int, ...], answers: int, rng: np.random.Generator) -> N
         print(f"  {test}: at every look {looks}: {cp(int(ever.sum()), answers)}")
 
 
-# -- the rule x scenario table (--rules) ------------------------------------------------------------------------
-# Each answer's runs are drawn once and decided by every rule: today's per-loss t (alpha spent by n), the pooled
-# variance (the simulation's reference: valid only under equal noise) and the moderated model (the default).
+# -- the rule x scenario table (--rules) ---------------------------------------------------------------------
+# Each answer's runs are drawn once and decided by every rule: today's per-loss t (alpha spent by n), the
+# pooled variance (the simulation's reference: valid only under equal noise) and the moderated model
+# (the default).
 RULES = {"per-loss": {"noise": "per-loss", "spending": "n"}, "pooled": {"noise": "pooled", "spending": "n2"},
          "moderated": {"noise": "moderated", "spending": "n2"}}
 BASE_POINTS, SEED_SD, RUN_SD, ITEMS = 95.0, 0.3, 0.3, 359
@@ -325,9 +343,10 @@ BASE_POINTS, SEED_SD, RUN_SD, ITEMS = 95.0, 0.3, 0.3, 359
 
 @dataclass(frozen=True)
 class Scenario:
-    """Per-seed value = BASE_POINTS + effect + seed effect (shared) + noise of sd `sd` (one per loss, the baseline
-    first); `tails`: t-distributed noise with that many degrees of freedom; `diverge`: that loss's run lands at
-    chance (10%) with probability 0.2 on each seed; `lattice`: whole items of ITEMS; `pools`: resample real runs."""
+    """Per-seed value = BASE_POINTS + effect + seed effect (shared) + noise of sd `sd` (one per loss, the
+    baseline first); `tails`: t-distributed noise with that many degrees of freedom; `diverge`: that loss's
+    run lands at chance (10%) with probability 0.2 on each seed; `lattice`: whole items of ITEMS; `pools`:
+    resample real runs."""
 
     name: str
     sd: tuple[float, ...]
@@ -335,7 +354,8 @@ class Scenario:
     tails: float | None = None
     diverge: int | None = None
     lattice: bool = False
-    pools: str | None = None  # "null": every real pool centred on one mean; "real": as measured (truth = means)
+    # "null": every real pool centred on one mean; "real": as measured (truth = means)
+    pools: str | None = None
     max_seeds: tuple[int, ...] = (5, 10)
 
 
@@ -369,7 +389,8 @@ def scenario_draw(sc: Scenario, plan: Plan, rng: np.random.Generator,
                   pools: np.ndarray | None) -> tuple[Results, dict[str, float]]:
     """One answer's runs on the plan's seeds, and each loss's true effect (fractions)."""
     seeds = plan.seeds[: plan.max_seeds]
-    if pools is not None:  # (losses, seeds, 2) in points; a seed index drawn for all losses keeps their pairing
+    if pools is not None:
+        # (losses, seeds, 2) in points; a seed index drawn for all losses keeps their pairing
         pick = rng.integers(0, pools.shape[1], len(seeds))
         means = pools.mean(axis=1, keepdims=True)
         data = pools - means + means.mean(axis=0) if sc.pools == "null" else pools
@@ -405,7 +426,8 @@ def _rules_cell(job: tuple[int, int, int, int, str]) -> list[tuple[str, int, str
     if sc.pools:
         doc = json.loads(Path(pools_file).read_text())
         names = [doc["baseline"], *sorted(n for n in doc["runs"] if n != doc["baseline"])]
-        pools = np.array([[doc["runs"][n][s] for s in sorted(doc["runs"][n], key=int)] for n in names], dtype=float)
+        pools = np.array([[doc["runs"][n][s] for s in sorted(doc["runs"][n], key=int)] for n in names],
+                         dtype=float)
     plans = {name: Plan(losses, "baseline", tuple(range(1000, 1000 + max_seeds)), max_seeds=max_seeds,
                         resolution_points=100 / ITEMS if sc.lattice or sc.pools else 0.0, **how)  # type: ignore[arg-type]
              for name, how in RULES.items()}
@@ -420,13 +442,17 @@ def _rules_cell(job: tuple[int, int, int, int, str]) -> list[tuple[str, int, str
 
 def rules_table(answers: int, seed: int, pools_file: Path, workers: int) -> None:
     """The table of docs/verdicts.md, section 12: each scenario x rule, its verdicts' family-wise error (any
-    false win, loss or equivalence) with its Clopper-Pearson 95% interval, and the share of verdicts decided."""
+    false win, loss or equivalence) with its Clopper-Pearson 95% interval, and the share of verdicts
+    decided."""
     from concurrent.futures import ProcessPoolExecutor
 
-    jobs = [(i, n, answers, seed, str(pools_file)) for i, sc in enumerate(scenarios(13)) for n in sc.max_seeds]
-    print(f"{answers} answers per scenario, 13 losses (12 comparisons), alpha 0.05 (verdicts 0.025), margin 0.5 "
-          f"points, seed {seed}; synthetic noise sd {RUN_SD} points, seed effect sd {SEED_SD}; pools {pools_file}")
-    print("| scenario | seeds | " + " | ".join(f"{r}: verdicts wrong [95% CI] | decided" for r in RULES) + " |")
+    jobs = [(i, n, answers, seed, str(pools_file)) for i, sc in enumerate(scenarios(13))
+            for n in sc.max_seeds]
+    print(f"{answers} answers per scenario, 13 losses (12 comparisons), alpha 0.05 (verdicts 0.025), "
+          f"margin 0.5 points, seed {seed}; synthetic noise sd {RUN_SD} points, "
+          f"seed effect sd {SEED_SD}; pools {pools_file}")
+    print("| scenario | seeds | " + " | ".join(f"{r}: verdicts wrong [95% CI] | decided" for r in RULES)
+          + " |")
     print("| --- | --- | " + " | ".join("--- | ---" for _ in RULES) + " |")
     with ProcessPoolExecutor(workers) as pool:
         for rows in pool.map(_rules_cell, jobs):
@@ -441,14 +467,15 @@ def rules_table(answers: int, seed: int, pools_file: Path, workers: int) -> None
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--answers", type=int, default=2000, help="simulated answers per scenario (default 2000)")
-    p.add_argument("--quick", action="store_true", help="300 answers per scenario, no fixed-design comparison")
+    p.add_argument("--quick", action="store_true",
+                   help="300 answers per scenario, no fixed-design comparison")
     p.add_argument("--losses", type=int, default=13, help="losses, the baseline included (default 13)")
     p.add_argument("--from", dest="from_file", type=Path, default=None, metavar="FILE",
                    help="real per-seed results: JSON, or bench_efficiency.py's runs.jsonl (read_pools)")
     p.add_argument("--mix", action="store_true", help="with --from: resample all pools, centred, as one")
     p.add_argument("--lattice", type=int, default=None, metavar="N",
-                   help="values on an N-item split (whole items, e.g. 359 for digits' test split): the null and "
-                        "the at-margin scenarios only")
+                   help="values on an N-item split (whole items, e.g. 359 for digits' test split): "
+                        "the null and the at-margin scenarios only")
     p.add_argument("--seed-sd", type=float, default=0.3, help="seed effect shared by all losses, points")
     p.add_argument("--run-sd", type=float, default=0.3, help="run-to-run noise of one loss, points")
     p.add_argument("--margin", type=float, default=0.5, help="equivalence margin, points (default 0.5)")
@@ -460,11 +487,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="the best set's rule (tune_as.results.verdicts.best_set; default hsu)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the simulation")
     p.add_argument("--rules", action="store_true",
-                   help="the rule x scenario table of docs/verdicts.md section 12 (per-loss, pooled, moderated on the "
-                        "same answers; --from names the real pools, default benchmarks/digits_pools.json)")
+                   help="the rule x scenario table of docs/verdicts.md section 12 "
+                        "(per-loss, pooled, moderated on the same answers; "
+                        "--from names the real pools, default benchmarks/digits_pools.json)")
     p.add_argument("--workers", type=int, default=2, help="with --rules: processes (default 2)")
     p.add_argument("--noise", choices=("moderated", "per-loss", "pooled"), default="moderated",
-                   help="the noise model of the other modes (default moderated; sections 7-10 measured per-loss)")
+                   help="the noise model of the other modes "
+                        "(default moderated; sections 7-10 measured per-loss)")
     p.add_argument("--spending", choices=("n", "n2"), default="n2",
                    help="alpha per look, by seeds or their square (default n2; sections 7-10 measured n)")
     p.add_argument("--peeking", action="store_true",
@@ -472,19 +501,20 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     answers = 300 if args.quick else args.answers
     if args.rules:
-        rules_table(answers, args.seed, args.from_file or Path(__file__).with_name("digits_pools.json"), args.workers)
+        rules_table(answers, args.seed, args.from_file or Path(__file__).with_name("digits_pools.json"),
+                    args.workers)
         return
     losses = ("baseline", *(f"loss{i:02d}" for i in range(1, args.losses)))
-    plan = Plan(losses, "baseline", tuple(range(1000, 1000 + args.max_seeds)), first=args.first, step=args.step,
-                max_seeds=args.max_seeds, alpha=args.alpha, margin_points=args.margin, best_rule=args.best_rule,
-                resolution_points=100 / args.lattice if args.lattice else 0.0, noise=args.noise,
-                spending=args.spending)
+    plan = Plan(losses, "baseline", tuple(range(1000, 1000 + args.max_seeds)), first=args.first,
+                step=args.step, max_seeds=args.max_seeds, alpha=args.alpha, margin_points=args.margin,
+                best_rule=args.best_rule, resolution_points=100 / args.lattice if args.lattice else 0.0,
+                noise=args.noise, spending=args.spending)
     fixed = Plan.fixed(losses, "baseline", plan.seeds, args.max_seeds, alpha=args.alpha,
                        margin_points=args.margin, best_rule=args.best_rule, noise=args.noise)
     rng = np.random.default_rng(args.seed)
-    print(f"{args.losses} losses, looks {plan.looks}, alpha {args.alpha} (verdicts {args.alpha / 2}, best set "
-          f"{args.alpha / 2}, rule {args.best_rule}), margin {args.margin} points, {answers} answers per scenario, "
-          f"seed {args.seed}")
+    print(f"{args.losses} losses, looks {plan.looks}, alpha {args.alpha} (verdicts {args.alpha / 2}, "
+          f"best set {args.alpha / 2}, rule {args.best_rule}), margin {args.margin} points, "
+          f"{answers} answers per scenario, seed {args.seed}")
     started = time.perf_counter()
     others = losses[1:]
     if args.lattice is not None:
@@ -503,8 +533,8 @@ def main(argv: list[str] | None = None) -> None:
         mixed_pattern = [1.0, 1.0, 1.0, -1.0, -1.0, -1.0, 0.2, -0.2, 0.1]
         mixed = {"baseline": 0.0, **{loss: mixed_pattern[i] if i < len(mixed_pattern) else 0.0
                                      for i, loss in enumerate(others)}}
-        scenarios.append(("mixed: 3 losses +1 point, 3 losses -1 point, 3 within 0.2 points, the rest identical",
-                          mixed, False))
+        scenarios.append(("mixed: 3 losses +1 point, 3 losses -1 point, 3 within 0.2 points, "
+                          "the rest identical", mixed, False))
         for name, effects_points, null in scenarios:
             effects = {loss: e / 100 for loss, e in effects_points.items()}
             draw = synthetic(plan, effects_points, *sd)

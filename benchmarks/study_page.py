@@ -1,4 +1,5 @@
-"""The tables of docs/results.md, from the answers `benchmarks/run_study.sh` printed (one `<task>.out` per task).
+"""The tables of docs/results.md, from the answers `benchmarks/run_study.sh` printed
+(one `<task>.out` per task).
 
     python benchmarks/study_page.py /tmp/tune_as_study [MLFLOW_URI] > /tmp/study_tables.md
 
@@ -26,8 +27,9 @@ from tune_as.results.verdicts import unmarked
 from tune_as.tasks import TASKS
 
 # The paper's direction per task (fine-tuned BERT-base / RoBERTa, single runs): (AS-Softmax - softmax,
-# AS-Speed - softmax: the comparisons our answers make, both against the baseline), in points of the task's metric. Table 2 (sst5, clinc_oos, conll2003; multi-label:
-# Eurlex / WOS micro-F1, against Eq. 14) and Table 8 (GLUE). None: the paper has no figure.
+# AS-Speed - softmax: the comparisons our answers make, both against the baseline), in points of the task's
+# metric. Table 2 (sst5, clinc_oos, conll2003; multi-label: Eurlex / WOS micro-F1, against Eq. 14) and Table 8
+# (GLUE). None: the paper has no figure.
 PAPER: dict[str, tuple[float | None, float | None, str]] = {
     "clinc_oos": (89.07 - 88.60, 88.78 - 88.60, "Table 2"),
     "sst5": (53.12 - 51.90, 52.53 - 51.90, "Table 2"),
@@ -42,7 +44,8 @@ PAPER: dict[str, tuple[float | None, float | None, str]] = {
 
 
 def as_loss(task: str) -> str:
-    """The task's AS-Softmax (Eq. 18's multi-label form on a multi-label task): tune_as.results.ranking's rule."""
+    """The task's AS-Softmax (Eq. 18's multi-label form on a multi-label task): tune_as.results.ranking's
+    rule."""
     return AS_SOFTMAX[TASKS[task].kind] if task in TASKS else "as_softmax"
 
 
@@ -87,22 +90,23 @@ def verdict(answer: Answer, loss: str) -> str:
 
 
 def best(answer: Answer) -> str:
-    """The best set on validation as the answer's note names it (tied members; older answers named a leader and
-    its company)."""
+    """The best set on validation as the answer's note names it (tied members; older answers named a leader
+    and its company)."""
     for note in answer.notes:
-        m = re.match(r"Best set on validation \(Hsu's multiple comparisons with the best\): (.*?)(; its members| "
-                     r"alone\.)", note)
+        m = re.match(r"Best set on validation \(Hsu's multiple comparisons with the best\): "
+                     r"(.*?)(; its members| alone\.)", note)
         if m:
             return m.group(1)
         m = re.match(r"Best on validation: (\S+?);(?: cannot be told apart from it: (.*?))? ?\(", note + " (")
         if m:
-            return ", ".join(sorted([m.group(1), *(x.strip() for x in (m.group(2) or "").rstrip(" ;").split(",") if x.strip())]))
+            return ", ".join(sorted([
+                m.group(1), *(x.strip() for x in (m.group(2) or "").rstrip(" ;").split(",") if x.strip())]))
     return "-"
 
 
 def headline(answers: list[Answer]) -> str:
-    out = ["| task (metric, baseline) | AS-Softmax vs baseline | AS-Speed vs baseline | best set by validation (tied) | "
-           "wins / losses / equivalent / undecided | compute |",
+    out = ["| task (metric, baseline) | AS-Softmax vs baseline | AS-Speed vs baseline | "
+           "best set by validation (tied) | wins / losses / equivalent / undecided | compute |",
            "| --- | --- | --- | --- | --- | --- |"]
     for a in answers:
         words = [r[next(h for h in a.header if h.startswith("verdict"))] for r in a.rows.values()]
@@ -110,8 +114,8 @@ def headline(answers: list[Answer]) -> str:
         counts.append(sum(w.startswith("undecided") for w in words))
         m = re.search(r"\((\w+), %; ", a.title) or re.search(r"\(([\w-]+)", a.title)
         metric = m.group(1) if m else "?"
-        base = next((loss for loss, r in a.rows.items() if r[next(h for h in a.header if h.startswith("verdict"))]
-                     == "baseline"), "?")
+        base = next((loss for loss, r in a.rows.items()
+                     if r[next(h for h in a.header if h.startswith("verdict"))] == "baseline"), "?")
         compute = re.sub(r"^Compute: ", "", a.compute)
         out.append(f"| {a.task} ({metric}, {base}) | {verdict(a, as_loss(a.task))} | "
                    f"{verdict(a, 'as_speed')} | {best(a)} | {' / '.join(map(str, counts))} | {compute} |")
@@ -119,8 +123,9 @@ def headline(answers: list[Answer]) -> str:
 
 
 def paper(answers: list[Answer], speed_vs: dict[str, str]) -> str:
-    out = ["| task | paper: AS-Softmax − softmax | ours: AS-Softmax vs baseline | paper: AS-Speed − softmax | "
-           "ours: AS-Speed vs baseline | paper: AS-Speed − AS-Softmax | ours: AS-Speed − AS-Softmax | paper source |",
+    out = ["| task | paper: AS-Softmax − softmax | ours: AS-Softmax vs baseline | "
+           "paper: AS-Speed − softmax | ours: AS-Speed vs baseline | "
+           "paper: AS-Speed − AS-Softmax | ours: AS-Speed − AS-Softmax | paper source |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for a in answers:
         gain, speed, source = PAPER.get(a.task, (None, None, "-"))
@@ -175,14 +180,16 @@ def main() -> None:
     answers = []
     # the paper's order (Table 2, then its multi-label and GLUE tasks), then ours
     first = ["clinc_oos", "sst5", "conll2003", "goemotions", "mrpc", "rte", "cola", "digits"]
-    for path in sorted(folder.glob("*.out"), key=lambda p: (first.index(p.stem) if p.stem in first else 99, p.stem)):
+    for path in sorted(folder.glob("*.out"),
+                       key=lambda p: (first.index(p.stem) if p.stem in first else 99, p.stem)):
         text = path.read_text()
         if "### " not in text:
             print(f"<!-- {path.name}: no answer table (the search did not finish) -->")
             continue
         answers.append(parse(path.stem, text))
     speed = speed_vs_as(uri, [a.task for a in answers]) if uri else {}
-    print("## Headline\n\n" + headline(answers) + "\n\n## Against the paper\n\n" + paper(answers, speed) + "\n")
+    print("## Headline\n\n" + headline(answers) + "\n\n## Against the paper\n\n" + paper(answers, speed)
+          + "\n")
     for a in answers:
         print(f"### {a.title}\n")
         print("| " + " | ".join(a.header) + " |\n|" + "|".join(" --- " for _ in a.header) + "|")

@@ -3,11 +3,11 @@
     python tools/screenshot_mlflow.py --store sqlite:///mlflow.db --experiment digits --out docs/mlflow
 
 Starts `mlflow ui` on the store (127.0.0.1, a free port), opens the address the search prints at its end (the
-experiment's runs table: `tune_as.tracking.schema.ui_line`) and the parent run of the experiment's latest search,
-writes `<out>_runs.png` and `<out>_parent.png`, and checks the rendered pages: the runs table lists the parent run,
-and the parent run's page shows the answer (the winner tag and a verdict tag of every compared loss). Exit 1 when a
-check fails, 2 when Chromium or the store is missing. Needs a Chromium (`apt-get install chromium`); not a test:
-CI has no browser.
+experiment's runs table: `tune_as.tracking.schema.ui_line`) and the parent run of the experiment's latest
+search, writes `<out>_runs.png` and `<out>_parent.png`, and checks the rendered pages: the runs table lists
+the parent run, and the parent run's page shows the answer (the winner tag and a verdict tag of every compared
+loss). Exit 1 when a check fails, 2 when Chromium or the store is missing. Needs a Chromium
+(`apt-get install chromium`); not a test: CI has no browser.
 """
 
 from __future__ import annotations
@@ -91,14 +91,16 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         chromium(browser, runs_url, f"--screenshot={args.out}_runs.png")
         chromium(browser, parent_url, f"--screenshot={args.out}_parent.png")
-        runs_dom, parent_dom = chromium(browser, runs_url, "--dump-dom"), chromium(browser, parent_url, "--dump-dom")
+        runs_dom, parent_dom = (chromium(browser, runs_url, "--dump-dom"),
+                                chromium(browser, parent_url, "--dump-dom"))
     finally:
         server.terminate()
         server.wait(timeout=30)
     name = parent.info.run_name or parent.info.run_id
     checks = {f"the runs table lists the parent run {name!r}": name in runs_dom,
               "the parent run's page shows the winner tag": "tune_as.winner" in parent_dom,
-              f"the parent run's page shows the {len(verdicts)} verdict tags": all(v in parent_dom for v in verdicts)}
+              f"the parent run's page shows the {len(verdicts)} verdict tags":
+                  all(v in parent_dom for v in verdicts)}
     for what, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {what}")
     print(f"wrote {args.out}_runs.png and {args.out}_parent.png")

@@ -1,4 +1,5 @@
-"""Checks of the places a user names, done before anything is written, and the CLIs' one-line argument errors."""
+"""Checks of the places a user names, done before anything is written,
+and the CLIs' one-line argument errors."""
 
 from __future__ import annotations
 
@@ -28,21 +29,23 @@ def resolved(path: Path, option: str) -> Path:
     try:
         return path.expanduser().resolve()
     except RuntimeError as exc:  # Python's word for a loop of links
-        raise UserError(f"{option}: expected a path that resolves to a place, got {path} (a loop of symbolic links: "
-                        f"{first_line(exc)})") from None
+        raise UserError(f"{option}: expected a path that resolves to a place, got {path} "
+                        f"(a loop of symbolic links: {first_line(exc)})") from None
     except OSError as exc:
         raise UserError(f"{option}: expected a path that resolves to a place, got {path} "
                         f"({exc.strerror or first_line(exc)})") from None
 
 
 def check_writable_folder(path: Path, option: str) -> None:
-    """`path` must be (or be creatable as) a writable folder. os.access says yes to root everywhere (also in /proc
-    or on a read-only mount), so a probe folder is made for real and removed at once: nothing is left behind."""
+    """`path` must be (or be creatable as) a writable folder. os.access says yes to root everywhere (also in
+    /proc or on a read-only mount), so a probe folder is made for real and removed at once:
+    nothing is left behind."""
     probe = path
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
-        raise UserError(f"{option}: expected a folder (or a path that can become one), got {path} ({probe} is a file)")
+        raise UserError(f"{option}: expected a folder (or a path that can become one), got {path} "
+                        f"({probe} is a file)")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".tune_as-probe-", dir=probe))
     except OSError as exc:
@@ -52,14 +55,14 @@ def check_writable_folder(path: Path, option: str) -> None:
 
 def check_temp_dir() -> None:
     """Ray keeps its session files in $RAY_TMPDIR, else $TMPDIR (on Linux): a variable naming a folder that is
-    missing or not writable made `ray start` fail with an unrelated authentication error, after the tracking store
-    was written. Checked before anything is written, naming the variable."""
+    missing or not writable made `ray start` fail with an unrelated authentication error, after the tracking
+    store was written. Checked before anything is written, naming the variable."""
     for var in ("RAY_TMPDIR", "TMPDIR"):
         if var in os.environ:
             folder = Path(os.environ[var])
             if not folder.is_dir():
-                raise UserError(f"${var}: expected a writable folder (Ray keeps its session files there), got "
-                                f"{folder or repr('')}, which is not a folder")
+                raise UserError(f"${var}: expected a writable folder (Ray keeps its session files there), "
+                                f"got {folder or repr('')}, which is not a folder")
             check_writable_folder(folder, f"${var}")
             return
 
@@ -72,8 +75,8 @@ def check_sqlite_file(path: Path, option: str) -> None:
     except OSError as exc:
         raise UserError(f"{option}: expected a readable SQLite file, got {path} ({exc.strerror})") from None
     if head != SQLITE_MAGIC:
-        raise UserError(f"{option}: expected an SQLite database (an Optuna study file) or a folder, got {path} "
-                        f"(not an SQLite file)")
+        raise UserError(f"{option}: expected an SQLite database (an Optuna study file) or a folder, "
+                        f"got {path} (not an SQLite file)")
 
 
 def check_tracking_store(uri: str) -> None:
@@ -83,8 +86,8 @@ def check_tracking_store(uri: str) -> None:
         return
     path = sqlite_file(uri)
     if path is None or ":memory:" in uri:  # also `file::memory:?...` and mode=memory URIs
-        raise UserError(f"--mlflow-uri: expected a tracking store that outlives the search (its runs and the resume "
-                        f"hint point at it), got {uri}")
+        raise UserError(f"--mlflow-uri: expected a tracking store that outlives the search "
+                        f"(its runs and the resume hint point at it), got {uri}")
     try:
         if path.exists():
             with open(path, "r+b"):  # a read-only file (for a non-root user) fails here, not after the folder
@@ -106,8 +109,9 @@ def check_tracking_store(uri: str) -> None:
 
 
 def absolute_sqlite(uri: str | None) -> str | None:
-    """A relative SQLite tracking URI (the default `sqlite:///mlflow.db`) made absolute, so the saved state and
-    the resume hint name the same database from any folder. Other URIs, and None (MLflow's env or default), stay."""
+    """A relative SQLite tracking URI (the default `sqlite:///mlflow.db`) made absolute, so the saved state
+    and the resume hint name the same database from any folder. Other URIs, and None
+    (MLflow's env or default), stay."""
     from tune_as.tracking.client import DEFAULT_URI
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
@@ -118,9 +122,10 @@ def absolute_sqlite(uri: str | None) -> str | None:
 
 
 def shipped_spaces() -> Path:
-    """The shipped search spaces: the repository keeps them in its top-level `search_spaces/` (the layout users
-    know), and pyproject.toml maps that folder into the package as `tune_as.search_spaces`, so a wheel carries
-    them and an editable install finds them where they are (importlib's own finders, no path arithmetic)."""
+    """The shipped search spaces: the repository keeps them in its top-level `search_spaces/` (the layout
+    users know), and pyproject.toml maps that folder into the package as `tune_as.search_spaces`, so a wheel
+    carries them and an editable install finds them where they are (importlib's own finders,
+    no path arithmetic)."""
     spec = importlib.util.find_spec("tune_as.search_spaces")
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     if not locations:

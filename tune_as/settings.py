@@ -1,8 +1,8 @@
 """The two kinds of settings, each typed and checked once, here.
 
-- `DataSettings`: what is prepared once per search (task, data, backbone, encoder, sequence length, sample caps).
-  It is the cache key of the prepared data (tune_as.tasks), so no trial can ask for other data: a search space
-  may not set these per loss (refused when the file is loaded).
+- `DataSettings`: what is prepared once per search (task, data, backbone, encoder, sequence length, sample
+  caps). It is the cache key of the prepared data (tune_as.tasks), so no trial can ask for other data: a
+  search space may not set these per loss (refused when the file is loaded).
 - `TrialSettings`: what may differ from trial to trial (optimizer, schedule, epochs, warm-up, loss parameters,
   seed). Ray hands the trainable a flat dict (`to_dict`): settings by name and loss hyper-parameters as
   `loss.<name>`; `from_dict` turns it back on the trainable's first line and refuses unknown keys.
@@ -69,14 +69,15 @@ class DataSettings:
     def problems(self) -> list[str]:
         return _check([
             (self.encoder in ENCODERS, f"encoder: expected one of {ENCODERS}", self.encoder),
-            (self.max_length >= MIN_LENGTH, f"max_length: expected an integer >= {MIN_LENGTH}", self.max_length),
+            (self.max_length >= MIN_LENGTH, f"max_length: expected an integer >= {MIN_LENGTH}",
+             self.max_length),
             (self.max_train_samples is None or self.max_train_samples >= 1,
              "max_train_samples: expected none or an integer >= 1", self.max_train_samples),
             (self.max_eval_samples is None or self.max_eval_samples >= 1,
              "max_eval_samples: expected none or an integer >= 1", self.max_eval_samples),
             (0 <= self.seed <= SEED_MAX, f"seed: expected an integer in [0, {SEED_MAX}]", self.seed),
-            (self.encode_precision in ENCODE_PRECISIONS, f"encode_precision: expected one of {ENCODE_PRECISIONS}",
-             self.encode_precision),
+            (self.encode_precision in ENCODE_PRECISIONS,
+             f"encode_precision: expected one of {ENCODE_PRECISIONS}", self.encode_precision),
         ])
 
     def key_fields(self) -> dict[str, Any]:
@@ -95,7 +96,8 @@ class DataSettings:
 
     def to_params(self) -> dict[str, Any]:
         """What MLflow records of the data, beside each trial's settings (cache_dir is where, not what)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("cache_dir", "seed")}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("cache_dir", "seed")}
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ class TrialSettings:
 
     def problems(self) -> list[str]:
         numbers = {"epochs": self.epochs, "lr": self.lr, "weight_decay": self.weight_decay,
-                   "max_grad_norm": self.max_grad_norm, "warmup_r": self.warmup_r, "lr_warmup": self.lr_warmup}
+                   "max_grad_norm": self.max_grad_norm, "warmup_r": self.warmup_r,
+                   "lr_warmup": self.lr_warmup}
         return _check([
             *[(_finite(v), f"{k}: expected a finite number", v) for k, v in numbers.items()],
             (self.epochs > 0, "epochs: expected a number > 0", self.epochs),
@@ -146,8 +149,8 @@ class TrialSettings:
         if unknown:
             where = [k for k in unknown if k in DATA_FIELDS]
             hint = f" ({', '.join(where)}: data settings, fixed for the whole search)" if where else ""
-            raise ValueError(f"unknown trial setting(s) {unknown}{hint}; expected some of {sorted(TRIAL_FIELDS)} "
-                             "or 'loss.<name>'")
+            raise ValueError(f"unknown trial setting(s) {unknown}{hint}; "
+                             f"expected some of {sorted(TRIAL_FIELDS)} or 'loss.<name>'")
         return cls(**plain, loss_params=loss_params)
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,7 +168,8 @@ BOOLS = {"true": True, "false": False, "1": True, "0": False}
 def coerce(value: Any, hint: Any) -> Any:
     """`value` (a YAML value or command-line text) as the type `hint` (float, int, bool, str, X | None, Any).
 
-    Numeric text becomes a number: YAML 1.1 reads ``2e-5`` as a string. Raises ValueError saying what was expected.
+    Numeric text becomes a number: YAML 1.1 reads ``2e-5`` as a string. Raises ValueError saying what was
+    expected.
     """
     args = typing.get_args(hint)
     if type(None) in args:
@@ -200,8 +204,10 @@ def coerce(value: Any, hint: Any) -> Any:
 
 
 # Field names and their annotations: what a search space, --set or MLflow params may name.
-TRIAL_FIELDS: dict[str, Any] = {k: v for k, v in typing.get_type_hints(TrialSettings).items() if k != "loss_params"}
-DATA_FIELDS: dict[str, Any] = {k: v for k, v in typing.get_type_hints(DataSettings).items() if k != "cache_dir"}
+TRIAL_FIELDS: dict[str, Any] = {k: v for k, v in typing.get_type_hints(TrialSettings).items()
+                                if k != "loss_params"}
+DATA_FIELDS: dict[str, Any] = {k: v for k, v in typing.get_type_hints(DataSettings).items()
+                               if k != "cache_dir"}
 
 
 def coerce_finite(value: Any, hint: Any) -> Any:
@@ -241,9 +247,9 @@ def trial_problem(settings: dict[str, Any]) -> str | None:
 
 
 def from_params(params: dict[str, str]) -> tuple[DataSettings, TrialSettings]:
-    """A child run's MLflow params (strings) back to its settings, each typed by its field's annotation (a loss
-    hyper-parameter by the type of the loss's default, as the search space types it). Other params (git_commit,
-    anything a newer version logs) are not settings and are left out."""
+    """A child run's MLflow params (strings) back to its settings, each typed by its field's annotation (a
+    loss hyper-parameter by the type of the loss's default, as the search space types it). Other params
+    (git_commit, anything a newer version logs) are not settings and are left out."""
     from tune_as.losses import LOSSES
 
     loss = params["loss"]

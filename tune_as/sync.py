@@ -2,10 +2,11 @@
 `tracking_journal.jsonl`, tune_as.tracking.tracker):
 
     python -m tune_as.sync tune_as_results/digits-20261126-041906
-    python -m tune_as.sync FOLDER --mlflow-uri https://user:pw@mlflow.example   # a URI saved without its password
+    # a URI saved without its password
+    python -m tune_as.sync FOLDER --mlflow-uri https://user:pw@mlflow.example
 
-Exit codes: 0 delivered (or nothing was kept), 2 bad input (no search folder, a damaged journal, MLflow that cannot
-be used), 4 some writes are still kept (MLflow went away again: run it again later)."""
+Exit codes: 0 delivered (or nothing was kept), 2 bad input (no search folder, a damaged journal, MLflow that
+cannot be used), 4 some writes are still kept (MLflow went away again: run it again later)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def build_parser() -> OneLineParser:
     p = OneLineParser(prog="python -m tune_as.sync", description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path, help="the search's folder (STORAGE_PATH/NAME)")
     p.add_argument("--mlflow-uri", default=None,
-                   help="the tracking URI (default: the search's own, as saved; needed when it held a password)")
+                   help="the tracking URI (default: the search's own, as saved; "
+                        "needed when it held a password)")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="how long to keep retrying while MLflow does not answer (default 60)")
     return p
@@ -61,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report(folder: Path, delivered: int, kept: int) -> int:
     if kept:
-        print(f"error: {kept} writes are still kept in {folder} (MLflow did not take them): run this again once it "
-              "answers", file=sys.stderr)
+        print(f"error: {kept} writes are still kept in {folder} (MLflow did not take them): run this again "
+              "once it answers", file=sys.stderr)
         return WRITES_KEPT
     print(f"{delivered} kept writes delivered" if delivered else f"{folder}: no kept writes to deliver")
     return 0

@@ -6,10 +6,11 @@ Input kinds (C classes):
 - ``multilabel``: logits (N, C), target (N, C) multi-hot (float, int or bool)
 
 ``Loss.forward`` checks the kind, casts to fp32 (fp64 kept), flattens token input to rows and calls the one
-hook every loss implements, ``compute(x, target, groups) -> LossOutput``: x (M, C); target (M,) int64 with -100
-for rows that do not count, or (M, C) multi-hot in x's dtype. A loss defined row by row computes per-row losses
-(its pure ``xxx_loss`` function) and hands them to the one reducer, ``mean_over_rows``; ``softmax``, the
-AS-Softmax family and Eq. 14 reduce inside their fused kernels, with the reducer's semantics (tested).
+hook every loss implements, ``compute(x, target, groups) -> LossOutput``: x (M, C); target (M,) int64
+with -100 for rows that do not count, or (M, C) multi-hot in x's dtype. A loss defined row by row computes
+per-row losses (its pure ``xxx_loss`` function) and hands them to the one reducer, ``mean_over_rows``;
+``softmax``, the AS-Softmax family and Eq. 14 reduce inside their fused kernels, with the reducer's semantics
+(tested).
 
 ``groups``: the M rows are G consecutive blocks of M / G rows, each reduced on its own (``LossOutput`` of (G,)
 tensors). ``Loss.forward_members`` uses it for a population (tune_as.training.population): P members' batches
@@ -20,7 +21,8 @@ Capabilities are declared on the class, never probed with ``getattr``:
 - ``supports_warmup``: ``set_warmup(active)`` makes the loss plain cross-entropy (delta = 1) while active.
 - ``masks_rows``: the loss can report ``n_masked > 0`` (rows with loss 0 and gradient 0); every other loss
   always returns the shared zero count, so a training loop never needs to read it (tested for every loss).
-- ``supports_row_skipping``: ``masked_examples(logits, target)`` says which examples have loss 0 and gradient 0.
+- ``supports_row_skipping``: ``masked_examples(logits, target)`` says which examples have loss 0 and
+  gradient 0.
 - ``make_accumulator()``: the AS-Speed schedule, or None.
 - ``needs_cosine_head``: the loss expects cosine logits (AM-Softmax).
 Calling ``set_warmup`` or ``masked_examples`` on a loss without the capability is a ``TypeError``.
@@ -44,7 +46,8 @@ KINDS = frozenset({"multiclass", "token", "multilabel"})
 
 
 class LossOutput(NamedTuple):
-    loss: Tensor  # fp32 (fp64 for fp64 logits): mean over rows that count; 0 when none does. 0-dim, (G,) by group
+    # fp32 (fp64 for fp64 logits): mean over rows that count; 0 when none does. 0-dim, (G,) by group
+    loss: Tensor
     n_rows: Tensor  # int64, loss's shape: rows (tokens) that counted
     n_masked: Tensor  # int64, loss's shape: counted rows whose loss is exactly 0 with gradient 0 (AS family)
 
@@ -66,7 +69,8 @@ def input_kind(logits: Tensor, target: Tensor) -> str:
 def check_range(
     name: str, value: float, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False
 ) -> float:
-    """``value`` as a float if it lies in [lo, hi] (ends excluded by ``lo_open`` / ``hi_open``), else ValueError."""
+    """``value`` as a float if it lies in [lo, hi] (ends excluded by ``lo_open`` / ``hi_open``), else
+    ValueError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {value!r}")
     v = float(value)
@@ -101,9 +105,9 @@ _ZEROS: dict[tuple[torch.device, int], Tensor] = {}
 
 
 def zero_count(device: torch.device, groups: int = 1) -> Tensor:
-    """int64 zeros (0-dim; (groups,) for groups > 1), the n_masked of a loss that masks nothing: one per device
-    and shape, shared, so no loss call pays for a new one. An inference tensor: an in-place update outside
-    inference mode raises."""
+    """int64 zeros (0-dim; (groups,) for groups > 1), the n_masked of a loss that masks nothing: one per
+    device and shape, shared, so no loss call pays for a new one. An inference tensor: an in-place update
+    outside inference mode raises."""
     zero = _ZEROS.get((device, groups))
     if zero is None:
         with torch.inference_mode():
@@ -168,14 +172,15 @@ class Loss(nn.Module):
     def class_scores(self, logits: Tensor) -> Tensor:
         """Scores whose argmax over the last dim is the loss's predicted class: any increasing function of the
         loss's own class probabilities. The logits themselves for every loss whose probabilities increase with
-        the logit (softmax and its variants, sparsemax, entmax, cosine logits); the Taylor family overrides it.
-        Multi-label tasks predict every class whose score is > 0 (docs/losses.md, "Multi-label prediction"), so a
-        multi-label loss's scores must also keep the sign of its decision: its logits for Eq. 14 and its variants
-        (o > 0) and for bce (sigmoid(o) > 0.5 iff o > 0)."""
+        the logit (softmax and its variants, sparsemax, entmax, cosine logits); the Taylor family overrides
+        it. Multi-label tasks predict every class whose score is > 0 (docs/losses.md, "Multi-label
+        prediction"), so a multi-label loss's scores must also keep the sign of its decision: its logits for
+        Eq. 14 and its variants (o > 0) and for bce (sigmoid(o) > 0.5 iff o > 0)."""
         return logits
 
     def set_warmup(self, active: bool) -> None:
-        """AS warm-up (``supports_warmup``): delta = 1, i.e. cross-entropy, while active; the searched delta after."""
+        """AS warm-up (``supports_warmup``): delta = 1, i.e. cross-entropy, while active; the searched delta
+        after."""
         raise TypeError(f"loss {self.name!r} has no warm-up (supports_warmup is False)")
 
     def masked_rows(self, x: Tensor, target: Tensor) -> Tensor:
@@ -205,12 +210,12 @@ class Loss(nn.Module):
         return self._compute(*self._flatten(logits, target), 1)
 
     def forward_members(self, logits: Tensor, target: Tensor) -> LossOutput:
-        """P independent batches in one call: logits (P, N, C) with target (P, N) int or (P, N, C) multi-hot ->
-        LossOutput of (P,) tensors, member i's equal to ``forward(logits[i], target[i])`` up to float rounding;
-        the gradient of ``loss`` weighted by w (P,) is each member's own gradient times w_i."""
+        """P independent batches in one call: logits (P, N, C) with target (P, N) int or (P, N, C) multi-hot
+        -> LossOutput of (P,) tensors, member i's equal to ``forward(logits[i], target[i])`` up to float
+        rounding; the gradient of ``loss`` weighted by w (P,) is each member's own gradient times w_i."""
         if logits.dim() != 3 or target.dim() < 2 or target.shape[:2] != logits.shape[:2]:
-            raise ValueError("forward_members: expected logits (P, N, C) with target (P, N) or (P, N, C), got "
-                             f"logits {tuple(logits.shape)} and target {tuple(target.shape)}")
+            raise ValueError("forward_members: expected logits (P, N, C) with target (P, N) or (P, N, C), "
+                             f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}")
         members = logits.shape[0]
         rows = logits.reshape(-1, logits.shape[-1])
         out = self._compute(*self._flatten(rows, target.reshape(rows.shape[0], *target.shape[2:])), members)
@@ -224,7 +229,8 @@ class Loss(nn.Module):
         return self.compute(x, t, groups)
 
     def _flatten(self, logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
-        """(x (M, C) fp32 or fp64, target (M,) int64 or (M, C) multi-hot of x's dtype); ValueError for a bad kind."""
+        """(x (M, C) fp32 or fp64, target (M,) int64 or (M, C) multi-hot of x's dtype); ValueError for a bad
+        kind."""
         kind = input_kind(logits, target)
         if kind not in self.kinds:
             raise ValueError(f"loss {self.name!r} supports {sorted(self.kinds)} inputs, got {kind!r}")

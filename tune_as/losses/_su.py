@@ -47,7 +47,8 @@ def split_sets(z: Tensor, y: Tensor, out: Tensor | None = None) -> tuple[Tensor,
     """The exponents of Eq. 14's two sums, (N, C) each: z on the negatives (y <= 0.5) and -z on the positives,
     every other class in [-2 FILL, -FILL] (so is a -inf logit: inert). Four passes, two (N, C) buffers (the
     negatives' is ``out`` when given). Two buffers, not one (2, N, C): above 32 MiB (glibc's largest mmap
-    threshold) every call would map and fault in a fresh one, and the freed map unsettles later allocations."""
+    threshold) every call would map and fault in a fresh one, and the freed map unsettles later
+    allocations."""
     bound = torch.sub(z.new_full((), 0.5), y)  # > 0 on negatives (0.5 itself included), < 0 on positives
     torch.copysign(z.new_full((), FILL), bound, out=bound)  # +FILL on negatives, -FILL on positives
     neg = torch.clamp(z, min=z.new_full((), -2 * FILL), max=bound, out=out)
@@ -60,13 +61,15 @@ def lse_softmax(z: Tensor, top: Tensor, out: Tensor | None = None) -> tuple[Tens
     storage): L = log sum_j exp(z_j) (N, 1) and softmax(z) = e * inv (inv None: e is the softmax). Long rows
     (K >= FUSED_MIN_K): one fused softmax pass, into an existing buffer on CPU (a fresh one costs its page
     faults at every call: glibc returns freed buffers of this size to the system; ATen's CPU kernel reads each
-    row before it writes it, so in place is safe), and L = top - log max softmax (the largest term's softmax is
-    1 / sum_j exp(z_j - top)). Short rows, where that kernel costs up to 10x the elementwise passes:
+    row before it writes it, so in place is safe), and L = top - log max softmax (the largest term's softmax
+    is 1 / sum_j exp(z_j - top)). Short rows, where that kernel costs up to 10x the elementwise passes:
     e = exp(max(z - top, LOW)) with the floor's value then set to 0 (no exp below LOW: the CPU exp's slow
-    path; such terms are under the dtype's smallest normal number beside the largest, e^0), inv = 1 / sum e."""
+    path; such terms are under the dtype's smallest normal number beside the largest, e^0),
+    inv = 1 / sum e."""
     out = z if out is None else out
     if z.shape[1] >= FUSED_MIN_K:
-        # torch has no public softmax with out=: ATen's `_softmax.out`, where this torch has it, else a new buffer
+        # torch has no public softmax with out=: ATen's `_softmax.out`, where this torch has it,
+        # else a new buffer
         in_place = getattr(torch, "_softmax", None) if z.device.type == "cpu" else None
         p = in_place(z, 1, False, out=out) if in_place is not None else torch.softmax(z, dim=1)
         return top - p.amax(dim=1, keepdim=True).log_(), p, None
@@ -78,8 +81,9 @@ def lse_softmax(z: Tensor, top: Tensor, out: Tensor | None = None) -> tuple[Tens
 
 
 def softplus_weight(lse: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(log(1 + e^L), sigmoid(L), on), each of lse's shape: a set's loss term, its gradient weight, and on = e^L
-    is a normal number; where it is not (no term, or none representable), the loss and the weight are 0."""
+    """(log(1 + e^L), sigmoid(L), on), each of lse's shape: a set's loss term, its gradient weight, and
+    on = e^L is a normal number; where it is not (no term, or none representable),
+    the loss and the weight are 0."""
     on = ~(lse < math.log(torch.finfo(lse.dtype).tiny))  # a NaN stays on: it reaches the loss
     loss = lse.clamp(min=0.0).add_(torch.exp(-lse.abs()).log1p_())  # stable for any L
     return loss.mul_(on), torch.sigmoid(lse).mul_(on), on
@@ -90,7 +94,8 @@ def drop_terms(sets: tuple[Tensor, Tensor], top: Tensor, floor: Tensor) -> tuple
     drops); the kept ones become z - floor, which their softmax does not see. A NaN or -inf floor drops none;
     a floor below top - SPAN is raised to it, which drops only terms under eps^2 times the largest (they add
     nothing the dtype can hold) and keeps z - floor <= SPAN, so that the shift costs at most an ulp of SPAN.
-    Returns (kept, shift) (2, N, 1) each: the set keeps a term (its largest, top), and the floor subtracted."""
+    Returns (kept, shift) (2, N, 1) each: the set keeps a term (its largest, top),
+    and the floor subtracted."""
     span = -2.0 * math.log(torch.finfo(top.dtype).eps)  # 31.8 in fp32, 72.1 in fp64
     floor = torch.fmax(floor, top - span)
     for z, f in zip(sets, floor, strict=True):
@@ -107,13 +112,17 @@ def su_terms(
     scratch = None
     if thresholds is not None:  # lse(o) of the rule's probabilities, in a buffer the negatives take next
         top_all = z.amax(dim=1, keepdim=True)
-        lse, scratch, _ = lse_softmax(z, top_all, out=torch.empty_like(z, memory_format=torch.contiguous_format))
+        lse, scratch, _ = lse_softmax(
+            z, top_all, out=torch.empty_like(z, memory_format=torch.contiguous_format)
+        )
     neg, pos = split_sets(z, y, out=scratch)
-    top = torch.stack([neg.amax(dim=1, keepdim=True), pos.amax(dim=1, keepdim=True)])  # (2, N, 1); <= -FILL: empty
+    # (2, N, 1); <= -FILL: empty
+    top = torch.stack([neg.amax(dim=1, keepdim=True), pos.amax(dim=1, keepdim=True)])
     kept = shift = None
     if thresholds is not None:
         neg_floor, pos_ceiling = thresholds(
-            lse, top[0].masked_fill(top[0] <= -FILL, -torch.inf), top[1].neg().masked_fill(top[1] <= -FILL, torch.inf)
+            lse, top[0].masked_fill(top[0] <= -FILL, -torch.inf),
+            top[1].neg().masked_fill(top[1] <= -FILL, torch.inf),
         )
         kept, shift = drop_terms((neg, pos), top, torch.stack([neg_floor, pos_ceiling.neg()]))
         top = top - shift  # the kept terms are z - shift
@@ -122,11 +131,14 @@ def su_terms(
         neg, idx = neg.topk(k, dim=1, sorted=False)  # (N, k); fills where a row has fewer than k negatives
     parts = lse_softmax(neg, top[0]), lse_softmax(pos, top[1])
     lse_sets = torch.stack([lse for lse, _, _ in parts])  # (2, N, 1)
-    if kept is not None and shift is not None:  # a set that kept nothing: L = -inf (its softmax saw fills only)
+    # a set that kept nothing: L = -inf (its softmax saw fills only)
+    if kept is not None and shift is not None:
         lse_sets = lse_sets.add_(shift).masked_fill_(~kept, -torch.inf)
     loss, weight, on = softplus_weight(lse_sets)
     if parts[0][2] is not None or parts[1][2] is not None:
-        weight = weight.mul_(torch.stack([torch.ones_like(lse) if inv is None else inv for lse, _, inv in parts]))
+        weight = weight.mul_(
+            torch.stack([torch.ones_like(lse) if inv is None else inv for lse, _, inv in parts])
+        )
     saved = (weight, parts[0][1], parts[1][1]) + ((idx,) if idx is not None else ())
     return loss.sum(dim=0).squeeze(1), ~on.any(dim=0).squeeze(1), saved
 
@@ -137,7 +149,8 @@ class _SuFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, x: Tensor, y: Tensor, scale: float, thresholds: Thresholds | None, k: int | None, groups: int
+        ctx: Any, x: Tensor, y: Tensor, scale: float, thresholds: Thresholds | None, k: int | None,
+        groups: int,
     ) -> tuple[Tensor, Tensor, Tensor]:
         rows, masked, saved = su_terms(x * scale if scale != 1.0 else x, y, thresholds, k)
         n = x.shape[0] // groups
@@ -162,8 +175,8 @@ class _SuFunction(torch.autograd.Function):
 
 
 def su_loss(
-    logits: Tensor, target: Tensor, *, scale: float = 1.0, thresholds: Thresholds | None = None, k: int | None = None,
-    groups: int = 1,
+    logits: Tensor, target: Tensor, *, scale: float = 1.0, thresholds: Thresholds | None = None,
+    k: int | None = None, groups: int = 1,
 ) -> LossOutput:
     """Mean Eq. 14 (Eq. 18 with ``thresholds``, top-k negatives with ``k``) of scale * logits (N, C) over
     multi-hot targets (N, C)."""

@@ -7,8 +7,9 @@ rounded to an integer (Python's ``round``, half to even) and then restricted as 
 (i) never below the previous value, (ii) at most 1 above it, (iii) at most ``max_steps``; at least 1.
 
 A cycle in which every row was masked (N_masked = N_all > 0) makes Eq. 19 infinite: the restrictions
-then give previous + 1 (capped). Such a cycle leaves an all-zero gradient: the training loop skips the optimizer
-step (it counts the cycle's rows itself, tune_as.training.trial). Evaluations with no observed row keep ``steps``.
+then give previous + 1 (capped). Such a cycle leaves an all-zero gradient: the training loop skips the
+optimizer step (it counts the cycle's rows itself, tune_as.training.trial). Evaluations with no observed row
+keep ``steps``.
 
 Usage in a training loop::
 
@@ -18,7 +19,8 @@ Usage in a training loop::
         for _ in range(acc.steps):
             out = loss_fn(model(batch), labels); out.loss.backward()
             rows, masked = rows + out.n_rows, masked + out.n_masked
-        if rows > masked:  # else every row was masked: a zero gradient, and AdamW would still move the weights
+        # else every row was masked: a zero gradient, and AdamW would still move the weights
+        if rows > masked:
             optimizer.step()
         optimizer.zero_grad()
         acc.observe(rows, masked)
@@ -47,7 +49,8 @@ MAX_STEPS_RANGE = (1, 64)  # max_steps: an int in [1, 64] (the paper's s: 2 to 5
 def check_schedule(lam: float, max_steps: int) -> tuple[float, int]:
     """(lam as a float, max_steps) if lam is in (0, 16] and max_steps an int in [1, 64], else ValueError."""
     lo, hi = LAM_RANGE
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not (math.isfinite(lam) and lo < lam <= hi):
+    if (isinstance(lam, bool) or not isinstance(lam, (int, float))
+            or not (math.isfinite(lam) and lo < lam <= hi)):
         raise ValueError(f"lam must be in ({lo:g}, {hi:g}], got {lam!r}")
     lo_steps, hi_steps = MAX_STEPS_RANGE
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not lo_steps <= max_steps <= hi_steps:
@@ -76,7 +79,8 @@ class AdaptiveAccumulation:
         """Re-evaluate Eq. 19 with the three restrictions from the rows observed since the last call."""
         n_all, n_masked = int(self._n_all), int(self._n_masked)
         if not 0 <= n_masked <= n_all:
-            raise ValueError(f"observed n_masked must be in [0, n_rows], got n_masked={n_masked}, n_rows={n_all}")
+            raise ValueError(f"observed n_masked must be in [0, n_rows], got n_masked={n_masked}, "
+                             f"n_rows={n_all}")
         if n_all > 0:
             # Every row masked: Eq. 19 is infinite and the restrictions give previous + 1 (capped).
             wanted = round(self.lam * n_all / (n_all - n_masked)) if n_masked < n_all else self.max_steps

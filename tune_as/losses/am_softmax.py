@@ -29,4 +29,5 @@ class AMSoftmaxLoss(Loss):
         self.m = check_range("m", m, 0.0, 1.0)
 
     def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
-        return mean_over_rows(am_softmax_loss(x, class_index(target), s=self.s, m=self.m), target, groups=groups)
+        return mean_over_rows(am_softmax_loss(x, class_index(target), s=self.s, m=self.m), target,
+                              groups=groups)

@@ -63,8 +63,8 @@ class _ASSoftmaxFunction(torch.autograd.Function):
         scale = n_rows.clamp(min=1).to(x.dtype).reciprocal_()
         # (M, 1): 1 / its group's n_rows, 0 on ignored and masked rows
         weight = live.to(x.dtype).view(groups, -1).mul_(scale.view(-1, 1)).view(-1, 1)
-        # log(sum_kept p / p_t) without log p_t, which underflows: the argmax is kept and max p = exp(max o - lse(o)),
-        # so sum_kept p / p_t = (s / max r) exp(max o - o_t).
+        # log(sum_kept p / p_t) without log p_t, which underflows: the argmax is kept and
+        # max p = exp(max o - lse(o)), so sum_kept p / p_t = (s / max r) exp(max o - o_t).
         rows = torch.log(s / r.amax(dim=1, keepdim=True)).sub_(x.gather(1, t1)).add_(m)
         loss = by_group(torch.where(live, rows, 0.0), groups).mul_(scale)
         ctx.save_for_backward(r, t1, weight / s, weight.neg())
@@ -78,7 +78,8 @@ class _ASSoftmaxFunction(torch.autograd.Function):
         r, t1, weight_s, neg_weight = ctx.saved_tensors
         if ctx.groups > 1:  # each row its group's upstream gradient
             grad = grad.repeat_interleave(r.shape[0] // ctx.groups)[:, None]  # (M, 1)
-        out = r * (weight_s * grad)  # z_i p_i / sum_j z_j p_j, times the row's weight and the upstream gradient
+        # z_i p_i / sum_j z_j p_j, times the row's weight and the upstream gradient
+        out = r * (weight_s * grad)
         return out.scatter_add_(1, t1, neg_weight * grad), None, None, None  # - [i = t]; masked rows: 0 - 0
 
 

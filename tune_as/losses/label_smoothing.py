@@ -34,4 +34,5 @@ class LabelSmoothingLoss(Loss):
         self.eps = check_range("eps", eps, 0.0, 1.0, hi_open=True)
 
     def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
-        return mean_over_rows(label_smoothing_loss(x, class_index(target), eps=self.eps), target, groups=groups)
+        return mean_over_rows(label_smoothing_loss(x, class_index(target), eps=self.eps), target,
+                              groups=groups)

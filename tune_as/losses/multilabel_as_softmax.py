@@ -39,7 +39,9 @@ def as_thresholds(delta: float) -> Thresholds:
     return thresholds
 
 
-def multilabel_as_softmax_loss(logits: Tensor, target: Tensor, *, delta: float, groups: int = 1) -> LossOutput:
+def multilabel_as_softmax_loss(
+    logits: Tensor, target: Tensor, *, delta: float, groups: int = 1
+) -> LossOutput:
     return su_loss(logits, target, thresholds=as_thresholds(delta), groups=groups)
 
 

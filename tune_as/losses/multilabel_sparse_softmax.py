@@ -19,7 +19,8 @@ from ._su import su_loss
 
 def multilabel_sparse_softmax_loss(logits: Tensor, target: Tensor, *, k: int, groups: int = 1) -> LossOutput:
     out = su_loss(logits, target, k=k, groups=groups)
-    return out._replace(n_masked=zero_count(out.loss.device, groups))  # masks_rows is not declared: the shared zero
+    # masks_rows is not declared: the shared zero
+    return out._replace(n_masked=zero_count(out.loss.device, groups))
 
 
 class MultilabelSparseSoftmaxLoss(Loss):

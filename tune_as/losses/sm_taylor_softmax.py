@@ -1,4 +1,5 @@
-"""SM-Taylor softmax: soft margin with the Taylor exponential (softmax-alternatives paper, Sec. 2.4, Eq. 3 + 8).
+"""SM-Taylor softmax: soft margin with the Taylor exponential (softmax-alternatives paper, Sec. 2.4,
+Eq. 3 + 8).
 
     p_t = f^n(z_t - m) / (sum_{j != t} f^n(z_j) + f^n(z_t - m)),   L = -log p_t
 
@@ -30,7 +31,8 @@ class SMTaylorSoftmaxLoss(Loss):
         self.n = check_int("n", n, 2, 16, even=True)
 
     def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
-        return mean_over_rows(sm_taylor_softmax_loss(x, class_index(target), m=self.m, n=self.n), target, groups=groups)
+        return mean_over_rows(sm_taylor_softmax_loss(x, class_index(target), m=self.m, n=self.n), target,
+                              groups=groups)
 
     def class_scores(self, logits: Tensor) -> Tensor:
         """The margin applies to the target in training only: a prediction compares f^n(z) of every class."""

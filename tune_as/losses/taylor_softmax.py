@@ -3,7 +3,8 @@
     f^n(z) = sum_{i=0}^{n} z^i / i!                  (Eq. 3; > 0 for even n)
     Tsm^n(z)_i = f^n(z_i) / sum_j f^n(z_j)           (Eq. 4),   L = -log Tsm^n(z)_t
 
-``backward="finite"``: the exact gradient of L (Eq. 5), f^{n-1}(z_i) / sum_j f^n(z_j) - y_i f^{n-1}(z_i) / f^n(z_i).
+``backward="finite"``: the exact gradient of L (Eq. 5),
+f^{n-1}(z_i) / sum_j f^n(z_j) - y_i f^{n-1}(z_i) / f^n(z_i).
 ``backward="inf"`` (Taylor_inf): the softmax-like gradient Tsm^n(z)_i - y_i (Eq. 6), exact only as n -> inf.
 n is an even int in [2, 16]. f^n overflows fp32 for |z| beyond about (n! 1e38)^(1/n) (1.4e19 for n = 2,
 3e4 for n = 10). Shapes: x (M, C), t (M,) -> (M,).
@@ -30,8 +31,10 @@ def taylor_exp(z: Tensor, n: int) -> Tensor:
 
 
 def taylor_probs(logits: Tensor, target: Tensor, n: int, margin: float = 0.0) -> Tensor:
-    """Tsm^n with the target logit lowered by ``margin`` (SM-Taylor, softmax-alternatives Sec. 2.4): (M, C)."""
-    z = logits if margin == 0.0 else logits.scatter_add(1, target[:, None], torch.full_like(logits[:, :1], -margin))
+    """Tsm^n with the target logit lowered by ``margin`` (SM-Taylor, softmax-alternatives Sec. 2.4):
+    (M, C)."""
+    z = (logits if margin == 0.0
+         else logits.scatter_add(1, target[:, None], torch.full_like(logits[:, :1], -margin)))
     f = taylor_exp(z, n)  # (M, C), positive
     return f / f.sum(dim=1, keepdim=True)
 
@@ -68,15 +71,17 @@ class TaylorSoftmaxLoss(Loss):
         self.backward = backward
 
     def compute(self, x: Tensor, target: Tensor, groups: int = 1) -> LossOutput:
-        return mean_over_rows(taylor_softmax_loss(x, class_index(target), n=self.n, backward=self.backward), target, groups=groups)
+        return mean_over_rows(taylor_softmax_loss(x, class_index(target), n=self.n, backward=self.backward),
+                              target, groups=groups)
 
     def class_scores(self, logits: Tensor) -> Tensor:
         return taylor_class_scores(logits, self.n)
 
 
 def taylor_class_scores(logits: Tensor, n: int) -> Tensor:
-    """f^n(z), the numerator of Tsm^n (Eq. 4): the class with the largest Taylor probability is predicted. f^n is
-    not increasing (for even n it is smallest near z = -1 and grows again below), so a model trained on a Taylor
-    loss can give its target class a large negative logit: the argmax of the logits would then miss it (SM-Taylor,
-    n = 2, m >= 0.5 reached 0% validation accuracy on clinc_oos that way; docs/bench_efficiency.md)."""
+    """f^n(z), the numerator of Tsm^n (Eq. 4): the class with the largest Taylor probability is predicted. f^n
+    is not increasing (for even n it is smallest near z = -1 and grows again below), so a model trained on a
+    Taylor loss can give its target class a large negative logit: the argmax of the logits would then miss it
+    (SM-Taylor, n = 2, m >= 0.5 reached 0% validation accuracy on clinc_oos that way;
+    docs/bench_efficiency.md)."""
     return taylor_exp(logits.float(), n)

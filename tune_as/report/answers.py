@@ -53,13 +53,14 @@ def column_labels(parents: list[Run]) -> dict[str, str]:
 
 
 def engine_run(run: Run, metric: str, completed: bool) -> TrialRun | None:
-    """A child run as the search held it (tune_as.engine.run._results): typed settings from its params, its Ray
-    trial id, its number in the search (from its name, `<loss>_<number>`), its last metrics and whether it
-    completed its epochs (as the search's record says)."""
+    """A child run as the search held it (tune_as.engine.record.trial_runs): typed settings from its params,
+    its Ray trial id, its number in the search (from its name, `<loss>_<number>`), its last metrics and
+    whether it completed its epochs (as the search's record says)."""
     data, settings = from_params(dict(run.data.params))
     number = (run.info.run_name or "").rsplit("_", 1)[-1]
     return ranking.trial_run(run.data.tags.get(schema.TRIAL, run.info.run_id), data, settings,
-                             dict(run.data.metrics), metric, completed, int(number) if number.isdigit() else 0)
+                             dict(run.data.metrics), metric, completed,
+                             int(number) if number.isdigit() else 0)
 
 
 def _artifact(client: MlflowClient, run_id: str, name: str, tmp: Path) -> str | None:
@@ -78,16 +79,16 @@ def replay(client: MlflowClient, parent: Run) -> Replayed | str:
         text = _artifact(client, parent.info.run_id, schema.ANSWER_JSON, Path(tmp))
         logged = _artifact(client, parent.info.run_id, schema.RANKING_CSV, Path(tmp))
     if text is None:
-        return (f"search {name}: no {schema.ANSWER_JSON} on its parent run (it ended before its answer, or an older "
-                "tune_as ran it): its answer is not replayed")
+        return (f"search {name}: no {schema.ANSWER_JSON} on its parent run (it ended before its answer, "
+                "or an older tune_as ran it): its answer is not replayed")
     try:
         record = AnswerRecord.from_json(text)
     except ValueError as exc:
         return f"search {name}: {schema.ANSWER_JSON} unreadable ({exc}): its answer is not replayed"
     problem = record.disagreement(dict(parent.data.params))
     if problem is not None:
-        return (f"search {name}: {schema.ANSWER_JSON} does not match its parent run ({problem}): its answer is not "
-                "replayed")
+        return (f"search {name}: {schema.ANSWER_JSON} does not match its parent run ({problem}): "
+                "its answer is not replayed")
     children = client.search_runs([parent.info.experiment_id], max_results=5000, filter_string=(
         f"tags.`{schema.SEARCH}` = '{name}' and tags.`{schema.ROLE}` != '{schema.ROLE_SEARCH}'"))
     runs: dict[str, list[TrialRun]] = {schema.ROLE_TRIAL: [], schema.ROLE_CONFIRMATION: []}

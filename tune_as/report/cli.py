@@ -1,18 +1,17 @@
 """`python -m tune_as.report --experiment TASK`: select settings from MLflow, write tables and figures.
 
-Reads the runs a search wrote (schema: tune_as.tracking.schema, docs/architecture.md), selects one setting per task x
-loss on the validation metric among trials that completed their epochs (tune_as.results.selection), attaches the
-confirmation runs of each selected setting (the search's `--confirm` or this report's), writes the paper's
-Tables 6/2/3/4 as Markdown and CSV and its Figures 1-4 as PNG into --out, prints the tables, and logs everything
-to a report run in MLflow (tag tune_as.role=report). `--confirm N` re-runs each selected setting with N new
-seeds (docs/report.md).
+Reads the runs a search wrote (schema: tune_as.tracking.schema, docs/architecture.md), selects one setting per
+task x loss on the validation metric among trials that completed their epochs (tune_as.results.selection),
+attaches the confirmation runs of each selected setting (the search's `--confirm` or this report's), writes
+the paper's Tables 6/2/3/4 as Markdown and CSV and its Figures 1-4 as PNG into --out, prints the tables, and
+logs everything to a report run in MLflow (tag tune_as.role=report). `--confirm N` re-runs each selected
+setting with N new seeds (docs/report.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import tempfile
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from tune_as.engine.request import SearchRequest, refuse_ray_client
 from tune_as.errors import UserError, cli_run, end_process
 from tune_as.paths import OneLineParser, check_sqlite_file, check_writable_folder
 from tune_as.report.answers import Replayed, column_labels, replay, search_name
+from tune_as.report.runs import connect, experiment_ids, history, search_all, trial_runs
 from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
 from tune_as.results.forest import forest
 from tune_as.results.render import Table
@@ -43,16 +43,7 @@ from tune_as.results.selection import (
 )
 from tune_as.settings import from_params
 from tune_as.tracking import schema
-from tune_as.tracking.client import TrackingUnusable, open_client, redact_uri
-from tune_as.tracking.schema import (
-    LOSS,
-    METRIC,
-    PARENT,
-    ROLE,
-    SEARCH,
-    STOPPED_EARLY,
-    TASK,
-)
+from tune_as.tracking.schema import ROLE, SEARCH
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -72,84 +63,15 @@ class Report:
     report_run_id: str = ""
 
 
-def connect(uri: str) -> MlflowClient:
-    """A client for `uri`, opened by tracking.open_client (a password in the URI is sent, never printed; no
-    per-run links from MLflow), or a UserError in seconds when nothing usable answers there."""
-    path = schema.sqlite_file(uri)  # an SQLite file that is not there is not created by reading it
-    if path is not None and not path.is_file():
-        raise UserError(f"expected an MLflow SQLite store at {uri}, received: no such file")
-    try:
-        return open_client(uri)
-    except TrackingUnusable as exc:
-        kind = "server" if uri.startswith(("http://", "https://")) else "store"
-        raise UserError(f"expected a reachable MLflow tracking {kind} at {exc.shown}, received: {exc.reason}") from None
-
-
-def experiment_ids(client: MlflowClient, names: Sequence[str], uri: str) -> dict[str, str]:
-    """Experiment id -> name, for the names given on the command line."""
-    found = {}
-    for name in names:
-        exp = client.get_experiment_by_name(name)
-        if exp is None or exp.lifecycle_stage == "deleted":
-            existing = sorted(e.name for e in client.search_experiments(max_results=50))
-            raise UserError(f"expected an MLflow experiment named {name!r} at {redact_uri(uri)} "
-                            f"(existing: {', '.join(existing) or 'none'}), received no such experiment")
-        found[exp.experiment_id] = exp.name
-    return found
-
-
-def search_all(client: MlflowClient, ids: Sequence[str], role: str) -> list[Run]:
-    runs: list[Run] = []
-    token = None
-    while True:
-        page = client.search_runs(list(ids), f"tags.`{ROLE}` = '{role}'", max_results=1000, page_token=token)
-        runs += list(page)
-        token = page.token
-        if not token:
-            return runs
-
-
-def history(client: MlflowClient, run_id: str, keys: Sequence[str]) -> dict[str, list[tuple[int, float]]]:
-    out = {}
-    for key in keys:
-        points = sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key))
-        out[key] = list({s: v for s, _, v in points}.items())  # a re-logged step keeps its latest value
-    return out
-
-
-def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[str]) -> list[TrialRun]:
-    """The FINISHED runs with tag tune_as.role=role; FAILED, KILLED and RUNNING ones are counted in a note."""
-    runs, skipped = [], 0
-    for run in search_all(client, ids, role):
-        tags, metrics = run.data.tags, run.data.metrics
-        metric = tags.get(METRIC, "").removeprefix("val_")
-        if run.info.status != "FINISHED" or not metric:
-            skipped += 1
-            continue
-        best = metrics.get(f"best_val_{metric}")
-        if best is None:
-            points = history(client, run.info.run_id, [f"val_{metric}"])[f"val_{metric}"]
-            best = max((v for _, v in points if not math.isnan(v)), default=math.nan)
-        if math.isnan(best):  # no evaluation point, or a diverged run: it must not poison a setting's mean
-            skipped += 1
-            continue
-        runs.append(TrialRun(run.info.run_id, tags.get(TASK, run.data.params.get("task", "")),
-                             tags.get(LOSS, run.data.params.get("loss", "")), dict(run.data.params), metric,
-                             best, dict(metrics), run.info.start_time or 0, run.info.experiment_id,
-                             tags.get(PARENT, ""), tags.get(STOPPED_EARLY) == "true"))
-    if skipped:
-        notes.append(f"{skipped} {role} run(s) not FINISHED or without a finite validation metric were left out")
-    return runs
-
-
 def as_softmax_study(cells: dict[tuple[str, str], Cell], task: str) -> str:
-    """The Optuna study of the task's AS-Softmax row, named by the loss its runs trained: on a multi-label task
-    the paper's as_softmax row is Eq. 18's multilabel_as_softmax (tune_as.results.selection.row_of)."""
+    """The Optuna study of the task's AS-Softmax row, named by the loss its runs trained: on a multi-label
+    task the paper's as_softmax row is Eq. 18's multilabel_as_softmax (tune_as.results.selection.row_of)."""
     cell = cells.get((task, "as_softmax"))
     return schema.study_name(task, cell.runs[0].loss if cell is not None else "as_softmax")
 
 
-def pmargins(client: MlflowClient, cells: dict[tuple[str, str], Cell], task: str, tmp: Path) -> dict[str, np.ndarray]:
+def pmargins(client: MlflowClient, cells: dict[tuple[str, str], Cell], task: str,
+             tmp: Path) -> dict[str, np.ndarray]:
     from mlflow.exceptions import MlflowException
 
     found = {}
@@ -194,7 +116,8 @@ def confirm(client: MlflowClient, cells: dict[tuple[str, str], Cell], trials: li
         if configs:
             first = task_cells[0].runs[0]
             # the search's seed fixes the data (sub)sampling: the confirmations keep the same data
-            data_seed = int(client.get_run(first.parent_id).data.params.get("seed", "0")) if first.parent_id else 0
+            data_seed = (int(client.get_run(first.parent_id).data.params.get("seed", "0"))
+                         if first.parent_id else 0)
             data = dataclasses.replace(from_params(first.params)[0], seed=data_seed)
             confirm_settings(dataclasses.replace(request, task=task, mlflow_uri=uri,
                                                  experiment=names[first.experiment_id]), data, configs)
@@ -208,8 +131,8 @@ def searches_of(client: MlflowClient, ids: Sequence[str], wanted: Sequence[str])
         names = {search_name(r) for r in found}
         missing = [w for w in wanted if w not in names]
         if missing:
-            raise UserError(f"--search: expected a search of the experiment(s) ({', '.join(sorted(names)) or 'none'}),"
-                            f" received {', '.join(missing)}")
+            raise UserError(f"--search: expected a search of the experiment(s) "
+                            f"({', '.join(sorted(names)) or 'none'}), received {', '.join(missing)}")
         found = [r for r in found if search_name(r) in wanted]
     return sorted(found, key=lambda r: (r.info.start_time or 0, search_name(r)))
 
@@ -239,22 +162,27 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     parents = searches_of(client, list(names), searches)
     labels = column_labels(parents)
     replays = [replay(client, p) for p in parents]
-    confirmed_tasks = {labels[r.parent_id] for r in replays if isinstance(r, Replayed) and r.answered.decision}
+    confirmed_tasks = {labels[r.parent_id] for r in replays
+                       if isinstance(r, Replayed) and r.answered.decision}
     if confirm_seeds > 0 and any("@" in label for label in labels.values()):
         raise UserError(f"--confirm: expected one search per task, received several of one task "
-                        f"({', '.join(sorted(v for v in labels.values() if '@' in v))}): choose one with --search")
+                        f"({', '.join(sorted(v for v in labels.values() if '@' in v))}): "
+                        "choose one with --search")
     if confirm_seeds > 0 and confirmed_tasks:
-        raise UserError(f"--confirm: expected searches that did not confirm their answer, received searches of "
-                        f"{', '.join(sorted(confirmed_tasks))} that did (--race or --confirm): their answer is "
-                        "replayed as it is; more seeds would be a second look at the same comparison")
-    trials = per_search(trial_runs(client, list(names), schema.ROLE_TRIAL, notes), labels, keep_other=not searches)
+        raise UserError(f"--confirm: expected searches that did not confirm their answer, "
+                        f"received searches of {', '.join(sorted(confirmed_tasks))} that did "
+                        "(--race or --confirm): their answer is replayed as it is; more seeds would be a "
+                        "second look at the same comparison")
+    trials = per_search(trial_runs(client, list(names), schema.ROLE_TRIAL, notes), labels,
+                        keep_other=not searches)
     if not trials:
         raise UserError(f"expected finished trial runs (tag {ROLE}=trial) in experiment(s) "
-                        f"{', '.join(names.values())}, received none ({'; '.join(notes) or 'no trial runs'}): "
-                        "run `python -m tune_as.search` first")
+                        f"{', '.join(names.values())}, received none "
+                        f"({'; '.join(notes) or 'no trial runs'}): run `python -m tune_as.search` first")
     cells = select(trials)
     if confirm_seeds > 0:
-        confirm(client, cells, trials, confirm_seeds, tracking_uri, names, placement or SearchRequest(task=""), notes)
+        confirm(client, cells, trials, confirm_seeds, tracking_uri, names,
+                placement or SearchRequest(task=""), notes)
     confirmation_runs = per_search(trial_runs(client, list(names), schema.ROLE_CONFIRMATION, notes), labels,
                                    keep_other=True)
     cells = with_confirmations(cells, confirmation_runs)
@@ -262,7 +190,8 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
     search_ids = {r.data.tags.get(SEARCH, "") for r in search_all(client, list(names), schema.ROLE_SEARCH)}
     histories = {r.run_id: history(client, r.run_id, (f"val_{r.metric}", *HISTORY_KEYS))
                  for c in cells.values() for r in c.runs}
-    report = Report(out, cells, [table6(cells), table2(cells), table3(cells), table4(cells, histories)], notes=notes)
+    report = Report(out, cells, [table6(cells), table2(cells), table3(cells), table4(cells, histories)],
+                    notes=notes)
     report.confirmations = {key: found for key, c in cells.items() if (found := Confirmation.of(c))}
     if report.confirmations:
         report.tables.append(confirmation_table(report.confirmations, cells, confirmed_tasks))
@@ -272,14 +201,15 @@ def build_report(experiments: Sequence[str], out: Path, tracking_uri: str, confi
             continue
         report.tables.append(replayed.table)
         if replayed.same_as_logged is False:
-            notes.append(f"search {replayed.search}: the replayed answer differs from the ranking.csv the search "
-                         "logged; this is a bug in tune_as, please report it with both files")
+            notes.append(f"search {replayed.search}: the replayed answer differs from the ranking.csv "
+                         "the search logged; this is a bug in tune_as, please report it with both files")
     out.mkdir(parents=True, exist_ok=True)
     for replayed in (r for r in replays if isinstance(r, Replayed) and r.record is not None):
         assert replayed.record is not None
         path = out / f"answer_{replayed.search}.png"  # the search's own answer as a forest plot
         if forest(replayed.answered, replayed.record.margin_points, replayed.record.baseline,
-                  replayed.record.metric, path, f"{replayed.record.task}: search {replayed.search}") is not None:
+                  replayed.record.metric, path,
+                  f"{replayed.record.task}: search {replayed.search}") is not None:
             report.figures.append(path)
     with tempfile.TemporaryDirectory() as tmp:
         for task in order({t for t, _ in cells}, PAPER_TASKS):
@@ -334,13 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="python -m tune_as.report",
         description="Select one setting per task x loss from a search's MLflow runs (best mean validation "
-                    "metric), write the paper's Tables 6/2/3/4 and Figures 1-4, optionally confirm with new seeds.")
+                    "metric), write the paper's Tables 6/2/3/4 and Figures 1-4, "
+                    "optionally confirm with new seeds.")
     p.add_argument("--experiment", required=True, metavar="NAME[,NAME...]",
                    help="MLflow experiment: the task name, or the --experiment the search used "
                         "(comma-separated for several, one column per task)")
     p.add_argument("--search", default="", metavar="NAME[,NAME...]",
-                   help="report only these searches (their --name, e.g. digits-20261125-153012; default: every "
-                        "search of the experiment, each its own answer and column)")
+                   help="report only these searches (their --name, e.g. digits-20261125-153012; "
+                        "default: every search of the experiment, each its own answer and column)")
     p.add_argument("--out", type=Path, default=Path("tune_as_report"),
                    help="folder for tables and figures (default: tune_as_report)")
     p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"),
@@ -388,7 +319,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def cli() -> None:
-    """`python -m tune_as.report` and `tune-as-report`: `main`, then the quick end of tune_as.errors.end_process."""
+    """`python -m tune_as.report` and `tune-as-report`: `main`, then the quick end of
+    tune_as.errors.end_process."""
     end_process(main())
 
 

@@ -42,7 +42,8 @@ PALETTE = ("#000000", "#D55E00", "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#5
 # 9 markers against 7 colours: (colour, marker) pairs repeat only after 63 losses.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
 STOPPED_COLOUR = "#999999"  # Figure 2: the stopped trials of the one loss it shows
-# The paper's protagonists take the first, most distinct colours: softmax black, AS-Softmax vermillion, AS-Speed blue.
+# The paper's protagonists take the first, most distinct colours:
+# softmax black, AS-Softmax vermillion, AS-Speed blue.
 STYLE_FIRST = ("softmax", "as_softmax", "as_speed")
 
 
@@ -100,7 +101,8 @@ def joined(history: History, x_key: str, y_key: str) -> tuple[np.ndarray, np.nda
 
 
 def _legend_outside(ax: Axes) -> None:
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small", frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small",
+              frameon=False)
 
 
 def _save(fig: Figure, path: Path, stopped: Sequence[str] = ()) -> Drawing:
@@ -142,7 +144,8 @@ def fig1_masked_ratio(task: str, cells: Cells, histories: Mapping[str, History],
 def fig2_delta(task: str, trials: Sequence[TrialRun], out: Path) -> Drawn:
     """Validation (left) and test (right) metric against δ for every AS-Softmax trial: completed trials
     filled, trials stopped early hollow and grey (they trained fewer epochs: not comparable)."""
-    runs = [r for r in trials if r.task == task and "loss.delta" in r.params and r.loss.endswith("as_softmax")]
+    runs = [r for r in trials
+            if r.task == task and "loss.delta" in r.params and r.loss.endswith("as_softmax")]
     if not runs:
         return f"figure 2 ({task}): skipped, the search has no AS-Softmax trials with a delta for this task"
     plt = _pyplot()
@@ -160,7 +163,8 @@ def fig2_delta(task: str, trials: Sequence[TrialRun], out: Path) -> Drawn:
                            marker=s.marker, label=label, **look)
     left.set(xlabel="δ (loss.delta)", ylabel=f"best validation {metric}",
              title=f"Figure 2: {metric} vs δ, {task} ({len(runs)} trials)")
-    right.set(xlabel="δ (loss.delta)", ylabel=f"test {metric} at the best-validation checkpoint", title="test")
+    right.set(xlabel="δ (loss.delta)", ylabel=f"test {metric} at the best-validation checkpoint",
+              title="test")
     _legend_outside(right)
     return _save(fig, out / f"fig2_delta_{task}.png", [r.run_id for r in stopped])
 
@@ -181,8 +185,10 @@ def fig3_curves(task: str, cells: Cells, histories: Mapping[str, History], out: 
         # Losses live on different scales (an AS-Softmax loss reaches 0): min-max normalise each curve.
         _curve(right, x, (loss - loss.min()) / span if span > 0 else loss * 0, row, run.stopped_early)
         stopped += [run.run_id] if run.stopped_early else []
-    left.set(xlabel="optimizer steps", ylabel=f"validation {metric}", title=f"Figure 3: validation {metric}, {task}")
-    right.set(xlabel="optimizer steps", ylabel="normalised validation loss", title="normalised validation loss")
+    left.set(xlabel="optimizer steps", ylabel=f"validation {metric}",
+             title=f"Figure 3: validation {metric}, {task}")
+    right.set(xlabel="optimizer steps", ylabel="normalised validation loss",
+              title="normalised validation loss")
     _legend_outside(right)
     return _save(fig, out / f"fig3_curves_{task}.png", stopped)
 
@@ -200,7 +206,8 @@ def fig4_pmargin(task: str, cells: Cells, margins: Mapping[str, np.ndarray], out
     stopped = []
     for row, m in margins.items():
         run, s = cells[task, row].runs[0], style(row)
-        label = f"{run.loss} (n={np.size(m)})"  # the loss itself: Eq. 14/18's multilabel_* in a multi-label row
+        # the loss itself: Eq. 14/18's multilabel_* in a multi-label row
+        label = f"{run.loss} (n={np.size(m)})"
         if run.stopped_early:
             ax.hist(np.ravel(m), bins=bins, histtype="step", linestyle="--", color=s.colour,
                     label=f"{label}, stopped early")
@@ -210,10 +217,13 @@ def fig4_pmargin(task: str, cells: Cells, margins: Mapping[str, np.ndarray], out
                     edgecolor=s.colour, linewidth=1.2, label=label)
         if "loss.delta" in run.params:
             delta = float(run.params["loss.delta"])
-            ax.axvline(delta, color=s.colour, linewidth=1.0, linestyle="-.", label=f"δ = {delta:.3g} ({run.loss})")
+            ax.axvline(delta, color=s.colour, linewidth=1.0, linestyle="-.",
+                       label=f"δ = {delta:.3g} ({run.loss})")
     ax.axvline(0.0, color="dimgray", linestyle=":", label="p_margin = 0 (wrong | right)")
-    multilabel = any(cells[task, row].runs[0].loss.startswith(MULTILABEL_PREFIX) for row in margins)  # Section 4.5
-    ax.set(xlabel="p_margin = min positive p − max negative p" if multilabel else "p_margin = p_t − max non-target p",
+    # Section 4.5
+    multilabel = any(cells[task, row].runs[0].loss.startswith(MULTILABEL_PREFIX) for row in margins)
+    ax.set(xlabel="p_margin = min positive p − max negative p" if multilabel
+           else "p_margin = p_t − max non-target p",
            ylabel="test examples",
            title=f"Figure 4: p_margin on the test set, {task}")
     _legend_outside(ax)

@@ -57,23 +57,25 @@ def table6(cells: Cells) -> Table:
         trials = f"{c.n_trials} trial{'s' if c.n_trials > 1 else ''}"
         if c.stopped_early:
             return f"{STOPPED} [{trials}, none completed]"
-        params = ", ".join(f"{k.removeprefix('loss.')}={fmt_value(c.params[k])}" for k in c.shown) or "defaults"
+        params = ", ".join(f"{k.removeprefix('loss.')}={fmt_value(c.params[k])}"
+                           for k in c.shown) or "defaults"
         stopped = f", {c.n_stopped} {STOPPED}" if c.n_stopped else ""
         repeats = f", mean of {len(c.runs)} runs" if len(c.runs) > 1 else ""
         return f"{params} [{trials}{stopped}{repeats}]"
 
     body = [[row] + [cell(cells[t, row]) if (t, row) in cells else MISSING for t in tasks] for row in rows]
-    return Table("table6", "Table 6: selected hyper-parameters (best mean validation metric)", ["loss"] + tasks,
-                 body)
+    return Table("table6", "Table 6: selected hyper-parameters (best mean validation metric)",
+                 ["loss"] + tasks, body)
 
 
 def selection_csv(cells: Cells) -> str:
-    """Machine-readable Table 6: raw numbers, every hyper-parameter and the MLflow run ids behind each cell."""
+    """Machine-readable Table 6: raw numbers, every hyper-parameter and the MLflow run ids behind each
+    cell."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["task", "row", "loss", "metric", "val_mean", "n_runs", "n_trials", "n_stopped", "stopped_early",
-                     "optimizer_steps", "train_seconds", "test", "test_confirmed", "n_confirmations", "params",
-                     "run_ids", "confirmation_run_ids"])
+    writer.writerow(["task", "row", "loss", "metric", "val_mean", "n_runs", "n_trials", "n_stopped",
+                     "stopped_early", "optimizer_steps", "train_seconds", "test", "test_confirmed",
+                     "n_confirmations", "params", "run_ids", "confirmation_run_ids"])
     tasks, rows = layout(cells)
     for t in tasks:
         for row in rows:
@@ -82,9 +84,10 @@ def selection_csv(cells: Cells) -> str:
                 m = c.runs[0].metric
                 params = {k: v for k, v in sorted(c.params.items()) if k not in ("seed", "git_commit")}
                 confirmed = mean_last(c.confirmations, f"test_{m}")
-                writer.writerow([t, row, c.loss, m, c.val, len(c.runs), c.n_trials, c.n_stopped, c.stopped_early,
-                                 c.steps, c.mean("train_seconds"), c.mean(f"test_{m}"), confirmed,
-                                 len(c.confirmations), json.dumps(params), " ".join(r.run_id for r in c.runs),
+                writer.writerow([t, row, c.loss, m, c.val, len(c.runs), c.n_trials, c.n_stopped,
+                                 c.stopped_early, c.steps, c.mean("train_seconds"), c.mean(f"test_{m}"),
+                                 confirmed, len(c.confirmations), json.dumps(params),
+                                 " ".join(r.run_id for r in c.runs),
                                  " ".join(r.run_id for r in c.confirmations)])
     return buf.getvalue()
 
@@ -119,9 +122,10 @@ def table2(cells: Cells) -> Table:
     columns = test_metric_columns(cells, tasks)
     body = [[row] + [test_result(cells[t, row], m) if (t, row) in cells else MISSING for t, m in columns]
             for row in rows]
-    notes = [f"Confirmed cells: mean ± std over n confirmation runs (the selected setting with seeds no trial used). "
-             f"{UNCONFIRMED} not confirmed: the selected trial run (or the mean of its repeats, Table 6), chosen on "
-             f"the validation metric of these same runs; `--confirm N` re-runs it with new seeds. "
+    notes = [f"Confirmed cells: mean ± std over n confirmation runs "
+             f"(the selected setting with seeds no trial used). "
+             f"{UNCONFIRMED} not confirmed: the selected trial run (or the mean of its repeats, Table 6), "
+             f"chosen on the validation metric of these same runs; `--confirm N` re-runs it with new seeds. "
              f"{STOPPED}: every trial was stopped before its last epoch, so there is no result."]
     return Table("table2", "Table 2: test metric of the selected setting (best-validation checkpoint), in %",
                  ["loss"] + [f"{t} {m}" for t, m in columns], body, notes)
@@ -171,7 +175,8 @@ def table4(cells: Cells, histories: Mapping[str, History]) -> Table:
         c = cells[t, row]
         if c.stopped_early:
             return STOPPED
-        rs = [r for r in (pearson(histories.get(run.run_id, {}), run.metric) for run in c.runs) if not math.isnan(r)]
+        rs = [r for r in (pearson(histories.get(run.run_id, {}), run.metric) for run in c.runs)
+              if not math.isnan(r)]
         return f"{float(np.mean(rs)):.3f}" if rs else NA
 
     return Table("table4", "Table 4: Pearson correlation between validation loss and validation metric",
@@ -179,11 +184,12 @@ def table4(cells: Cells, histories: Mapping[str, History]) -> Table:
 
 
 def race_of(task: str, cells: Mapping[tuple[str, str], Cell]) -> tuple[racing.Answer, racing.Plan] | None:
-    """The verdicts of the report's own `--confirm` runs (a search that confirmed its answer is replayed instead,
-    tune_as.report.answers): the search's rules (tune_as.results.racing) in one look over the seeds the runs have,
-    Holm, the best set, at the default margin and alpha."""
+    """The verdicts of the report's own `--confirm` runs (a search that confirmed its answer is replayed
+    instead, tune_as.report.answers): the search's rules (tune_as.results.racing) in one look over the seeds
+    the runs have, Holm, the best set, at the default margin and alpha."""
     mine = {c.loss: c for (t, _), c in cells.items() if t == task and c.confirmations}
-    kind = "multilabel" if any(loss.startswith("multilabel_") or loss == "bce" for loss in mine) else "multiclass"
+    kind = ("multilabel" if any(loss.startswith("multilabel_") or loss == "bce" for loss in mine)
+            else "multiclass")
     baseline = ranking.baseline_for(kind)
     seeds = sorted({int(r.seed) for c in mine.values() for r in c.confirmations if r.seed.isdigit()})
     if baseline not in mine or len(mine) < 2 or len(seeds) < 2:
@@ -196,10 +202,10 @@ def race_of(task: str, cells: Mapping[tuple[str, str], Cell]) -> tuple[racing.An
 
 def confirmation_table(confirmations: Mapping[tuple[str, str], Confirmation],
                        cells: Mapping[tuple[str, str], Cell], replayed: Collection[str] = ()) -> Table:
-    """Mean ± std over the confirmation seeds. For a task whose search confirmed its own answer (`replayed`), the
-    verdicts are that answer's (its own table); for the others, the report's `--confirm` runs decide in one look
-    (`race_of`): the difference to the baseline with its simultaneous interval and the verdict, best-set
-    members marked *."""
+    """Mean ± std over the confirmation seeds. For a task whose search confirmed its own answer (`replayed`),
+    the verdicts are that answer's (its own table); for the others, the report's `--confirm` runs decide in
+    one look (`race_of`): the difference to the baseline with its simultaneous interval and the verdict,
+    best-set members marked *."""
     tasks = order({t for t, _ in confirmations}, PAPER_TASKS)
     rows = order({r for _, r in confirmations}, PAPER_ROWS)
     races = {t: None if t in replayed else race_of(t, cells) for t in tasks}
@@ -236,9 +242,10 @@ def confirmation_table(confirmations: Mapping[tuple[str, str], Confirmation],
             line.append(f"{100 * (v.mean_diff or 0.0):+.2f}{interval} {word}")
         body.append(line)
     return Table("confirmation", "Confirmation: selected settings re-run with new seeds (test metric, in %)",
-                 header, body, [*(["Verdicts of a search that confirmed its own answer are in that answer's table "
-                                   "(answer_<search>), replayed from its runs and plan."] if replayed else []),
-                                "Verdicts here (where shown) are this report's own: its --confirm runs in one look "
-                                "(Holm, family-wise 2.5%, margin ±0.5 points); * in the best set on validation "
-                                "(Hsu) (docs/verdicts.md).",
-                                *([verdicts.STEP_DOWN_NOTE] if marked else [])])
+                 header, body,
+                 [*(["Verdicts of a search that confirmed its own answer are in that answer's table "
+                     "(answer_<search>), replayed from its runs and plan."] if replayed else []),
+                  "Verdicts here (where shown) are this report's own: its --confirm runs in one look "
+                  "(Holm, family-wise 2.5%, margin ±0.5 points); * in the best set on validation "
+                  "(Hsu) (docs/verdicts.md).",
+                  *([verdicts.STEP_DOWN_NOTE] if marked else [])])

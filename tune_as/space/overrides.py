@@ -1,5 +1,6 @@
-"""``--set KEY=VALUE``: a shared setting that wins over the search space file everywhere (a loss that searches it
-has it pinned). Split, key- and type-checked when the command line is read, typed when the search is planned."""
+"""``--set KEY=VALUE``: a shared setting that wins over the search space file everywhere (a loss that searches
+it has it pinned). Split, key- and type-checked when the command line is read, typed when the search is
+planned."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from tune_as.space.strict_yaml import show as _show
 OWN_OPTIONS = {"backbone": "--backbone", "encoder": "--encoder", "data_dir": "--data-dir", "seed": "--seed",
                "encode_precision": "--encode-precision",
                "max_train_samples": "--max-train-samples", "max_eval_samples": "--max-eval-samples",
-               "epochs": "--max-epochs", "max_length": "--max-length", "eval_every_steps": "--eval-every-steps"}
+               "epochs": "--max-epochs", "max_length": "--max-length",
+               "eval_every_steps": "--eval-every-steps"}
 OVERRIDE_KEYS = frozenset(TRIAL_KEYS - set(OWN_OPTIONS))
 
 
@@ -25,13 +27,14 @@ def _check_override_key(key: str) -> None:
     if key in OVERRIDE_KEYS:
         return
     if key in OWN_OPTIONS:
-        raise UserError(f"--set: expected a key without its own option, got {_show(key)} (use {OWN_OPTIONS[key]})")
+        raise UserError(f"--set: expected a key without its own option, got {_show(key)} "
+                        f"(use {OWN_OPTIONS[key]})")
     raise UserError(f"--set: expected one of {sorted(OVERRIDE_KEYS)}, got unknown key {_show(key)}")
 
 
 def check_overrides(overrides: dict[str, str], fixed: dict[str, Any]) -> dict[str, Any]:
-    """``--set`` values (text) typed once by their field's annotation and judged by the settings classes' rules
-    (together with the file's `fixed`). Any problem is one UserError line."""
+    """``--set`` values (text) typed once by their field's annotation and judged by the settings classes'
+    rules (together with the file's `fixed`). Any problem is one UserError line."""
     typed = {}
     for key, value in overrides.items():
         _check_override_key(key)
@@ -51,9 +54,9 @@ def _typed(key: str, value: str) -> Any:
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
-    """``--set KEY=VALUE`` items as {key: text} (``["lr=2e-5"]`` -> ``{"lr": "2e-5"}``): split, the keys and the
-    values' types checked here (before torch loads); the values are typed for use by `check_overrides`, when the
-    search is planned, with the same rule."""
+    """``--set KEY=VALUE`` items as {key: text} (``["lr=2e-5"]`` -> ``{"lr": "2e-5"}``): split, the keys and
+    the values' types checked here (before torch loads); the values are typed for use by `check_overrides`,
+    when the search is planned, with the same rule."""
     raw: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -62,7 +65,8 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
             raise UserError(f"--set: expected KEY=VALUE, got {_show(item)}")
         _check_override_key(key)
         if key in raw:
-            raise UserError(f"--set: expected each key once, got {key} twice ({_show(raw[key])} and {_show(value.strip())})")
+            raise UserError(f"--set: expected each key once, got {key} twice "
+                            f"({_show(raw[key])} and {_show(value.strip())})")
         raw[key] = value.strip()
         _typed(key, raw[key])
     return raw

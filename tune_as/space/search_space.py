@@ -37,7 +37,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from optuna.distributions import (
     CategoricalDistribution,
@@ -51,6 +51,7 @@ from tune_as.paths import shipped_spaces
 from tune_as.settings import DATA_FIELDS, LOSS_PREFIX, TRIAL_FIELDS, trial_problem
 from tune_as.settings import EXPECTED as _EXPECTED
 from tune_as.settings import coerce_finite as _coerce
+from tune_as.space.distribution import Distribution
 from tune_as.space.strict_yaml import EXCERPT as _EXCERPT
 from tune_as.space.strict_yaml import clip as _clip
 from tune_as.space.strict_yaml import read_yaml
@@ -59,7 +60,8 @@ from tune_as.space.strict_yaml import show as _show
 SPACES_DIR = shipped_spaces()
 # Settings a loss may search or fix (per loss): trial settings only. The data is prepared once per search.
 TRIAL_KEYS = frozenset(TRIAL_FIELDS) - {"loss"}
-# Data settings the file's top-level `fixed` may set for the whole search (the others have command-line options).
+# Data settings the file's top-level `fixed` may set for the whole search
+# (the others have command-line options).
 SHARED_DATA_KEYS = frozenset({"max_length", "backbone", "max_train_samples", "max_eval_samples"})
 _TYPES = {**DATA_FIELDS, **TRIAL_FIELDS}
 _TOP_KEYS = {"task", "trials_per_loss", "fixed", "losses"}
@@ -68,64 +70,6 @@ _DIST_KEYS = {"float": {"type", "low", "high", "log", "step"}, "int": {"type", "
               "categorical": {"type", "choices"}}
 # Distribution types that can only draw values of the parameter's type (an int parameter never gets 2.7).
 _KINDS_FOR: dict[Any, set[str]] = {Any: set(_DIST_KEYS), float: set(_DIST_KEYS), int: {"int", "categorical"}}
-
-OptunaDistribution = FloatDistribution | IntDistribution | CategoricalDistribution
-
-
-class OptunaTrialLike(Protocol):
-    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = ..., log: bool = ...) -> float: ...
-    def suggest_int(self, name: str, low: int, high: int, *, step: int = ..., log: bool = ...) -> int: ...
-    def suggest_categorical(self, name: str, choices: Any) -> Any: ...
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """One searched parameter: its name and the optuna distribution (validated by optuna) it is drawn from."""
-
-    name: str
-    dist: OptunaDistribution
-
-    @property
-    def type(self) -> str:
-        return {FloatDistribution: "float", IntDistribution: "int", CategoricalDistribution: "categorical"}[type(self.dist)]
-
-    def suggest(self, trial: OptunaTrialLike) -> Any:
-        d = self.dist
-        if isinstance(d, CategoricalDistribution):
-            return trial.suggest_categorical(self.name, list(d.choices))
-        if isinstance(d, IntDistribution):
-            return trial.suggest_int(self.name, d.low, d.high, step=d.step, log=d.log)
-        return trial.suggest_float(self.name, d.low, d.high, step=d.step, log=d.log)
-
-    def contains(self, value: Any) -> bool:
-        """Whether the search can draw `value` (optuna's own check is private)."""
-        d = self.dist
-        if isinstance(d, CategoricalDistribution):
-            return value in d.choices
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False
-        if not d.low <= value <= d.high:
-            return False
-        return d.step is None or math.isclose(round((value - d.low) / d.step) * d.step + d.low, value, rel_tol=0,
-                                              abs_tol=1e-9)
-
-    def count(self) -> int | None:
-        """How many values the search can draw, counted without listing them (step 1e-12: ~10^12); None for a
-        continuous range."""
-        d = self.dist
-        if isinstance(d, CategoricalDistribution):
-            return len(d.choices)
-        return None if d.step is None else round((d.high - d.low) / d.step) + 1
-
-    def values(self) -> list[Any] | None:
-        """Every value the search can draw, in order; None for a continuous range."""
-        d, n = self.dist, self.count()
-        return list(d.choices) if isinstance(d, CategoricalDistribution) else (
-            None if n is None else [d.low + i * (d.step or 0) for i in range(n)])
-
-    def extremes(self) -> list[Any]:
-        """The values that bound what the search can draw: every choice, or both ends of the range."""
-        return list(self.dist.choices) if isinstance(self.dist, CategoricalDistribution) else [self.dist.low, self.dist.high]
 
 
 def config_key(name: str) -> str:
@@ -171,10 +115,12 @@ class SearchSpace:
     trials_per_loss: int
     fixed: dict[str, Any]
     losses: dict[str, LossSpace]
-    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # --set, typed; they win over everything
+    # --set, typed; they win over everything
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def fingerprint(self) -> str:
-        """Stable hash of the content (with any --set overrides): `--resume` refuses a search space that changed."""
+        """Stable hash of the content (with any --set overrides): `--resume` refuses a search space that
+        changed."""
         payload = {"task": self.task, "fixed": {**self.fixed, **self.overrides}, "losses": {
             k: {"params": [[d.name, distribution_to_json(d.dist)] for d in v.params], "fixed": v.fixed,
                 "paper": v.paper}
@@ -184,18 +130,21 @@ class SearchSpace:
     def restrict(self, losses: list[str]) -> SearchSpace:
         missing = [name for name in losses if name not in self.losses]
         if missing:
-            raise UserError(f"{self.path}: losses {missing} are not in this search space; it has {sorted(self.losses)}")
+            raise UserError(f"{self.path}: losses {missing} are not in this search space; "
+                            f"it has {sorted(self.losses)}")
         return dataclasses.replace(self, losses={name: self.losses[name] for name in losses})
 
     def with_overrides(self, overrides: dict[str, Any]) -> SearchSpace:
         """This space with typed `overrides` (from `check_overrides`) in the shared `fixed`.
 
-        An override wins everywhere: a loss that searches the setting (``warmup_r`` for as_softmax) or fixes it
-        has it pinned instead (removed from its ``params``, ``fixed`` and ``paper``), so that no trial runs with
-        another value. The fingerprint changes with the content, so `--resume` refuses different overrides.
+        An override wins everywhere: a loss that searches the setting (``warmup_r`` for as_softmax) or fixes
+        it has it pinned instead (removed from its ``params``, ``fixed`` and ``paper``), so that no trial runs
+        with another value. The fingerprint changes with the content, so `--resume` refuses different
+        overrides.
         """
         return dataclasses.replace(self, overrides={**self.overrides, **overrides},
-                                   losses={name: s.without(set(overrides)) for name, s in self.losses.items()})
+                                   losses={name: s.without(set(overrides))
+                                           for name, s in self.losses.items()})
 
     def check_classes(self, num_labels: int) -> None:
         """Top-k losses cannot keep more classes than the task has."""
@@ -204,8 +153,8 @@ class SearchSpace:
             ks += [space.fixed.get("k"), (space.paper or {}).get("k")]
             too_big = [k for k in ks if isinstance(k, int | float) and k > num_labels]
             if too_big:
-                raise UserError(f"{self.path}: losses.{space.loss}: expected k <= {num_labels} (the task's classes), "
-                                f"got k={too_big[0]}")
+                raise UserError(f"{self.path}: losses.{space.loss}: expected k <= {num_labels} "
+                                f"(the task's classes), got k={too_big[0]}")
 
 
 # -- messages ---------------------------------------------------------------------------------------------
@@ -284,9 +233,11 @@ def _distribution(path: Path, where: str, name: str, raw: Any, hint: Any) -> Dis
         for key in ("low", "high", "step"):
             if not math.isfinite(args.get(key, 0)):
                 raise _fail(path, f"{where}.{key}", f"expected a finite number, got {args[key]}")
-    factory = {"float": FloatDistribution, "int": IntDistribution, "categorical": CategoricalDistribution}[kind]
+    factory = {"float": FloatDistribution, "int": IntDistribution,
+               "categorical": CategoricalDistribution}[kind]
     try:
-        with warnings.catch_warnings():  # optuna warns where it would change the range or cannot store a choice
+        # optuna warns where it would change the range or cannot store a choice
+        with warnings.catch_warnings():
             warnings.simplefilter("error")
             dist = factory(**args)
     except (ValueError, Warning) as exc:
@@ -317,7 +268,8 @@ def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]
     if loss not in LOSSES:
         raise _fail(path, where, f"unknown loss; expected one of {sorted(LOSSES)}")
     if kind not in LOSSES[loss].kinds:
-        raise _fail(path, where, f"loss does not apply to {kind} tasks (it supports {sorted(LOSSES[loss].kinds)})")
+        raise _fail(path, where,
+                    f"loss does not apply to {kind} tasks (it supports {sorted(LOSSES[loss].kinds)})")
     raw = _mapping(path, where, raw)
     _check_keys(path, where, raw, _LOSS_KEYS)
     defaults = LOSSES[loss]().hparams()
@@ -326,8 +278,8 @@ def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]
     for section, names in sections.items():
         data = sorted(set(names) & (set(DATA_FIELDS) - set(defaults) - TRIAL_KEYS))
         if data:
-            raise _fail(path, f"{where}.{section}", f"{_show(data)}: data setting(s), prepared once for the whole "
-                        "search; expected them in the file's top-level `fixed` or on the command line "
+            raise _fail(path, f"{where}.{section}", f"{_show(data)}: data setting(s), prepared once for the "
+                        "whole search; expected them in the file's top-level `fixed` or on the command line "
                         f"(--{data[0].replace('_', '-')}), not under one loss")
         bad = sorted(set(names) - set(defaults) - TRIAL_KEYS)
         if bad:
@@ -347,7 +299,8 @@ def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]
         dist = _distribution(path, f"{where}.params.{name}", name, spec, hints[name])
         for value in dist.extremes():
             _validate_values(path, f"{where}.params.{name}", loss, {**fixed, name: value}, base)
-        if dist.dist.single():  # one value: a constant, so a loss left with nothing to search repeats over seeds
+        # one value: a constant, so a loss left with nothing to search repeats over seeds
+        if dist.dist.single():
             fixed[name] = dist.extremes()[0]
         else:
             params.append(dist)
@@ -355,8 +308,8 @@ def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]
     searched = {d.name: d for d in params}
     for name, value in (paper or {}).items():
         if name not in searched:  # the warm start sets only what is searched: anything else would be ignored
-            raise _fail(path, f"{where}.paper.{name}", f"expected a searched parameter ({sorted(searched) or 'none'}; "
-                        f"a constant belongs in fixed), got {name}")
+            raise _fail(path, f"{where}.paper.{name}", "expected a searched parameter "
+                        f"({sorted(searched) or 'none'}; a constant belongs in fixed), got {name}")
         if not searched[name].contains(value):
             raise _fail(path, f"{where}.paper.{name}", f"expected a value the search can draw "
                         f"({_show(searched[name].extremes())}), got {_show(value)}")
@@ -366,12 +319,14 @@ def _loss_space(path: Path, loss: str, raw: Any, kind: str, base: dict[str, Any]
 
 
 def load_search_space(path: Path, kind: str) -> SearchSpace:
-    """Load and validate one YAML file for a task of `kind`; every problem is a UserError naming file and key."""
+    """Load and validate one YAML file for a task of `kind`; every problem is a UserError naming file and
+    key."""
     raw = read_yaml(path, "search space")
     if raw is None:
         raise _fail(path, "top level", "expected a mapping with task and losses, got an empty file")
     if not isinstance(raw, dict):
-        raise _fail(path, "top level", f"expected a mapping with task and losses, got {type(raw).__name__} {_show(raw)}")
+        raise _fail(path, "top level",
+                    f"expected a mapping with task and losses, got {type(raw).__name__} {_show(raw)}")
     raw = _mapping(path, "top level", raw)
     _check_keys(path, "top level", raw, _TOP_KEYS)
     task = raw.get("task")

@@ -42,7 +42,8 @@ class StrictLoader(yaml.SafeLoader):
                 key = (key_node.tag, key_node.value)
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"expected each key once, got {show(key_node.value)} twice", key_node.start_mark)
+                        None, None, f"expected each key once, got {show(key_node.value)} twice",
+                        key_node.start_mark)
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -58,7 +59,9 @@ def read_yaml(path: Path, what: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise UserError(f"{path}: invalid YAML at {at}: {clip(str(getattr(exc, 'problem', None) or exc), 300)}") from None
+        raise UserError(
+            f"{path}: invalid YAML at {at}: {clip(str(getattr(exc, 'problem', None) or exc), 300)}"
+        ) from None
     except RecursionError:
         raise UserError(f"{path}: invalid YAML: expected a few levels of nesting, got too many") from None
     except OSError as exc:

@@ -47,5 +47,5 @@ def build_task(name: str, **options: Any) -> Task:
     return FACTORIES[name](**options)
 
 
-__all__ = ["TASKS", "DataSettings", "PreparedData", "Split", "Task", "TaskDefaults", "build_model", "build_task",
-           "prepare"]
+__all__ = ["TASKS", "DataSettings", "PreparedData", "Split", "Task", "TaskDefaults", "build_model",
+           "build_task", "prepare"]

@@ -36,11 +36,11 @@ def resolve(backbone: str) -> str:
 
 
 def train_tiny_tokenizer(corpus: Iterable[str], char_level: bool) -> Any:
-    """A word-level tokenizer (or one token per character for Chinese) built from the task's training text: the
-    TINY_VOCAB most frequent words, ties broken by the word itself, numbered in that order after the special
-    tokens; any other word is [UNK]. Counted here rather than by a `tokenizers` trainer: the trainers break ties
-    in hash-map order, which changes from run to run, so the same texts got other token ids (and a `tiny`
-    search other numbers)."""
+    """A word-level tokenizer (or one token per character for Chinese) built from the task's training text:
+    the TINY_VOCAB most frequent words, ties broken by the word itself, numbered in that order after the
+    special tokens; any other word is [UNK]. Counted here rather than by a `tokenizers` trainer: the trainers
+    break ties in hash-map order, which changes from run to run, so the same texts got other token ids (and a
+    `tiny` search other numbers)."""
     from collections import Counter
 
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
@@ -60,7 +60,8 @@ def train_tiny_tokenizer(corpus: Iterable[str], char_level: bool) -> Any:
         text = normalizer.normalize_str(text) if normalizer is not None else text
         counts.update(word for word, _ in splitter.pre_tokenize_str(text))
     words = sorted((w for w in counts if w not in SPECIALS), key=lambda w: (-counts[w], w))[:size]
-    tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate([*SPECIALS, *words])}, unk_token="[UNK]"))
+    tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate([*SPECIALS, *words])},
+                                     unk_token="[UNK]"))
     if normalizer is not None:
         tok.normalizer = normalizer
     tok.pre_tokenizer = splitter
@@ -72,7 +73,8 @@ def train_tiny_tokenizer(corpus: Iterable[str], char_level: bool) -> Any:
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]", model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+        sep_token="[SEP]", mask_token="[MASK]",
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
 
 
@@ -121,7 +123,8 @@ def load_backbone(info: dict[str, Any], seed: int) -> nn.Module:
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    shown = hf_logging.is_progress_bar_enabled()  # its "Loading weights" bar: a line of noise, weights are local
+    # its "Loading weights" bar: a line of noise, weights are local
+    shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
         return AutoModel.from_pretrained(info["path"])

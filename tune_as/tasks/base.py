@@ -45,8 +45,8 @@ class Task:
     Test is never carved unless listed: GLUE keeps test=None because its test labels are hidden.
     options: the `build_task` options that made this task (`jsonl`); copied to PreparedData.task_options so
     a trial can rebuild the same task with `build_task(data.task, **data.task_options)`.
-    shared_copy: the folder of a local copy under `sources.shared_data_root()` (goemotions), read instead of the
-    hub when no data_dir is given and the folder exists (`default_data_dir`).
+    shared_copy: the folder of a local copy under `sources.shared_data_root()` (goemotions), read instead of
+    the hub when no data_dir is given and the folder exists (`default_data_dir`).
     """
 
     name: str
@@ -97,7 +97,8 @@ class Task:
                              f"{len(raw[split])} rows ({fraction:.0%}) from train with a fixed seed")
         if "validation" not in raw:
             raise ValueError(f"{self.name}: expected a validation split, found splits {sorted(raw)}")
-        return raw, notes  # not logged here: a cached run would not say them (engine.run prints them, the answer keeps them)
+        # not logged here: a cached run would not say them (engine.run prints them, the answer keeps them)
+        return raw, notes
 
     def build(self, spec: DataSettings) -> PreparedData:
         """Load, label, subsample and featurize (uncached; `tasks.prepare` wraps this in the disk cache)."""
@@ -119,8 +120,8 @@ class Task:
         if "validation" not in examples:  # it selects the trials: hidden labels there are an error
             validation = raw["validation"]
             validation.field_name(self.fields["label"])  # a missing field: name it and the fields found
-            raise ValueError(f"{validation.origin}: expected labels in the validation split, found only hidden "
-                             f"ones (null or -1)")
+            raise ValueError(f"{validation.origin}: expected labels in the validation split, "
+                             f"found only hidden ones (null or -1)")
         if "test" in raw and "test" not in examples:
             notes.append(f"{self.name}: the test split has no labels (hidden, as in GLUE); test = None")
         warnings = self.input_warnings({split: used[split] for split in examples})
@@ -143,18 +144,18 @@ class Task:
             if shared:
                 example = excerpt(shared[0][0] if len(shared[0]) == 1 else shared[0])
                 n = len(splits[split])
-                warnings.append(f"{self.name}: {len(shared)} of {n} {split} rows ({len(shared) / n:.1%}) have an "
-                                f"input that is also in train (e.g. {example}): their scores reward memorising the "
-                                "training rows")
+                warnings.append(f"{self.name}: {len(shared)} of {n} {split} rows ({len(shared) / n:.1%}) "
+                                f"have an input that is also in train (e.g. {example}): their scores "
+                                "reward memorising the training rows")
         for split, texts in rows.items():
             if texts and not any("".join(row).strip() for row in texts):
-                warnings.append(f"{self.name}: every text of the {split} split is empty ({len(texts)} rows): its "
-                                "scores cannot measure reading")
+                warnings.append(f"{self.name}: every text of the {split} split is empty ({len(texts)} rows): "
+                                "its scores cannot measure reading")
         return warnings
 
     def label_titles(self, data_dir: Path | None) -> dict[str, str]:
-        """Readable names of the label ids where the data has them (eurlex's EUROVOC concept names), shown next
-        to an id wherever a label is printed; {} where the labels are their own names."""
+        """Readable names of the label ids where the data has them (eurlex's EUROVOC concept names), shown
+        next to an id wherever a label is printed; {} where the labels are their own names."""
         return {}
 
     def summary(self, data: PreparedData) -> str | None:
@@ -171,12 +172,12 @@ class Task:
         classes = {v for v in self.label_values(train) if v is not None}
         if len(classes) < 2:
             raise ValueError(f"{train.origin}: expected at least 2 classes in the train split, found only "
-                             f"{', '.join(map(excerpt, classes))} (all {len(train)} rows): nothing to learn, and "
-                             f"a validation split of that class would score 1.0")
+                             f"{', '.join(map(excerpt, classes))} (all {len(train)} rows): nothing to learn, "
+                             f"and a validation split of that class would score 1.0")
         if self.kind == "multiclass" and "f1" in self.metrics and len(labels) != 2:
             shown = ", ".join(clip(n, 40) for n in labels.names[:5]) + (", ..." if len(labels) > 5 else "")
-            raise ValueError(f"{self.name}: metric 'f1' is the F1 of label id 1 of a 2-class task: expected 2 "
-                             f"classes, got {len(labels)} ({shown}); use macro_f1 or micro_f1")
+            raise ValueError(f"{self.name}: metric 'f1' is the F1 of label id 1 of a 2-class task: "
+                             f"expected 2 classes, got {len(labels)} ({shown}); use macro_f1 or micro_f1")
 
     def has_labels(self, raw: RawSplit) -> bool:
         if not raw.has(self.fields["label"]):  # e.g. a test file without labels

@@ -2,9 +2,10 @@
 or encodes data: `preparation.prepare` decides what to store (tokenized tensors, then frozen features).
 
 An entry is a `torch.save` of plain containers (dicts, lists, tuples, strings, numbers, None) and tensors: the
-fields of `PreparedData`, its `Split`s and `Ragged`s as dicts, without the `DataSettings` (the caller's). It is read
-with `torch.load(weights_only=True)`, which refuses any other object: a file planted under $TUNE_AS_CACHE cannot
-run code. An entry that cannot be read back (truncated, planted, another format) raises `Unreadable`.
+fields of `PreparedData`, its `Split`s and `Ragged`s as dicts, without the `DataSettings` (the caller's). It
+is read with `torch.load(weights_only=True)`, which refuses any other object: a file planted under
+$TUNE_AS_CACHE cannot run code. An entry that cannot be read back
+(truncated, planted, another format) raises `Unreadable`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def cache_key(task_fingerprint: dict[str, Any], spec: DataSettings) -> str:
 
 
 def cache_path(task_fingerprint: dict[str, Any], spec: DataSettings) -> Path:
-    name = f"{spec.task}-{spec.backbone.replace('/', '_')}-{spec.encoder}-{cache_key(task_fingerprint, spec)}.pt"
+    name = (f"{spec.task}-{spec.backbone.replace('/', '_')}-{spec.encoder}-"
+            f"{cache_key(task_fingerprint, spec)}.pt")
     return spec.cache_dir / name
 
 
@@ -74,7 +76,8 @@ def save(path: Path, data: PreparedData) -> None:
 
 
 def load(path: Path, spec: DataSettings) -> PreparedData:
-    """The entry `save` wrote, with `spec`; `Unreadable` (naming the file and what it holds) for anything else."""
+    """The entry `save` wrote, with `spec`; `Unreadable` (naming the file and what it holds) for anything
+    else."""
     try:
         saved = torch.load(path, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - whatever breaks the read (truncated zip, a refused global, ...), rebuild
@@ -89,5 +92,5 @@ def load(path: Path, spec: DataSettings) -> PreparedData:
             fields[name] = _split(fields[name]) if fields[name] is not None else None
         return PreparedData(**fields, spec=spec)
     except (KeyError, TypeError, ValueError) as exc:
-        raise Unreadable(f"{path}: expected prepared data tune_as cached, got fields it cannot rebuild it from "
-                         f"({type(exc).__name__})") from None
+        raise Unreadable(f"{path}: expected prepared data tune_as cached, "
+                         f"got fields it cannot rebuild it from ({type(exc).__name__})") from None

@@ -1,4 +1,5 @@
-"""Resumable frozen encoding: the finished chunks of an encode, kept beside the cache entry until it is written.
+"""Resumable frozen encoding: the finished chunks of an encode,
+kept beside the cache entry until it is written.
 
 `featurize.encode_split` encodes a split in chunks of whole batches, in the order an uninterrupted encode uses
 (so the features are bit-identical), and hands each finished chunk to a `Partial`, which writes it atomically
@@ -9,8 +10,8 @@ interrupted (Ctrl-C, a killed job, a full disk) continues on the next `prepare` 
 A chunk file holds three tensors: `rows` (int64, the split's row ids it encodes, in encode order), `counts`
 (int64, features per row: 1 for a pooled sentence, the labelled words of a token-task row) and `features`
 (float16, (sum(counts), H)); its metadata holds the key it belongs to (`ChunkKey`). safetensors is data only:
-a planted file cannot run code. A chunk that cannot be read, or whose key, rows or shapes are not this encode's,
-makes the split's chunks untrusted: they are all deleted, with one logged line saying why.
+a planted file cannot run code. A chunk that cannot be read, or whose key, rows or shapes are not this
+encode's, makes the split's chunks untrusted: they are all deleted, with one logged line saying why.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ TENSORS = ("rows", "counts", "features")
 
 @dataclass(frozen=True)
 class ChunkKey:
-    """What a chunk must have been encoded with to be reused: the same entry (its name holds the hash of the data
-    files, task and settings), encoder, length, precision, split, split size, chunk and batch size, width."""
+    """What a chunk must have been encoded with to be reused: the same entry (its name holds the hash of the
+    data files, task and settings), encoder, length, precision, split, split size, chunk and batch size,
+    width."""
 
     entry: str
     backbone: str
@@ -93,8 +95,8 @@ class Partial:
         os.replace(tmp, path)  # atomic: a chunk file is whole or absent
 
     def load(self, expected: list[tuple[Tensor, Tensor]]) -> dict[int, Chunk]:
-        """The finished chunks found, by index; `expected` gives each chunk's (rows, counts). Any chunk that does
-        not fit discards all of this split's chunks, with one line saying why."""
+        """The finished chunks found, by index; `expected` gives each chunk's (rows, counts). Any chunk that
+        does not fit discards all of this split's chunks, with one line saying why."""
         files = sorted(self.folder.glob(f"{self.key.split}-*.safetensors"))
         found: dict[int, Chunk] = {}
         try:
@@ -104,8 +106,8 @@ class Partial:
         except Untrusted as exc:
             for path in files:
                 path.unlink(missing_ok=True)
-            log.warning("%s: discarded the %d encoded chunks of the %s split there (%s); encoding it from the "
-                        "start", self.folder, len(files), self.key.split, exc)
+            log.warning("%s: discarded the %d encoded chunks of the %s split there (%s); "
+                        "encoding it from the start", self.folder, len(files), self.key.split, exc)
             return {}
         return found
 
@@ -137,6 +139,6 @@ class Partial:
             raise Untrusted(f"{path.name} encodes other rows than chunk {index} of this split")
         shape = (int(counts.sum()), self.key.hidden)
         if chunk.features.dtype != torch.float16 or tuple(chunk.features.shape) != shape:
-            raise Untrusted(f"{path.name} holds features {chunk.features.dtype} {tuple(chunk.features.shape)}, "
-                            f"expected torch.float16 {shape}")
+            raise Untrusted(f"{path.name} holds features {chunk.features.dtype} "
+                            f"{tuple(chunk.features.shape)}, expected torch.float16 {shape}")
         return index, chunk

@@ -17,10 +17,10 @@ Shape = tuple[int, int, int]  # (channels, height, width)
 
 
 class SameConv2d(nn.Conv2d):
-    """Conv[KxK] with "same" padding, stride 1. For an even K torch's `padding="same"` pads asymmetrically (left and
-    top (K-1)//2, right and bottom the rest) and warns at every process's first call that it copies the input to
-    do so; this pads the same way with F.pad, without the warning (CIFAR-100's 2x2 convolutions). Its parameters
-    are a Conv2d's, named alike."""
+    """Conv[KxK] with "same" padding, stride 1. For an even K torch's `padding="same"` pads asymmetrically
+    (left and top (K-1)//2, right and bottom the rest) and warns at every process's first call that it copies
+    the input to do so; this pads the same way with F.pad, without the warning (CIFAR-100's 2x2 convolutions).
+    Its parameters are a Conv2d's, named alike."""
 
     def __init__(self, c_in: int, c_out: int, k: int) -> None:
         super().__init__(c_in, c_out, k, padding=k // 2 if k % 2 else 0)
@@ -52,10 +52,11 @@ def stack(c_in: int, plan: list[tuple[int, int, int]], bn: bool = False) -> tupl
 
 def channels_last(x: Tensor) -> Tensor:
     """Images (B, C, H, W) in channels-last memory: the CPU's oneDNN convolutions then keep that layout, and
-    max pooling over small maps is ~10x faster than on (B, C, H, W) memory (the digits CNN's 8x8 maps: 0.06-0.09
-    against 0.9 ms a call on one thread, a training step 5.2 against 6.9 ms; docs/benchmarks.md). The values
-    and their logical order are unchanged. One channel is already "channels-last" to torch, which then keeps
-    the first convolution's output in the other layout; its strides are set to say which is meant."""
+    max pooling over small maps is ~10x faster than on (B, C, H, W) memory (the digits CNN's 8x8 maps:
+    0.06-0.09 against 0.9 ms a call on one thread, a training step 5.2 against 6.9 ms; docs/benchmarks.md).
+    The values and their logical order are unchanged. One channel is already "channels-last" to torch, which
+    then keeps the first convolution's output in the other layout; its strides are set to say which is
+    meant."""
     if x.dim() != 4:
         raise ValueError(f"channels_last: expected images (B, C, H, W), got shape {tuple(x.shape)}")
     _, c, h, w = x.shape

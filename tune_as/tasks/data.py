@@ -1,4 +1,5 @@
-"""Containers the trainer sees: the cache-key `DataSettings`, a `Split` that hands out batches, `PreparedData`."""
+"""Containers the trainer sees: the cache-key `DataSettings`, a `Split` that hands out batches,
+`PreparedData`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from tune_as.settings import DataSettings
 
 @dataclass
 class Ragged:
-    """Per-word rows of varying length stored flat (frozen token tasks): row i is values[offsets[i]:offsets[i+1]]."""
+    """Per-word rows of varying length stored flat (frozen token tasks): row i is
+    values[offsets[i]:offsets[i+1]]."""
 
     features: Tensor  # (M, H) float16
     labels: Tensor  # (M,) int64
@@ -90,13 +92,14 @@ class Split:
         return out
 
     def widened(self, device: torch.device, max_bytes: int) -> Split | None:
-        """This split as its batches need it (columns widened, pixels standardized), once, on `device`: a batch
-        of the result is then only an index. None where every batch needs work of its own (trimming to its
-        longest row, ragged rows) or where the widened columns would take more than `max_bytes`."""
+        """This split as its batches need it (columns widened, pixels standardized), once, on `device`: a
+        batch of the result is then only an index. None where every batch needs work of its own (trimming to
+        its longest row, ragged rows) or where the widened columns would take more than `max_bytes`."""
         if self.lengths is not None or self.ragged is not None:
             return None
         wide = {"float16": 4, "uint8": 4 if self.pixel_norm else 1}
-        size = sum(c.numel() * wide.get(str(c.dtype).removeprefix("torch."), 8) for c in self.columns.values())
+        size = sum(c.numel() * wide.get(str(c.dtype).removeprefix("torch."), 8)
+                   for c in self.columns.values())
         if size > max_bytes:
             return None
         columns = {k: v.to(device) for k, v in self.batch(torch.arange(len(self))).items()}
@@ -122,11 +125,12 @@ class PreparedData:
     validation: Split
     test: Split | None
     label_names: tuple[str, ...]
-    model_info: dict[str, Any]  # what build_model needs: backbone path / tiny config / feature size / CNN name
+    # what build_model needs: backbone path / tiny config / feature size / CNN name
+    model_info: dict[str, Any]
     notes: tuple[str, ...] = ()  # what was done to the data that a user should know (carved splits, ...)
     task_options: dict[str, Any] = field(default_factory=dict)  # build_task(task, **task_options) rebuilds it
-    # what in the data would mislead a comparison (rows shared with train, empty texts): one line each, printed
-    # when the data is prepared, kept so the engine can tag the search with it
+    # what in the data would mislead a comparison (rows shared with train, empty texts): one line each,
+    # printed when the data is prepared, kept so the engine can tag the search with it
     warnings: list[str] = field(default_factory=list)
 
     @property

@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 CHUNK = 1024  # rows per tokenizer call: big enough for the Rust batch path, small enough to show progress
 ENCODE_BATCH = 128
-# rows per resumable chunk (whole batches): an interruption loses at most this much work, about 80 s of MiniLM at
-# 512 tokens on 2 cores; a chunk file of 1024 x 384 fp16 features is 0.8 MB
+# rows per resumable chunk (whole batches): an interruption loses at most this much work, about 80 s of MiniLM
+# at 512 tokens on 2 cores; a chunk file of 1024 x 384 fp16 features is 0.8 MB
 ENCODE_CHUNK = 1024
 
 
@@ -36,9 +36,9 @@ def _clock(seconds: float) -> str:
 def track(items: Sequence[T], description: str, sizes: Sequence[int] | None = None, unit: str = "docs",
           clock: Callable[[], float] = time.perf_counter, done: int = 0) -> Iterator[T]:
     """Yield `items`, showing how far the work is in `unit`s (each item counts its `sizes` entry, default 1):
-    done of total, rate and time left. A terminal gets a bar (stderr, redrawn); otherwise a line on stderr at most
-    every PIPE_EVERY_S seconds and at the end, so a log or CI shows progress too. The total time is logged.
-    `done`: units finished before (a resumed encode): counted as done, but not in the rate."""
+    done of total, rate and time left. A terminal gets a bar (stderr, redrawn); otherwise a line on stderr at
+    most every PIPE_EVERY_S seconds and at the end, so a log or CI shows progress too. The total time is
+    logged. `done`: units finished before (a resumed encode): counted as done, but not in the rate."""
     import rich.progress as rp
     from rich.console import Console
     from rich.text import Text
@@ -86,7 +86,8 @@ def _pad(rows: list[list[int]], value: int, dtype: torch.dtype) -> Tensor:
     return out
 
 
-def _columns(tokenizer: Any, ids: list[list[int]], types: list[list[int]]) -> tuple[dict[str, Tensor], Tensor]:
+def _columns(tokenizer: Any, ids: list[list[int]],
+             types: list[list[int]]) -> tuple[dict[str, Tensor], Tensor]:
     columns = {"input_ids": _pad(ids, tokenizer.pad_token_id, torch.int32)}
     if types:
         columns["token_type_ids"] = _pad(types, 0, torch.int8)
@@ -120,7 +121,8 @@ def text_split(tokenizer: Any, texts: list[str], pairs: list[str] | None, labels
     note = None
     if cut:
         note = (f"{description.split(':')[0]}: {len(cut):,} of {len(texts):,} texts were cut to max_length "
-                f"{max_length} tokens (tokens lost per cut text: median {cut[len(cut) // 2]:,}, most {cut[-1]:,})")
+                f"{max_length} tokens (tokens lost per cut text: median {cut[len(cut) // 2]:,}, "
+                f"most {cut[-1]:,})")
     return Split(columns, lengths=lengths, seq_columns=("input_ids", "token_type_ids")), note
 
 
@@ -154,7 +156,8 @@ def token_split(tokenizer: Any, words: list[list[str]], word_labels: list[list[i
     return Split(columns, lengths=lengths, seq_columns=("input_ids", "token_type_ids", "labels"), meta=meta)
 
 
-def _encode_batch(encoder: nn.Module, split: Split, idx: Tensor, token: bool, bf16: bool) -> tuple[Tensor, Tensor]:
+def _encode_batch(encoder: nn.Module, split: Split, idx: Tensor, token: bool,
+                  bf16: bool) -> tuple[Tensor, Tensor]:
     """(features, counts) of rows `idx`: a mean-pooled (B, H) row each, or the (sum(counts), H) states of the
     labelled words of token rows, float16."""
     batch = split.batch(idx)
@@ -173,12 +176,13 @@ def _encode_batch(encoder: nn.Module, split: Split, idx: Tensor, token: bool, bf
 def encode_split(encoder: nn.Module, split: Split, token: bool, description: str, bf16: bool = False,
                  partial: chunks.Partial | None = None) -> Split:
     """Frozen features: mean-pooled last hidden states (N, H) for sentences (the pooling all-MiniLM was
-    trained with), or the first sub-token state of every labelled word, stored ragged, for token tasks. `bf16`:
-    the encoder runs under bf16 autocast (features still pooled and stored as fp16).
+    trained with), or the first sub-token state of every labelled word, stored ragged, for token tasks.
+    `bf16`: the encoder runs under bf16 autocast (features still pooled and stored as fp16).
 
     Rows are sorted by length (little padding per batch) and encoded in chunks of ENCODE_CHUNK rows, whole
-    batches of ENCODE_BATCH. `partial`: where each finished chunk is written and, on a later call, found again,
-    so an interrupted encode resumes; the batches are the same either way, so are the features, bit for bit."""
+    batches of ENCODE_BATCH. `partial`: where each finished chunk is written and, on a later call, found
+    again, so an interrupted encode resumes; the batches are the same either way, so are the features,
+    bit for bit."""
     assert split.lengths is not None and ENCODE_CHUNK % ENCODE_BATCH == 0
     encoder.eval()
     n = len(split)
@@ -189,14 +193,15 @@ def encode_split(encoder: nn.Module, split: Split, token: bool, description: str
     resumed = sum(len(plan[i][0]) for i in done)
     if resumed:
         assert partial is not None
-        log.warning("%s: resuming, %s of %s rows already encoded in %s", description, f"{resumed:,}", f"{n:,}",
-                    partial.folder)
+        log.warning("%s: resuming, %s of %s rows already encoded in %s", description, f"{resumed:,}",
+                    f"{n:,}", partial.folder)
     todo = [(i, idx) for i, (rows, _) in enumerate(plan) if i not in done for idx in rows.split(ENCODE_BATCH)]
     pieces: list[tuple[Tensor, Tensor]] = []
     for i, idx in track(todo, description, [len(idx) for _, idx in todo], done=resumed):
         pieces.append(_encode_batch(encoder, split, idx, token, bf16))
         if sum(len(c) for _, c in pieces) == len(plan[i][0]):  # the chunk's last batch
-            done[i] = chunks.Chunk(plan[i][0], torch.cat([c for _, c in pieces]), torch.cat([f for f, _ in pieces]))
+            done[i] = chunks.Chunk(plan[i][0], torch.cat([c for _, c in pieces]),
+                                   torch.cat([f for f, _ in pieces]))
             if partial is not None:
                 partial.save(i, done[i])
             pieces = []
@@ -229,10 +234,11 @@ def freeze(data: PreparedData, spec: DataSettings, partial: Path | None = None) 
         if split is not None:
             store = None
             if partial is not None:
-                key = chunks.ChunkKey(partial.name, spec.backbone, spec.max_length,
-                                      spec.encode_precision, name, len(split), ENCODE_CHUNK, ENCODE_BATCH, hidden)
+                key = chunks.ChunkKey(partial.name, spec.backbone, spec.max_length, spec.encode_precision,
+                                      name, len(split), ENCODE_CHUNK, ENCODE_BATCH, hidden)
                 store = chunks.Partial(partial, key)
-            splits[name] = encode_split(encoder, split, token, f"{spec.task}: encoding {name} ({spec.backbone})",
+            splits[name] = encode_split(encoder, split, token,
+                                        f"{spec.task}: encoding {name} ({spec.backbone})",
                                         bf16=spec.encode_precision == "bf16", partial=store)
     info = dict(data.model_info, encoder="frozen", feature_dim=hidden)
     return dataclasses.replace(data, model_info=info, **splits)

@@ -19,8 +19,8 @@ from .sources import HubSource, RawSplit
 
 
 def to_chw(value: Any, where: str) -> np.ndarray:
-    """One image (PIL image, HF {"bytes": ...} dict, or nested lists / array (H, W) or (H, W, C)) as (C, H, W);
-    `where` names the row in errors."""
+    """One image (PIL image, HF {"bytes": ...} dict, or nested lists / array (H, W) or (H, W, C)) as
+    (C, H, W); `where` names the row in errors."""
     try:
         if isinstance(value, dict) and value.get("bytes") is not None:
             from PIL import Image
@@ -28,11 +28,13 @@ def to_chw(value: Any, where: str) -> np.ndarray:
             value = Image.open(io.BytesIO(value["bytes"]))
         array = np.asarray(value)  # a PIL image decodes here
     except (OSError, ValueError) as err:  # undecodable bytes (PIL's errors are OSErrors), ragged lists
-        raise ValueError(f"{where}: expected an image, got {type(err).__name__}: {first_line(err)[:120]}") from None
+        raise ValueError(f"{where}: expected an image, "
+                         f"got {type(err).__name__}: {first_line(err)[:120]}") from None
     if array.ndim == 2:
         array = array[:, :, None]
     if array.ndim != 3 or array.dtype == object:
-        raise ValueError(f"{where}: expected an image (H, W) or (H, W, C), got shape {array.shape} of {array.dtype}")
+        raise ValueError(f"{where}: expected an image (H, W) or (H, W, C), "
+                         f"got shape {array.shape} of {array.dtype}")
     return array.transpose(2, 0, 1)
 
 

@@ -1,9 +1,12 @@
 """`jsonl`: a user's own dataset from local `train/validation/test.jsonl[.gz]` files (or save_to_disk).
 
     build_task("jsonl", kind="multiclass", text_field="question", label_field="intent")
-    build_task("jsonl", kind="multiclass", text_field="premise", text_pair_field="hypothesis", metrics="accuracy,f1")
-    build_task("jsonl", kind="token", text_field="tokens", label_field="tags")      # lists per row, IOB2 tags
-    build_task("jsonl", kind="multilabel", text_field="text", label_field="labels")  # a list of labels per row
+    build_task("jsonl", kind="multiclass", text_field="premise", text_pair_field="hypothesis",
+               metrics="accuracy,f1")
+    # lists per row, IOB2 tags
+    build_task("jsonl", kind="token", text_field="tokens", label_field="tags")
+    # a list of labels per row
+    build_task("jsonl", kind="multilabel", text_field="text", label_field="labels")
 
 Labels may be strings or integers; ids follow the sorted training labels. No validation file: 10% of train
 is carved with a fixed seed (and a note says so).
@@ -42,8 +45,8 @@ def jsonl_task(kind: str = "multiclass", text_field: str = "text", label_field: 
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ValueError(f"jsonl: {option}: expected a field name, got {value!r}")
     if label_field in (text_field, text_pair_field):
-        raise ValueError(f"jsonl: label_field: expected a field other than the text fields, got {label_field!r}, "
-                         f"which is also a text field")
+        raise ValueError(f"jsonl: label_field: expected a field other than the text fields, "
+                         f"got {label_field!r}, which is also a text field")
     chosen = metric_names(metrics) if metrics is not None else DEFAULT_METRICS[kind]
     if not chosen or any(m not in VALID_METRICS[kind] for m in chosen):
         raise ValueError(f"jsonl: metrics for kind {kind!r}: expected a non-empty subset of "

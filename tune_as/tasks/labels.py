@@ -27,7 +27,8 @@ class LabelMap:
         return f" ({clip(title, 40)})" if title else ""
 
     @classmethod
-    def fit(cls, values: Iterable[Any], order: Sequence[str] | None = None, origin: str = "train") -> LabelMap:
+    def fit(cls, values: Iterable[Any], order: Sequence[str] | None = None,
+            origin: str = "train") -> LabelMap:
         present = [v for v in values if v is not None]
         if not present:
             raise ValueError(f"{origin}: expected labelled training rows, found no labels")
@@ -40,7 +41,8 @@ class LabelMap:
             return cls(sorted(set(present)))
         found = ", ".join(sorted(k.__name__ for k in kinds))
         hint = " (a list of labels per row needs kind 'multilabel' or 'token')" if list in kinds else ""
-        raise ValueError(f"{origin}: expected labels that are all strings or all integers, found {found}{hint}")
+        raise ValueError(f"{origin}: expected labels that are all strings or all integers, "
+                         f"found {found}{hint}")
 
     def __len__(self) -> int:
         return len(self.names)
@@ -53,6 +55,7 @@ class LabelMap:
         if key not in self.ids:
             shown = ", ".join(clip(n, 40) + self.title(n) for n in self.names[:10])
             shown += ", ..." if len(self.names) > 10 else ""
-            raise ValueError(f"{where}: label {excerpt(value)}{self.title(value)} in the {split} split does not occur in the training "
-                             f"split; expected one of the {len(self.names)} training labels ({shown})")
+            raise ValueError(f"{where}: label {excerpt(value)}{self.title(value)} in the {split} split "
+                             "does not occur in the training split; "
+                             f"expected one of the {len(self.names)} training labels ({shown})")
         return self.ids[key]

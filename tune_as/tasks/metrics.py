@@ -45,8 +45,8 @@ def accuracy(y_true: Tensor, y_pred: Tensor) -> float:
     sklearn's): importing sklearn.metrics costs ~1.1 s in each fresh Ray worker, paid at the first evaluation
     of every Tuner's trials (each search and each confirmation round), for one comparison and one mean."""
     if y_true.shape != y_pred.shape or y_true.numel() == 0:
-        raise ValueError(f"expected labels and predictions of one non-empty shape, got {tuple(y_true.shape)} and "
-                         f"{tuple(y_pred.shape)}")
+        raise ValueError(f"expected labels and predictions of one non-empty shape, "
+                         f"got {tuple(y_true.shape)} and {tuple(y_pred.shape)}")
     exact = _numpy(y_true) == _numpy(y_pred)
     return float(exact.reshape(len(exact), -1).all(axis=1).mean())
 

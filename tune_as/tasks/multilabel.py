@@ -1,9 +1,10 @@
 """Multi-label text classification: eurlex (EURLEX57K or LexGLUE), wos46985 (Web of Science, parent + child
 labels) and goemotions (GoEmotions, 28 emotions).
 
-Prediction is every class with logit > 0 (the AS-Softmax paper's rule for Eq. 14 and its variants, and sigmoid
-> 0.5 for bce), except on wos46985 (the two highest logits). The trial predicts `task.predict(loss.class_scores(
-logits))`; every multi-label loss's class scores are its logits. docs/losses.md gives the rule per loss.
+Prediction is every class with logit > 0 (the AS-Softmax paper's rule for Eq. 14 and its variants, and
+sigmoid > 0.5 for bce), except on wos46985 (the two highest logits). The trial predicts
+`task.predict(loss.class_scores(logits))`; every multi-label loss's class scores are its logits.
+docs/losses.md gives the rule per loss.
 """
 
 from __future__ import annotations
@@ -34,18 +35,19 @@ def multi_hot(rows: list[list[int]], n: int) -> Tensor:
 
 @dataclass
 class MultiLabelText(Task):
-    """Each row has a list of labels. Prediction: every class with logit > 0 (for bce: probability > 0.5); a row
-    with no positive logit predicts no label (the paper's rule: no fallback to the highest logit)."""
+    """Each row has a list of labels. Prediction: every class with logit > 0 (for bce: probability > 0.5); a
+    row with no positive logit predicts no label (the paper's rule: no fallback to the highest logit)."""
 
-    fields: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"text": ("text",), "label": ("labels",)})
+    fields: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: {"text": ("text",), "label": ("labels",)})
     family = "multilabel"
 
     def label_lists(self, raw: RawSplit) -> list[list[Any]]:
         rows = raw.field(self.fields["label"])
         for i, row in enumerate(rows):
             if not isinstance(row, list):
-                raise ValueError(f"{raw.where(i)}: expected field {raw.field_name(self.fields['label'])!r} to be a "
-                                 f"list of labels (multi-label task), got {excerpt(row, 60)}")
+                raise ValueError(f"{raw.where(i)}: expected field {raw.field_name(self.fields['label'])!r} "
+                                 f"to be a list of labels (multi-label task), got {excerpt(row, 60)}")
         return rows
 
     def label_values(self, raw: RawSplit) -> list[Any]:
@@ -65,8 +67,8 @@ class MultiLabelText(Task):
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
         rows = self.label_lists(raw)
         if split == "validation" and not any(rows):  # it selects the trials: an F1 of nothing selects nothing
-            raise ValueError(f"{raw.origin}: expected labels in the validation split (a non-empty list on some "
-                             f"row), got an empty list on all {len(raw)} rows")
+            raise ValueError(f"{raw.origin}: expected labels in the validation split "
+                             f"(a non-empty list on some row), got an empty list on all {len(raw)} rows")
         ids = [[labels.id_of(v, split, raw.where(i)) for v in row] for i, row in enumerate(rows)]
         return dict(text_inputs(self, raw), labels=multi_hot(ids, len(labels)))
 
@@ -130,9 +132,10 @@ def concept_names(data_dir: Path | None) -> dict[str, str]:
 
 @dataclass
 class EurLex(MultiLabelText):
-    """eurlex in either layout, told apart by `labels.json`: EURLEX57K (a folder of JSON Lines with the concept
-    names in labels.json, as ../shared/data/eurlex; the labels are the EUROVOC descriptors present in train) or
-    LexGLUE's eurlex (the hub, or its save_to_disk copy: the level-2 concepts as ClassLabel ids, no names)."""
+    """eurlex in either layout, told apart by `labels.json`: EURLEX57K (a folder of JSON Lines with the
+    concept names in labels.json, as ../shared/data/eurlex; the labels are the EUROVOC descriptors present in
+    train) or LexGLUE's eurlex (the hub, or its save_to_disk copy: the level-2 concepts as ClassLabel ids, no
+    names)."""
 
     def label_titles(self, data_dir: Path | None) -> dict[str, str]:
         return concept_names(data_dir)
@@ -143,25 +146,28 @@ class EurLex(MultiLabelText):
         names = concept_names(data_dir)
         if not names:
             source = self.hub if data_dir is None else data_dir
-            return (f"{self.name}: LexGLUE eurlex, {outputs:,} level-2 EUROVOC concepts ({source}; no concept "
-                    "names in the data)")
+            return (f"{self.name}: LexGLUE eurlex, {outputs:,} level-2 EUROVOC concepts ({source}; "
+                    "no concept names in the data)")
         per_label = data.train.columns["labels"].sum(0)  # (C,) training documents kept per concept
         present = int((per_label > 0).sum())
         top = per_label.argsort(descending=True, stable=True)[:3].tolist()
         shown = ", ".join(repr(names.get(data.label_names[i], data.label_names[i])) for i in top)
-        kept = f"; {present:,} of them in the {len(data.train):,} training documents kept" if present < outputs else ""
-        return (f"{self.name}: EURLEX57K, {len(names):,} EUROVOC concepts (labels present in train: {outputs:,}, "
-                f"the model's outputs{kept}; most frequent: {shown})")
+        kept = (f"; {present:,} of them in the {len(data.train):,} training documents kept"
+                if present < outputs else "")
+        return (f"{self.name}: EURLEX57K, {len(names):,} EUROVOC concepts "
+                f"(labels present in train: {outputs:,}, the model's outputs{kept}; most frequent: {shown})")
 
 
 MULTILABEL_TASKS = {
     "eurlex": EurLex("eurlex", "multilabel", ("micro_f1", "macro_f1"),
-                             TaskDefaults(20, 16, 3e-5, 512, "bert-base-cased"), HubSource("coastalcph/lex_glue", "eurlex")),
+                             TaskDefaults(20, 16, 3e-5, 512, "bert-base-cased"),
+                             HubSource("coastalcph/lex_glue", "eurlex")),
     "wos46985": WebOfScience("wos46985", "multilabel", ("micro_f1", "macro_f1"),
-                             TaskDefaults(10, 12, 3e-5, 512, "bert-base-cased"), HubSource("web_of_science", "WOS46985"),
+                             TaskDefaults(10, 12, 3e-5, 512, "bert-base-cased"),
+                             HubSource("web_of_science", "WOS46985"),
                              carve=(("test", 0.2), ("validation", 0.2))),
-    # Not in the AS-Softmax paper: the defaults are the GoEmotions authors' BERT baseline (Demszky et al. 2020;
-    # google-research goemotions/bert_classifier.py: 4 epochs, batch 16, lr 5e-5, 50 word pieces, cased
+    # Not in the AS-Softmax paper: the defaults are the GoEmotions authors' BERT baseline (Demszky et al.
+    # 2020; google-research goemotions/bert_classifier.py: 4 epochs, batch 16, lr 5e-5, 50 word pieces, cased
     # BERT-base). 50 word pieces truncate 10 of the 43410 training texts (measured with MiniLM's WordPiece).
     # The "simplified" hub config is the same 43410/5426/5427 rows with `labels` as ClassLabel ids.
     "goemotions": MultiLabelText("goemotions", "multilabel", ("micro_f1", "macro_f1"),

@@ -42,8 +42,9 @@ def prepare(task: Preparable, spec: DataSettings) -> PreparedData:
     """Load, label, subsample and featurize `task`'s data as `spec` says, through the disk cache, and log the
     task's one-line summary of it (`Task.summary`), built or read.
 
-    No data_dir: the task's local copy when it has one (`Task.default_data_dir`), else its hub dataset. The copy
-    becomes the spec's data_dir, so the cache key holds its files and `PreparedData.spec` says what was read."""
+    No data_dir: the task's local copy when it has one (`Task.default_data_dir`), else its hub dataset. The
+    copy becomes the spec's data_dir, so the cache key holds its files and `PreparedData.spec` says what was
+    read."""
     if spec.task != task.name:
         raise ValueError(f"DataSettings.task: expected {task.name!r} for this task, got {spec.task!r}")
     local = task.default_data_dir() if spec.data_dir is None else None

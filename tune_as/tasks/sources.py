@@ -19,15 +19,17 @@ import numpy as np
 from ..errors import excerpt, first_line, tcp_unreachable
 
 SUFFIXES = (".jsonl.gz", ".jsonl", ".json.gz", ".json")
-# A fixed seed, independent of DataSettings.seed: every trial of every seed sees the same carved validation set.
+# A fixed seed, independent of DataSettings.seed:
+# every trial of every seed sees the same carved validation set.
 CARVE_SEED = 20240521
 SHARED_DATA_ENV = "TUNE_AS_SHARED_DATA"
 
 
 def shared_data_root() -> Path:
-    """The folder of local dataset copies (`<task>/<split>.jsonl.gz`) that a task with a `shared_copy` reads when
-    no data_dir is given: $TUNE_AS_SHARED_DATA, else `shared/data` beside the checkout (`<repo>/../shared/data`,
-    the layout of this project's machines; from an installed wheel that folder does not exist, so the hub is used)."""
+    """The folder of local dataset copies (`<task>/<split>.jsonl.gz`) that a task with a `shared_copy` reads
+    when no data_dir is given: $TUNE_AS_SHARED_DATA, else `shared/data` beside the checkout
+    (`<repo>/../shared/data`, the layout of this project's machines; from an installed wheel that folder does
+    not exist, so the hub is used)."""
     return Path(os.environ.get(SHARED_DATA_ENV) or Path(__file__).resolve().parents[3] / "shared" / "data")
 
 
@@ -88,7 +90,8 @@ class RawSplit:
 
     def take(self, idx: Sequence[int] | np.ndarray, origin: str | None = None) -> RawSplit:
         cols = {k: [v[i] for i in idx] for k, v in self.columns.items()}
-        return RawSplit(origin or self.origin, cols, self.class_names, [self.positions[i] for i in idx], self.unit)
+        return RawSplit(origin or self.origin, cols, self.class_names, [self.positions[i] for i in idx],
+                        self.unit)
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -116,7 +119,8 @@ def _json_line(path: Path, line_no: int, line: bytes) -> Any:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as err:
-        hint = " (gzip data: name the file *.jsonl.gz)" if line_no == 1 and line.startswith(GZIP_MAGIC) else ""
+        hint = (" (gzip data: name the file *.jsonl.gz)" if line_no == 1 and line.startswith(GZIP_MAGIC)
+                else "")
         raise ValueError(f"{where}: expected UTF-8 text, got byte {line[err.start]:#04x} at column "
                          f"{err.start + 1}{hint}") from None
     try:
@@ -138,8 +142,8 @@ def _json_line(path: Path, line_no: int, line: bytes) -> Any:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as err:
             code = ord(err.object[err.start])
-            raise ValueError(f"{where}: expected Unicode text, got a lone surrogate \\u{code:04x} (an unpaired "
-                             "\\uD800-\\uDFFF escape)") from None
+            raise ValueError(f"{where}: expected Unicode text, got a lone surrogate \\u{code:04x} "
+                             "(an unpaired \\uD800-\\uDFFF escape)") from None
     return value
 
 
@@ -161,14 +165,15 @@ def _read_lines(path: Path) -> list[tuple[int, Any]]:
             raise ValueError(f"{path}: expected gzip data (the name ends in .gz), got a file that is not "
                              f"gzip-compressed: name it without .gz")
         with gzip.open(path, "rb") if gzipped else open(path, "rb") as fh:
-            # read in bounded pieces: a file's line is never held whole past MAX_LINE_BYTES (one 300 MB line took
-            # the driver to 20 GB parsing it)
+            # read in bounded pieces: a file's line is never held whole past MAX_LINE_BYTES (one 300 MB line
+            # took the driver to 20 GB parsing it)
             for line_no, line in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
                 if len(line) > MAX_LINE_BYTES:
-                    raise ValueError(f"{path}:{line_no}: expected lines of at most {MAX_LINE_BYTES // 2**20} MiB "
-                                     "(one example each), got a longer one")
+                    raise ValueError(f"{path}:{line_no}: expected lines of at most {MAX_LINE_BYTES // 2**20} "
+                                     "MiB (one example each), got a longer one")
                 if line_no == 1:
-                    line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark (some editors write one)
+                    # a UTF-8 byte order mark (some editors write one)
+                    line = line.removeprefix(b"\xef\xbb\xbf")
                 if line.strip():
                     values.append((line_no, _json_line(path, line_no, line)))
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # truncated or corrupt
@@ -187,7 +192,8 @@ def read_jsonl(path: Path) -> RawSplit:
     lines: list[int] = []
     for line_no, row in _read_lines(path):
         if not isinstance(row, dict):
-            hint = " (a JSON array: expected JSON Lines, one object per line)" if isinstance(row, list) else ""
+            hint = (" (a JSON array: expected JSON Lines, one object per line)" if isinstance(row, list)
+                    else "")
             raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}{hint}")
         if rows and set(row) != set(rows[0]):
             raise ValueError(f"{path}:{line_no}: expected the fields of line {lines[0]} "
@@ -219,7 +225,8 @@ def _load_from_disk(folder: Path) -> Any:
 
     try:
         return datasets.load_from_disk(str(folder))
-    except Exception as err:  # datasets fails in many types: OSError, JSONDecodeError, IndexError (empty split)
+    except Exception as err:
+        # datasets fails in many types: OSError, JSONDecodeError, IndexError (empty split)
         raise ValueError(f"{folder}: expected a readable datasets.save_to_disk folder, got "
                          f"{type(err).__name__}: {first_line(err)}") from None
 
@@ -240,7 +247,8 @@ def _split_file(folder: Path, candidates: Sequence[str]) -> Path | None:
 
 
 def load_folder(folder: Path, stems: dict[str, tuple[str, ...]]) -> dict[str, RawSplit]:
-    """A local folder: `save_to_disk` output (a DatasetDict, or one Dataset = train) or `<split>.jsonl[.gz]`."""
+    """A local folder: `save_to_disk` output (a DatasetDict, or one Dataset = train) or
+    `<split>.jsonl[.gz]`."""
     if not folder.is_dir():
         raise FileNotFoundError(f"data_dir: expected a folder, {folder} does not exist or is not a folder")
     if (folder / "state.json").exists():  # a single Dataset saved with save_to_disk: the training split
@@ -266,9 +274,10 @@ def load_folder(folder: Path, stems: dict[str, tuple[str, ...]]) -> dict[str, Ra
     return out
 
 def hub_offline(timeout: float = 3.0) -> str | None:
-    """Why the Hugging Face hub cannot be reached (and the hub's clients are put in offline mode, so that what is
-    cached loads at once and what is not fails at once: they would retry for ~50 s, six lines of it), or None.
-    Nothing is checked when HF_HUB_OFFLINE is set already, or once a hub client is imported (it read the mode)."""
+    """Why the Hugging Face hub cannot be reached (and the hub's clients are put in offline mode, so that what
+    is cached loads at once and what is not fails at once: they would retry for ~50 s, six lines of it), or
+    None. Nothing is checked when HF_HUB_OFFLINE is set already, or once a hub client is imported
+    (it read the mode)."""
     if os.environ.get("HF_HUB_OFFLINE") or "huggingface_hub" in sys.modules:
         return None
     url = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
@@ -295,7 +304,8 @@ def load_hub(source: HubSource, stems: dict[str, tuple[str, ...]]) -> dict[str, 
 def carve(raw: RawSplit, fraction: float, name: str) -> tuple[RawSplit, RawSplit]:
     """Split `raw` in two with CARVE_SEED: (rest, carved) with round(fraction * n) rows carved."""
     if len(raw) < 2:
-        raise ValueError(f"{raw.origin}: expected at least 2 rows to carve a {name} split from, got {len(raw)}")
+        raise ValueError(f"{raw.origin}: expected at least 2 rows to carve a {name} split from, "
+                         f"got {len(raw)}")
     order = np.random.default_rng(CARVE_SEED).permutation(len(raw))
     n_carved = max(1, round(fraction * len(raw)))
     carved, rest = np.sort(order[:n_carved]), np.sort(order[n_carved:])

@@ -35,7 +35,8 @@ def text_inputs(task: Task, raw: RawSplit) -> dict[str, Any]:
 def text_rows(task: Task, raw: RawSplit) -> list[tuple[str, ...]]:
     """Each row's text, or (text, pair): `Task.inputs` of the families that classify texts."""
     found = text_inputs(task, raw)
-    return list(zip(found["texts"], found["pairs"], strict=True)) if found["pairs"] else [(t,) for t in found["texts"]]
+    return (list(zip(found["texts"], found["pairs"], strict=True)) if found["pairs"]
+            else [(t,) for t in found["texts"]])
 
 
 def featurize_text(task: Task, examples: dict[str, dict[str, Any]], labels: LabelMap, spec: DataSettings,
@@ -61,7 +62,8 @@ class TextClassification(Task):
     family = "text"
 
     def examples(self, raw: RawSplit, labels: LabelMap, split: str) -> dict[str, Any]:
-        return dict(text_inputs(self, raw), labels=torch.tensor(self.label_ids(raw, labels, split), dtype=torch.long))
+        return dict(text_inputs(self, raw),
+                    labels=torch.tensor(self.label_ids(raw, labels, split), dtype=torch.long))
 
     def inputs(self, raw: RawSplit) -> list[tuple[str, ...]]:
         return text_rows(self, raw)

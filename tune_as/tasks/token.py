@@ -71,7 +71,8 @@ class TokenTagging(Task):
         words, tags = word_lists(raw, self.fields["words"]), word_lists(raw, self.fields["label"])
         for i, (w, t) in enumerate(zip(words, tags, strict=True)):
             if len(w) != len(t):
-                raise ValueError(f"{raw.where(i)}: expected one tag per word, got {len(w)} words and {len(t)} tags")
+                raise ValueError(f"{raw.where(i)}: expected one tag per word, "
+                                 f"got {len(w)} words and {len(t)} tags")
         ids = [[labels.id_of(tag, split, raw.where(i)) for tag in t] for i, t in enumerate(tags)]
         return {"words": words, "labels": ids, "meta": {"gold": tags}}
 
@@ -129,12 +130,14 @@ class SpellingCorrection(TokenTagging):
             for w, label in by_word.items():
                 if label != 0:
                     predicted[row][w] = names[label]
-        result = metrics.csc_sentence_correction(sources, split.meta["target"], ["".join(p) for p in predicted])
+        result = metrics.csc_sentence_correction(sources, split.meta["target"],
+                                                 ["".join(p) for p in predicted])
         return {m: result[m] for m in self.metrics}
 
 
 TOKEN_TASKS = {
-    "conll2003": TokenTagging("conll2003", "token", ("f1",), TaskDefaults(20, 32, 2e-5, 128, "bert-base-cased"),
+    "conll2003": TokenTagging("conll2003", "token", ("f1",),
+                              TaskDefaults(20, 32, 2e-5, 128, "bert-base-cased"),
                               HubSource("eriktks/conll2003")),
     # Paper: Chinese RoBERTa-wwm-ext; train = SIGHAN13-15 (+ Wang271K on the hub), test = SIGHAN15 test.
     "sighan2015": SpellingCorrection(

@@ -1,14 +1,16 @@
-"""A population: P seeds of one setting trained as one program, member i the same run as a solo trial of seed i.
+"""A population: P seeds of one setting trained as one program,
+member i the same run as a solo trial of seed i.
 
-The members' weights are stacked (tune_as.training.stacked) and the loop of `tune_as.training.trial.Trial` runs
-once for all of them. Each member keeps its solo trial's init, data order, dropout draws, schedules, clipping,
-AdamW step count and per-member rules (an all-masked cycle does not step it; its own AS-Speed accumulator); a
-member whose loss is not finite fails alone; each evaluation is reported per member with a solo trial's keys.
+The members' weights are stacked (tune_as.training.stacked) and the loop of `tune_as.training.trial.Trial`
+runs once for all of them. Each member keeps its solo trial's init, data order, dropout draws, schedules,
+clipping, AdamW step count and per-member rules (an all-masked cycle does not step it; its own AS-Speed
+accumulator); a member whose loss is not finite fails alone; each evaluation is reported per member with a
+solo trial's keys.
 
 Stacks: frozen-feature heads (`StackedFrozen`) and the image CNNs without BatchNorm (`StackedCNN`). Where
-populations do not apply (fine-tuned transformers, the cifar CNNs, token tasks, fp16 with a shared loss scaler,
-row skipping), `problem` says so and the solo trial is the path. Tested member by member against solo trials
-for every loss (tests/test_population*.py); benchmarks/bench_population.py measures the speed.
+populations do not apply (fine-tuned transformers, the cifar CNNs, token tasks, fp16 with a shared loss
+scaler, row skipping), `problem` says so and the solo trial is the path. Tested member by member against solo
+trials for every loss (tests/test_population*.py); benchmarks/bench_population.py measures the speed.
 """
 
 from __future__ import annotations
@@ -39,18 +41,18 @@ STACKED: dict[str, Callable[[list[Any]], Stacked]] = {"frozen": StackedFrozen, "
 
 
 class PopulationReporter(Protocol):
-    """Where a population's evaluations go: one call per evaluation point, with the report of every member that
-    was due (member index -> a solo trial's report), `final` at the population's last one, and then each member's
-    p_margin of its best test evaluation (None where it has none)."""
+    """Where a population's evaluations go: one call per evaluation point, with the report of every member
+    that was due (member index -> a solo trial's report), `final` at the population's last one, and then each
+    member's p_margin of its best test evaluation (None where it has none)."""
 
     def report(self, reports: dict[int, dict[str, Any]], final: bool,
                margins: Sequence[np.ndarray | None] = ()) -> None: ...
 
 
 def applies(encoder: str | None, kind: str) -> bool:
-    """Whether data of this encoder ("cnn" for an image task) and task kind can train as a population: a frozen
-    encoder's sentence features, or an image CNN (the plan refuses --seeds-per-trial by it before the data is
-    prepared; a CNN with BatchNorm is found by `problem`, once the data says which topology it is)."""
+    """Whether data of this encoder ("cnn" for an image task) and task kind can train as a population: a
+    frozen encoder's sentence features, or an image CNN (the plan refuses --seeds-per-trial by it before the
+    data is prepared; a CNN with BatchNorm is found by `problem`, once the data says which topology it is)."""
     return kind in APPLIES.get(encoder or "", ())
 
 
@@ -65,9 +67,11 @@ def problem(cfg: TrialSettings, data: Any, device: torch.device | None) -> str |
         return (f"a population of CNNs stacks the topologies without BatchNorm or dropout on feature maps "
                 f"{STACKABLE}, got {data.model_info['cnn']!r} (one model per trial: use solo trials)")
     if cfg.skip_masked_rows:
-        return "skip_masked_rows: expected false in a population (row skipping re-batches per example), got true"
+        return ("skip_masked_rows: expected false in a population (row skipping re-batches per example), "
+                "got true")
     if autocast_for(cfg, device or torch.device("cpu"))[1]:
-        return "precision: expected fp32 or bf16 in a population (fp16's loss scaler would be shared), got fp16"
+        return ("precision: expected fp32 or bf16 in a population (fp16's loss scaler would be shared), "
+                "got fp16")
     return None
 
 
@@ -124,7 +128,8 @@ class Population:
         return self.counts[0].samples_seen / self.total_samples
 
     def training_order(self) -> Iterator[Tensor]:
-        """(P * B,) row indices per micro-batch: member i's batch of its own epoch order, members concatenated."""
+        """(P * B,) row indices per micro-batch: member i's batch of its own epoch order,
+        members concatenated."""
         shared, n, b = self.counts[0], self.n_train, self.cfg.batch_size
         while shared.samples_seen < self.total_samples:
             orders = [epoch_order(n, c.seed, shared.epoch) for c in self.cfgs]
@@ -159,7 +164,8 @@ class Population:
             if not any(ending):
                 continue
             cycles = np.tile(np.array([1, 0]), (size, 1))  # (counted, masked) rows per member's cycle
-            if self.loss_fn.masks_rows:  # one read for all members (trial.py's docstring: the algorithm's read)
+            if self.loss_fn.masks_rows:
+                # one read for all members (trial.py's docstring: the algorithm's read)
                 cumulative = self.window[:, 1:].round().long().cpu().numpy()
                 cycles = cumulative - seen
                 seen = np.where(np.array(ending)[:, None], cumulative, seen)
@@ -193,7 +199,8 @@ class Population:
         self.optimizer.lr = self.cfg.lr * lr_factor(self.progress, self.cfg.lr_warmup)
 
     def micro_step(self, idx: Tensor, steps: Sequence[int]) -> Tensor:
-        """Forward and backward of every member's micro-batch; (P, 3) [mean loss, counted rows, masked rows]."""
+        """Forward and backward of every member's micro-batch; (P, 3) [mean loss, counted rows,
+        masked rows]."""
         batch = self.batches.get(idx)
         size = self.size
         labels = batch["labels"].reshape(size, -1, *batch["labels"].shape[1:])
@@ -205,15 +212,17 @@ class Population:
         return torch.stack([out.loss.detach().double(), out.n_rows.double(), out.n_masked.double()], dim=1)
 
     def step_weights(self, steps: Sequence[int]) -> Tensor:
-        """(P,) 1 / each member's micro-batches per cycle: made anew only when a cycle length changed (AS-Speed,
-        at a cycle's end), so that a step copies nothing from the host."""
+        """(P,) 1 / each member's micro-batches per cycle: made anew only when a cycle length changed
+        (AS-Speed, at a cycle's end), so that a step copies nothing from the host."""
         if self._weights is None or self._weights[0] != list(steps):
             self._weights = (list(steps), torch.tensor([1.0 / n for n in steps], device=self.device))
         return self._weights[1]
 
     def close_cycles(self, ending: Sequence[bool], micro: Sequence[int], steps: Sequence[int]) -> None:
-        """A cycle cut short at an epoch's end: its gradient rescaled to the mean over the micro-batches it ran."""
-        factors = [steps[i] / micro[i] if ending[i] and micro[i] < steps[i] else 1.0 for i in range(self.size)]
+        """A cycle cut short at an epoch's end: its gradient rescaled to the mean over the micro-batches it
+        ran."""
+        factors = [steps[i] / micro[i] if ending[i] and micro[i] < steps[i] else 1.0
+                   for i in range(self.size)]
         if any(f != 1.0 for f in factors):
             f = torch.tensor(factors, device=self.device)
             for p in self.params:
@@ -232,7 +241,8 @@ class Population:
         ended = [int(i) for i in np.flatnonzero(ending)]
         for p in self.params:
             if len(ended) == self.size:
-                p.grad = None  # as a solo trial's zero_grad(set_to_none=True): the next backward writes it anew
+                # as a solo trial's zero_grad(set_to_none=True): the next backward writes it anew
+                p.grad = None
             elif p.grad is not None:
                 p.grad[ended] = 0.0
 
@@ -267,8 +277,8 @@ class Population:
                            torch.cat(kept[j]).numpy() if margins else None) for j in range(k)]
 
     def evaluate_and_report(self, due: Sequence[int], steps: Sequence[int]) -> None:
-        """Each due member's report, as a solo trial's `evaluate_and_report` writes it; a member whose training
-        loss is not finite is reported as failed and ends (the others go on)."""
+        """Each due member's report, as a solo trial's `evaluate_and_report` writes it; a member whose
+        training loss is not finite is reported as failed and ends (the others go on)."""
         sums = self.window[list(due)].tolist()
         self.window[list(due)] = 0.0
         reports: dict[int, dict[str, Any]] = {}
@@ -280,7 +290,8 @@ class Population:
                 continue
             self.alive[i] = False
             reports[i] = {"error": f"non-finite training loss ({loss_sum / n_steps}) before optimizer step "
-                                   f"{self.counts[i].optimizer_steps}; lower the lr or the loss's scale/margin",
+                                   f"{self.counts[i].optimizer_steps}; lower the lr or the loss's "
+                                   "scale/margin",
                           **self.position(i)}
         final = self.counts[0].samples_seen >= self.total_samples
         if not finite:

@@ -1,4 +1,5 @@
-"""P models of one architecture as one program: stacked weights (P, ...), per-member dropout, clipping and AdamW.
+"""P models of one architecture as one program: stacked weights (P, ...), per-member dropout,
+clipping and AdamW.
 
 A population trains P seeds of one setting at once (tune_as.training.population). Its members must stay
 independent runs: member i is the run a solo trial with seed i makes. What that takes, and why it is written
@@ -10,8 +11,8 @@ here rather than taken from torch:
   draws its masks from a generator of its own, in the order and shapes a solo trial draws them (on the CPU,
   `F.dropout` is `bernoulli_(1 - p)` then a scale: the same numbers from the same generator state). The image
   CNNs without BatchNorm stack the same way, their convolutions grouped (tune_as.training.stacked_cnn).
-- `torch.nn.utils.clip_grad_norm_` has one norm for all parameters it is given; a member's norm must be its own
-  (taken as clip_grad_norm_ takes it: its per-tensor kernel on the member's tensors in the solo order).
+- `torch.nn.utils.clip_grad_norm_` has one norm for all parameters it is given; a member's norm must be its
+  own (taken as clip_grad_norm_ takes it: its per-tensor kernel on the member's tensors in the solo order).
 - `torch.optim.AdamW` keeps one step count per parameter tensor; under AS-Speed's accumulation, or when a
   cycle's every row was masked, members step at different times, so each has its own count and a member that
   does not step this time does not move (its momentum and weight decay included). The update itself is torch's
@@ -41,8 +42,8 @@ def column(values: Tensor, like: Tensor) -> Tensor:
 
 def member_masks(generators: Sequence[torch.Generator], batch: int, width: int, p: float,
                  device: torch.device) -> Tensor:
-    """(P, batch, width) dropout masks, member i's drawn from generators[i] as a solo trial's `F.dropout` draws
-    its mask (`bernoulli_(1 - p)`, then the scale 1 / (1 - p))."""
+    """(P, batch, width) dropout masks, member i's drawn from generators[i] as a solo trial's `F.dropout`
+    draws its mask (`bernoulli_(1 - p)`, then the scale 1 / (1 - p))."""
     mask = torch.empty(len(generators), batch, width, device=device)
     for i, g in enumerate(generators):
         mask[i].bernoulli_(1.0 - p, generator=g)
@@ -53,9 +54,10 @@ class Stacked(nn.Module):
     """What the stacked models share: the task head (linear or cosine, see tasks.models) stacked, the
     weight-decay rule, and `logits(batch, ...)`, the one call a population makes."""
 
-    # the head's weights (P, H, C), transposed: the batched products read them without a copy per call (the solo
-    # layout (P, C, H) through a transposed view costs the frozen head's step 0.6 ms more at P = 10, measured);
-    # False: the solo layout, whose gradients (and so clipping norms) are the solo trial's bit for bit
+    # the head's weights (P, H, C), transposed: the batched products read them without a copy per call (the
+    # solo layout (P, C, H) through a transposed view costs the frozen head's step 0.6 ms more at P = 10,
+    # measured); False: the solo layout, whose gradients (and so clipping norms) are the solo trial's
+    # bit for bit
     HEAD_TRANSPOSED: ClassVar[bool] = True
     w2: nn.Parameter
     b2: nn.Parameter | None
@@ -63,10 +65,12 @@ class Stacked(nn.Module):
     def stack_head(self, heads: Sequence[Any]) -> None:
         kinds = {type(h) for h in heads}
         if len(kinds) != 1:
-            raise ValueError(f"a population needs members of one architecture, got heads {sorted(map(str, kinds))}")
+            raise ValueError(f"a population needs members of one architecture, "
+                             f"got heads {sorted(map(str, kinds))}")
         self.cosine = isinstance(heads[0], CosineHead)
         weights = [h.weight.detach() for h in heads]  # (C, H) each
-        self.w2 = nn.Parameter(torch.stack([w.T if self.HEAD_TRANSPOSED else w for w in weights]).contiguous())
+        self.w2 = nn.Parameter(
+            torch.stack([w.T if self.HEAD_TRANSPOSED else w for w in weights]).contiguous())
         bias = [] if self.cosine else [h.bias.detach() for h in heads]
         self.b2 = nn.Parameter(torch.stack(bias)) if bias else None
 
@@ -75,8 +79,8 @@ class Stacked(nn.Module):
         return int(self.w2.shape[0])
 
     def decays(self, name: str) -> bool:
-        """Whether the parameter `name` gets weight decay: a solo trial's rule (matrices and kernels yes, biases
-        no), on a member's slice."""
+        """Whether the parameter `name` gets weight decay: a solo trial's rule (matrices and kernels yes,
+        biases no), on a member's slice."""
         return self.get_parameter(name).dim() > 2
 
     def eval_rows(self, members: int) -> int:
@@ -84,7 +88,8 @@ class Stacked(nn.Module):
         return EVAL_ROWS
 
     def head(self, h: Tensor, members: Tensor | None) -> Tensor:
-        """(k, B, H) features -> (k, B, C) logits through each member's head (`members`: theirs; None: all)."""
+        """(k, B, H) features -> (k, B, C) logits through each member's head
+        (`members`: theirs; None: all)."""
         w2: Tensor = self.w2
         b2: Tensor | None = self.b2
         if members is not None:
@@ -98,25 +103,27 @@ class Stacked(nn.Module):
         return torch.baddbmm(b2.unsqueeze(1), h, w2)
 
     def solo_layout(self, stacked: dict[str, Tensor], member: int) -> list[Tensor]:
-        """Member `member`'s slices of `stacked` (a tensor per parameter name: the parameters, or their gradients)
-        as its solo model's parameters: in their order and shapes."""
+        """Member `member`'s slices of `stacked` (a tensor per parameter name: the parameters, or their
+        gradients) as its solo model's parameters: in their order and shapes."""
         raise NotImplementedError
 
     def head_layout(self, stacked: dict[str, Tensor], member: int) -> list[Tensor]:
         """`solo_layout` of the head (its weight (C, H), then its bias if it has one): a solo model's last."""
         weight = stacked["w2"][member]
-        return [weight.T if self.HEAD_TRANSPOSED else weight] + ([stacked["b2"][member]] if "b2" in stacked else [])
+        return ([weight.T if self.HEAD_TRANSPOSED else weight]
+                + ([stacked["b2"][member]] if "b2" in stacked else []))
 
     def logits(self, batch: dict[str, Tensor], generators: Sequence[torch.Generator] | None = None,
                members: Tensor | None = None) -> Tensor:
-        """Training (`generators` given, one per member): the batch holds each member's rows, member after member,
-        -> (P, B, C), each member's dropout drawn from its generator. Evaluation: the batch is shared by `members`
-        (None: all) -> (k, B, C)."""
+        """Training (`generators` given, one per member): the batch holds each member's rows, member after
+        member, -> (P, B, C), each member's dropout drawn from its generator. Evaluation: the batch is shared
+        by `members` (None: all) -> (k, B, C)."""
         raise NotImplementedError
 
 
 class StackedFrozen(Stacked):
-    """P `FrozenClassifier`s (same feature size, classes and head kind) as one module: x (P, B, D) -> (P, B, C)."""
+    """P `FrozenClassifier`s (same feature size, classes and head kind) as one module:
+    x (P, B, D) -> (P, B, C)."""
 
     def __init__(self, members: Sequence[FrozenClassifier]) -> None:
         super().__init__()
@@ -138,7 +145,8 @@ class StackedFrozen(Stacked):
         x = x.reshape(self.size, -1, x.shape[-1])
         return self(x, self.draw_masks(generators, x.shape[1], x.shape[2]))
 
-    def forward(self, x: Tensor, masks: Sequence[Tensor] | None = None, members: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, masks: Sequence[Tensor] | None = None,
+                members: Tensor | None = None) -> Tensor:
         """x (P, B, D) (or (B, D), shared by every member) -> logits (P, B, C). `masks`: the two dropout masks
         (P, B, D) and (P, B, H), already scaled by 1 / (1 - p); None in evaluation. `members`: evaluate only
         these members (their weights), x then has their count in its first dim (or none)."""
@@ -162,9 +170,9 @@ class StackedFrozen(Stacked):
 
 
 def member_norms(per_member: Sequence[Sequence[Tensor]]) -> Tensor:
-    """(P,) the 2-norm of each member's gradient, as clip_grad_norm_ takes it: each tensor's norm by torch's own
-    kernel (`_foreach_norm`, clip_grad_norm_'s), given in the solo model's order and layout, then the norm of
-    those; on the CPU the solo trial's numbers bit for bit, where the layouts match."""
+    """(P,) the 2-norm of each member's gradient, as clip_grad_norm_ takes it: each tensor's norm by torch's
+    own kernel (`_foreach_norm`, clip_grad_norm_'s), given in the solo model's order and layout, then the norm
+    of those; on the CPU the solo trial's numbers bit for bit, where the layouts match."""
     n = len(per_member[0])
     norms = torch._foreach_norm([g for member in per_member for g in member], 2.0)
     return torch.stack([torch.linalg.vector_norm(torch.stack(norms[i * n:(i + 1) * n]))
@@ -184,9 +192,10 @@ def clip_members(model: Stacked, max_norm: float, stepping: Tensor | None) -> No
 
 
 class StackedAdamW:
-    """torch.optim.AdamW (fused: the solo trial's optimizer and kernel) over stacked parameters, with a step count
-    per member: `step(members)` updates those members' slices of every stacked tensor, through torch's functional
-    `adamw` on views, and leaves the others (their momentum and weight decay included) untouched."""
+    """torch.optim.AdamW (fused: the solo trial's optimizer and kernel) over stacked parameters, with a step
+    count per member: `step(members)` updates those members' slices of every stacked tensor, through torch's
+    functional `adamw` on views, and leaves the others (their momentum and weight decay included)
+    untouched."""
 
     def __init__(self, groups: Sequence[tuple[Sequence[nn.Parameter], float]], lr: float,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:

@@ -1,4 +1,5 @@
-"""P image CNNs (tune_as.tasks.cnn, without BatchNorm) as one program: their convolutions one grouped convolution.
+"""P image CNNs (tune_as.tasks.cnn, without BatchNorm) as one program:
+their convolutions one grouped convolution.
 
 A population of the digits or mnist CNN (tune_as.training.population) stacks its members as `StackedFrozen`
 stacks heads (tune_as.training.stacked), layer by layer of the solo model's trunk:
@@ -31,7 +32,8 @@ from tune_as.tasks.cnn import channels_last
 from tune_as.training.stacked import Stacked, member_masks
 from tune_as.training.trial import EVAL_ROWS
 
-STACKABLE = ("digits", "mnist")  # tune_as.tasks.cnn topologies of Conv2d, ReLU, MaxPool2d, Flatten, Linear, Dropout
+# tune_as.tasks.cnn topologies of Conv2d, ReLU, MaxPool2d, Flatten, Linear, Dropout
+STACKABLE = ("digits", "mnist")
 
 
 def stack_params(tensors: Sequence[Tensor]) -> nn.Parameter:
@@ -39,7 +41,8 @@ def stack_params(tensors: Sequence[Tensor]) -> nn.Parameter:
 
 
 class StackedCNN(Stacked):
-    """P `tune_as.tasks.models.ImageClassifier`s of one CNN topology: pixels (P, B, C, H, W) -> logits (P, B, C)."""
+    """P `tune_as.tasks.models.ImageClassifier`s of one CNN topology:
+    pixels (P, B, C, H, W) -> logits (P, B, C)."""
 
     HEAD_TRANSPOSED = False  # the solo layout: the members' weights stay their solo trials' bit for bit (CPU)
 
@@ -53,8 +56,10 @@ class StackedCNN(Stacked):
         for layers in zip(*(list(m.trunk) for m in members), strict=True):
             first, kinds = layers[0], {type(x) for x in layers}
             if len(kinds) != 1:
-                raise ValueError(f"a population needs members of one architecture, got {sorted(map(str, kinds))}")
-            # an even kernel's "same" padding (tasks.cnn.SameConv2d.pad) is not in F.conv2d's arguments: refused
+                raise ValueError(f"a population needs members of one architecture, "
+                                 f"got {sorted(map(str, kinds))}")
+            # an even kernel's "same" padding (tasks.cnn.SameConv2d.pad) is not in F.conv2d's
+            # arguments: refused
             plain_padding = getattr(first, "pad", None) is None
             if isinstance(first, nn.Conv2d) and not flat and first.bias is not None and plain_padding:
                 self.conv_weight.append(stack_params([x.weight for x in layers]))
@@ -70,8 +75,8 @@ class StackedCNN(Stacked):
                 flat = flat or isinstance(first, nn.Flatten)
                 self.program.append(("layer", first))
             else:
-                raise ValueError(f"a population of CNNs stacks Conv2d, ReLU, MaxPool2d, Flatten, then Linear, ReLU and "
-                                 f"Dropout layers; got {first}")
+                raise ValueError(f"a population of CNNs stacks Conv2d, ReLU, MaxPool2d, Flatten, "
+                                 f"then Linear, ReLU and Dropout layers; got {first}")
         self.stack_head([m.head for m in members])
 
     def solo_layout(self, stacked: dict[str, Tensor], member: int) -> list[Tensor]:
@@ -94,8 +99,9 @@ class StackedCNN(Stacked):
 
     def forward(self, x: Tensor, generators: Sequence[torch.Generator] | None = None,
                 members: Tensor | None = None) -> Tensor:
-        """x (P, B, C, H, W) (or (B, C, H, W), shared by every member) -> logits (P, B, C). `generators`: one per
-        member, its dropout draws (training); None in evaluation. `members`: evaluate only these members."""
+        """x (P, B, C, H, W) (or (B, C, H, W), shared by every member) -> logits (P, B, C). `generators`: one
+        per member, its dropout draws (training); None in evaluation.
+        `members`: evaluate only these members."""
         params = [list(self.conv_weight), list(self.conv_bias), list(self.fc_weight), list(self.fc_bias)]
         if members is not None:
             params = [[p[members] for p in group] for group in params]
@@ -107,19 +113,21 @@ class StackedCNN(Stacked):
         for what, arg in self.program:
             if what == "conv":
                 w, b, (stride, padding, dilation) = next(conv_w), next(conv_b), arg
-                if w.shape[2] == 1:  # one input channel per group: not the solo kernel (docstring); per member
+                if w.shape[2] == 1:
+                    # one input channel per group: not the solo kernel (docstring); per member
                     x = torch.cat([F.conv2d(xi, wi, bi, stride, padding, dilation)
                                    for xi, wi, bi in zip(x.chunk(k, dim=1), w, b, strict=True)], dim=1)
                 else:
-                    x = F.conv2d(x, w.reshape(-1, *w.shape[2:]), b.reshape(-1), stride=stride, padding=padding,
-                                 dilation=dilation, groups=k)
+                    x = F.conv2d(x, w.reshape(-1, *w.shape[2:]), b.reshape(-1), stride=stride,
+                                 padding=padding, dilation=dilation, groups=k)
             elif what == "linear":
                 x = torch.baddbmm(next(fc_b).unsqueeze(1), x, next(fc_w).transpose(1, 2))
             elif what == "dropout":
                 if generators is not None:
                     x = x * member_masks(generators, x.shape[1], x.shape[2], arg, x.device)
             elif isinstance(arg, nn.Flatten):
-                x = x.reshape(x.shape[0], k, -1).transpose(0, 1)  # (k, B, C * H * W): the solo order per member
+                # (k, B, C * H * W): the solo order per member
+                x = x.reshape(x.shape[0], k, -1).transpose(0, 1)
             else:
                 x = arg(x)
         return self.head(x, members)

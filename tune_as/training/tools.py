@@ -59,32 +59,33 @@ def autocast_for(cfg: TrialSettings, device: torch.device) -> tuple[Any, bool]:
     """(autocast context, needs grad scaler). Mixed precision on GPU; fp32 on CPU unless asked."""
     precision = cfg.precision
     if precision == "auto":
-        precision = "fp32" if device.type != "cuda" else ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
+        precision = ("fp32" if device.type != "cuda"
+                     else ("bf16" if torch.cuda.is_bf16_supported() else "fp16"))
     if precision == "fp32":
         return nullcontext(), False
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device.type, dtype=dtype), precision == "fp16"
 
 
-# The flags of an AdamW(fused=True) group, in each of ours (step reads none of them): torch's load_state_dict takes a
-# saved group whole, and AdamW's __setstate__ fills a missing flag with its default ("fused": None, the foreach
-# kernel, whose rounding differs from the fused one on some CPUs), so a checkpoint of ours loaded into torch's must
-# say fused itself.
-TORCH_GROUP_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False, "differentiable": False,
-                     "fused": True, "decoupled_weight_decay": True}
+# The flags of an AdamW(fused=True) group, in each of ours (step reads none of them): torch's load_state_dict
+# takes a saved group whole, and AdamW's __setstate__ fills a missing flag with its default ("fused": None,
+# the foreach kernel, whose rounding differs from the fused one on some CPUs), so a checkpoint of ours loaded
+# into torch's must say fused itself.
+TORCH_GROUP_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
+                     "differentiable": False, "fused": True, "decoupled_weight_decay": True}
 
 
 class FusedAdamW:
-    """`torch.optim.AdamW(fused=True)`: the same update by the same kernel (torch's functional `adamw`, fused; equal
-    bit for bit, tests/test_optimizer.py), the same `param_groups` (the schedules set their "lr"; GradScaler reads
-    them), `zero_grad` and `state_dict` (torch's layout: a checkpoint of either loads into either).
-    Not torch.optim.AdamW itself because every torch.optim optimizer imports torch._dynamo when it is built and at
-    its first step (its `_disable_dynamo` and `_use_grad` wrappers): 1.5-1.7 CPU s in each fresh Ray worker, the
-    first trial's and every Tune experiment's, on a 2-core machine (docs/benchmarks.md); the functional API does
-    not import it."""
+    """`torch.optim.AdamW(fused=True)`: the same update by the same kernel (torch's functional `adamw`, fused;
+    equal bit for bit, tests/test_optimizer.py), the same `param_groups` (the schedules set their "lr";
+    GradScaler reads them), `zero_grad` and `state_dict` (torch's layout: a checkpoint of either loads into
+    either). Not torch.optim.AdamW itself because every torch.optim optimizer imports torch._dynamo when it is
+    built and at its first step (its `_disable_dynamo` and `_use_grad` wrappers): 1.5-1.7 CPU s in each fresh
+    Ray worker, the first trial's and every Tune experiment's, on a 2-core machine (docs/benchmarks.md); the
+    functional API does not import it."""
 
-    # as torch's fused AdamW: GradScaler sets these before `step` and the kernel skips a step with an inf or NaN
-    # gradient itself (no host read of found_inf per step)
+    # as torch's fused AdamW: GradScaler sets these before `step` and the kernel skips a step with an inf or
+    # NaN gradient itself (no host read of found_inf per step)
     _step_supports_amp_scaling = True
     grad_scale: Tensor | None = None
     found_inf: Tensor | None = None
@@ -97,7 +98,8 @@ class FusedAdamW:
         self.state: dict[nn.Parameter, dict[str, Tensor]] = {}
 
     def _state(self, p: nn.Parameter) -> dict[str, Tensor]:
-        if p not in self.state:  # as AdamW(fused=True) starts it: a float32 step count on the parameter's device
+        if p not in self.state:
+            # as AdamW(fused=True) starts it: a float32 step count on the parameter's device
             self.state[p] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),
                              "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                              "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
@@ -112,9 +114,9 @@ class FusedAdamW:
             states = [self._state(p) for p in params]
             beta1, beta2 = group["betas"]
             adamw(params, [p.grad for p in params], [s["exp_avg"] for s in states],
-                  [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states], fused=True, amsgrad=False,
-                  beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
-                  maximize=False, grad_scale=self.grad_scale, found_inf=self.found_inf)
+                  [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states], fused=True,
+                  amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],
+                  eps=group["eps"], maximize=False, grad_scale=self.grad_scale, found_inf=self.found_inf)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:
@@ -132,10 +134,11 @@ class FusedAdamW:
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         params = [p for g in self.param_groups for p in g["params"]]
-        mine, theirs = [len(g["params"]) for g in self.param_groups], [len(g["params"]) for g in saved["param_groups"]]
+        mine, theirs = ([len(g["params"]) for g in self.param_groups],
+                        [len(g["params"]) for g in saved["param_groups"]])
         if theirs != mine:
-            raise ValueError(f"optimizer state: expected the parameter groups of this model ({mine} parameters per "
-                             f"group), got {theirs}")
+            raise ValueError(f"optimizer state: expected the parameter groups of this model "
+                             f"({mine} parameters per group), got {theirs}")
         for group, kept in zip(self.param_groups, saved["param_groups"], strict=True):
             group["lr"] = kept["lr"]
         self.state = {params[int(i)]: {k: v.to(params[int(i)].device) for k, v in s.items()}
@@ -163,12 +166,14 @@ RESIDENT_BYTES = 1 << 30  # training inputs up to 1 GiB are widened once per tri
 
 @dataclass
 class Counts:
-    """The loop's one record of counts: with the model, optimizer and RNG, all a checkpoint needs to resume."""
+    """The loop's one record of counts: with the model, optimizer and RNG, all a checkpoint needs to
+    resume."""
 
     epoch: int = 0
     batch_in_epoch: int = 0
     samples_seen: int = 0
-    backward_rows: int = 0  # examples that went through a backward pass (== samples_seen unless rows are skipped)
+    # examples that went through a backward pass (== samples_seen unless rows are skipped)
+    backward_rows: int = 0
     optimizer_steps: int = 0
     train_seconds: float = 0.0
     best_val: float = -math.inf
@@ -176,8 +181,8 @@ class Counts:
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> Tensor:
-    """The order of the training rows in epoch `epoch` of the run with seed `seed` (its own generator: the same
-    order whatever else draws random numbers)."""
+    """The order of the training rows in epoch `epoch` of the run with seed `seed` (its own generator: the
+    same order whatever else draws random numbers)."""
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
 
 

@@ -1,20 +1,22 @@
 """One trial: fine-tune (or train a head) for a (task, loss) pair and report at every evaluation point.
 
-`Trial.run` is the loop, top to bottom: micro-steps (several per optimizer step under AS-Speed's accumulation),
-an optimizer step at the end of each cycle, an evaluation (and a checkpoint, when the reporter wants one) when
-due. Ray reaches it through a `Reporter` (tune_as.engine adapts `ray.tune.report`), so it runs without Ray.
+`Trial.run` is the loop, top to bottom: micro-steps (several per optimizer step under AS-Speed's
+accumulation), an optimizer step at the end of each cycle, an evaluation (and a checkpoint, when the reporter
+wants one) when due. Ray reaches it through a `Reporter` (tune_as.engine adapts `ray.tune.report`),
+so it runs without Ray.
 
 Schedules are functions of *training progress* = samples seen / samples planned, so AS-Speed (fewer optimizer
 steps for the same samples) gets the same learning-rate curve and the same AS warm-up as softmax.
 
-No host sync per step: the training statistics stay on the device and are read when a report is due (a non-finite
-loss ends the trial there). The reads the algorithms need happen only where they apply: a loss that masks rows
-reads its cycle's row counts once per optimizer step (an all-masked cycle must not step; AS-Speed's Eq. 19 needs
-the masked ratio), and row skipping's probe reads which examples to keep.
+No host sync per step: the training statistics stay on the device and are read when a report is due (a
+non-finite loss ends the trial there). The reads the algorithms need happen only where they apply: a loss that
+masks rows reads its cycle's row counts once per optimizer step (an all-masked cycle must not step; AS-Speed's
+Eq. 19 needs the masked ratio), and row skipping's probe reads which examples to keep.
 
-Row skipping (`skip_masked_rows`, the AS family): a gradient-free probe forward finds the fully masked examples
-(loss and gradient exactly 0), and forward + backward run on the others only, their mean scaled by kept / all rows,
-so the loss and every gradient are those of the full mean. No probe while the warm-up holds delta at 1.
+Row skipping (`skip_masked_rows`, the AS family): a gradient-free probe forward finds the fully masked
+examples (loss and gradient exactly 0), and forward + backward run on the others only, their mean scaled by
+kept / all rows, so the loss and every gradient are those of the full mean. No probe while the warm-up holds
+delta at 1.
 """
 
 from __future__ import annotations
@@ -48,16 +50,18 @@ from tune_as.training.tools import (
     seed_everything,
 )
 
-__all__ = ["FINISHED_FILE", "PMARGIN_FILE", "STATE_FILE", "Counts", "PhaseTimer", "Reporter", "StepStats", "Trial",
-           "drop_weights", "lr_factor", "p_margin", "run_trial"]
+__all__ = ["FINISHED_FILE", "PMARGIN_FILE", "STATE_FILE", "Counts", "PhaseTimer", "Reporter", "StepStats",
+           "Trial", "drop_weights", "lr_factor", "p_margin", "run_trial"]
 
 STATE_FILE = "trial_state.pt"
 FINISHED_FILE = "trial_finished"  # in a checkpoint whose weights `drop_weights` removed: the trial has ended
-EVAL_ROWS = 2048  # evaluation batch where batches are plain indexes (frozen features, pixels): no gradients kept
+# evaluation batch where batches are plain indexes (frozen features, pixels): no gradients kept
+EVAL_ROWS = 2048
 
 
 class Reporter(Protocol):
-    """Where a trial's evaluations go (tune_as.engine.callbacks adapts `ray.tune.report`; tests collect them)."""
+    """Where a trial's evaluations go (tune_as.engine.callbacks adapts `ray.tune.report`; tests collect
+    them)."""
 
     def wants_checkpoint(self, final: bool) -> bool:
         """Whether to save a checkpoint with this report (`final`: the trial's last report)."""
@@ -67,8 +71,8 @@ class Reporter(Protocol):
 
 
 class StepStats(NamedTuple):
-    """One micro-step: [mean loss over its counted rows, counted rows, masked rows] as one float64 tensor on the
-    device (not read), and the examples that went through backward (known on the host)."""
+    """One micro-step: [mean loss over its counted rows, counted rows, masked rows] as one float64 tensor on
+    the device (not read), and the examples that went through backward (known on the host)."""
 
     sums: Tensor
     backward_rows: int
@@ -99,14 +103,16 @@ def build_parts(cfg: TrialSettings, data: Any, device: torch.device) -> Parts:
     problem = row_skipping_problem(cfg.loss) if cfg.skip_masked_rows else None
     if problem:
         raise ValueError(problem)
-    model = build_model(data, head="cosine" if loss_fn.needs_cosine_head else "linear", seed=cfg.seed).to(device)
+    model = build_model(data, head="cosine" if loss_fn.needs_cosine_head else "linear",
+                        seed=cfg.seed).to(device)
     decay: list[nn.Parameter] = []  # weight decay on matrices; none on biases and norms
     no_decay: list[nn.Parameter] = []
     for name, p in model.named_parameters():
         if p.requires_grad:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    # fused: one kernel for the whole update (on this CPU 0.9 ms instead of 2.6 ms per step for a 275k-parameter
-    # head: benchmarks/bench_loop.py), the same update up to float rounding; on GPUs it is the usual choice too
+    # fused: one kernel for the whole update (on this CPU 0.9 ms instead of 2.6 ms per step for a
+    # 275k-parameter head: benchmarks/bench_loop.py), the same update up to float rounding;
+    # on GPUs it is the usual choice too
     optimizer = FusedAdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
     autocast, use_scaler = autocast_for(cfg, device)
@@ -132,7 +138,8 @@ class Trial:
         self.n_train = len(data.train)
         self.total_samples = max(1, int(round(cfg.epochs * self.n_train)))
         self.counts = Counts()
-        self.window = torch.zeros(3, dtype=torch.float64, device=self.device)  # StepStats sums since the report
+        # StepStats sums since the report
+        self.window = torch.zeros(3, dtype=torch.float64, device=self.device)
         self.window_steps = 0  # micro-steps since the report
         self.pmargin: np.ndarray | None = None
         self.timer: PhaseTimer | None = None  # set one to time the loop's phases (benchmarks)
@@ -144,7 +151,8 @@ class Trial:
         return self.counts.samples_seen / self.total_samples
 
     def run(self) -> None:
-        """Train to the end: micro-steps, an optimizer step per cycle, evaluations and checkpoints when due."""
+        """Train to the end: micro-steps, an optimizer step per cycle, evaluations and checkpoints when
+        due."""
         counts, cfg, accumulator = self.counts, self.cfg, self.parts.accumulator
         steps, micro, seen = (accumulator.steps if accumulator else 1), 0, (0, 0)
         self.model.train()
@@ -161,8 +169,10 @@ class Trial:
             end_of_data = counts.samples_seen >= self.total_samples
             epoch_done = counts.batch_in_epoch * cfg.batch_size >= self.n_train
             if micro < steps and not (end_of_data or epoch_done):
-                continue  # accumulate; a cycle never spans an epoch boundary, so evaluations see a settled model
-            cycle = (1, 0)  # (counted, masked) rows of the cycle: read only for a loss that can mask (docstring)
+                # accumulate; a cycle never spans an epoch boundary, so evaluations see a settled model
+                continue
+            # (counted, masked) rows of the cycle: read only for a loss that can mask (docstring)
+            cycle = (1, 0)
             if self.loss_fn.masks_rows:
                 rows, masked = (int(v) for v in self.window[1:].tolist())
                 cycle, seen = (rows - seen[0], masked - seen[1]), (rows, masked)
@@ -198,7 +208,8 @@ class Trial:
         """Forward and backward of one micro-batch (its gradient / `steps` added to .grad), skipping the fully
         masked examples when asked (module docstring)."""
         batch = self.train_batches.get(idx)
-        labels, all_rows = batch["labels"], None  # all_rows: counted rows of the whole micro-batch, when probed
+        # all_rows: counted rows of the whole micro-batch, when probed
+        labels, all_rows = batch["labels"], None
         if self.cfg.skip_masked_rows and not self.in_warmup:
             with self.phase("probe"), torch.no_grad():
                 with self.parts.autocast:
@@ -215,7 +226,8 @@ class Trial:
                 logits = self.model(batch)
             out = self.loss_fn(logits.float(), batch["labels"])
             loss, rows, masked = out.loss, out.n_rows.double(), out.n_masked.double()
-            if all_rows is not None:  # the kept rows' mean -> the mean over all counted rows of the micro-batch
+            if all_rows is not None:
+                # the kept rows' mean -> the mean over all counted rows of the micro-batch
                 loss = loss * rows / all_rows.clamp(min=1)
                 masked = masked + (all_rows - rows)  # skipped examples' rows: counted, and masked
                 rows = all_rows
@@ -226,15 +238,17 @@ class Trial:
 
     def close_cycle(self, micro: int, steps: int) -> None:
         """A cycle cut short at an epoch's end ran `micro` of its planned `steps` micro-batches, each of whose
-        gradients was divided by `steps`: rescaled, the accumulated gradient is their mean, as in a full cycle."""
+        gradients was divided by `steps`: rescaled, the accumulated gradient is their mean,
+        as in a full cycle."""
         if micro < steps:  # a GradScaler's scale is one constant factor: the rescaling commutes with it
             for p in self.model.parameters():
                 if p.grad is not None:
                     p.grad.mul_(steps / micro)
 
     def optimizer_step(self, skip: bool) -> bool:
-        """Clip and step, unless every row of the cycle was masked: the accumulated gradient is then exactly zero
-        and AdamW would still move the weights through its momentum and weight decay. True if it stepped."""
+        """Clip and step, unless every row of the cycle was masked: the accumulated gradient is then exactly
+        zero and AdamW would still move the weights through its momentum and weight decay. True if it
+        stepped."""
         # GradScaler reads an optimizer's param_groups and its AMP attributes only: FusedAdamW has both
         optimizer, scaler = cast(torch.optim.Optimizer, self.parts.optimizer), self.parts.scaler
         if not skip:
@@ -261,7 +275,8 @@ class Trial:
         self.model.eval()
         if self.warmup:
             self.loss_fn.set_warmup(False)
-        batches = Batches(split, self.device, resident_bytes=0)  # evaluation splits are read once: never widened
+        # evaluation splits are read once: never widened
+        batches = Batches(split, self.device, resident_bytes=0)
         size = EVAL_ROWS if split.lengths is None and split.ragged is None else max(self.cfg.batch_size, 128)
         preds, kept, loss_sum, rows = [], [], torch.zeros((), dtype=torch.float64, device=self.device), 0
         for start in range(0, len(split), size):
@@ -275,7 +290,8 @@ class Trial:
             if margins:
                 kept.append(p_margin(logits, batch["labels"]).cpu())
         scores = self.task.score(preds, split)
-        return Evaluation(scores, float(loss_sum / max(1, int(rows))), torch.cat(kept).numpy() if margins else None)
+        return Evaluation(scores, float(loss_sum / max(1, int(rows))),
+                          torch.cat(kept).numpy() if margins else None)
 
     def evaluate_and_report(self, steps: int) -> bool:
         """Report the evaluation (test only for a new best validation). False when training diverged."""
@@ -328,21 +344,26 @@ class Trial:
                     "scaler": parts.scaler.state_dict() if parts.scaler else None,
                     "accumulator": parts.accumulator.state_dict() if parts.accumulator else None,
                     "loop": asdict(self.counts), "rng": torch.get_rng_state(),
-                    # dropout on a GPU draws from the CUDA generators: saved too, so a resume continues exactly
+                    # dropout on a GPU draws from the CUDA generators: saved too,
+                    # so a resume continues exactly
                     "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
                    path / STATE_FILE)
         if self.pmargin is not None:
             np.save(path / PMARGIN_FILE, self.pmargin)
 
     def load(self, path: Path) -> None:
-        if (path / FINISHED_FILE).exists():  # an ended trial restored (its driver died before Ray noted the end)
+        if (path / FINISHED_FILE).exists():
+            # an ended trial restored (its driver died before Ray noted the end)
             self.counts.samples_seen = self.total_samples  # nothing left to train: run() reports nothing
             return
-        try:  # weights_only: a checkpoint holds tensors and plain values; unpickling anything else could run code
+        try:
+            # weights_only: a checkpoint holds tensors and plain values;
+            # unpickling anything else could run code
             saved = torch.load(path / STATE_FILE, map_location=self.device, weights_only=True)
         except pickle.UnpicklingError:
-            raise ValueError(f"{path / STATE_FILE}: expected a tune_as trial checkpoint (tensors and plain values), "
-                             "got a pickle of other objects (not loaded: unpickling them could run code)") from None
+            raise ValueError(f"{path / STATE_FILE}: expected a tune_as trial checkpoint "
+                             "(tensors and plain values), got a pickle of other objects "
+                             "(not loaded: unpickling them could run code)") from None
         parts = self.parts
         self.model.load_state_dict(saved["model"])
         parts.optimizer.load_state_dict(saved["optimizer"])
@@ -350,7 +371,8 @@ class Trial:
             parts.scaler.load_state_dict(saved["scaler"])
         if parts.accumulator and saved["accumulator"]:
             parts.accumulator.load_state_dict(saved["accumulator"])
-        loop = {k: v for k, v in saved["loop"].items() if k != "window"}  # "window": checkpoints before issue 21
+        # "window": checkpoints before issue 21
+        loop = {k: v for k, v in saved["loop"].items() if k != "window"}
         self.counts = Counts(**loop)
         torch.set_rng_state(saved["rng"])
         if saved.get("cuda_rng") is not None and torch.cuda.is_available():
@@ -360,12 +382,13 @@ class Trial:
 
 
 def drop_weights(checkpoint_dir: Path) -> None:
-    """Turn an ended trial's checkpoint into a marker (keeping its small pmargin.npy): nothing trains the trial
-    again, so its model and optimizer state (1.9 MB for digits' CNN, gigabytes for a fine-tuned BERT) would only
-    fill the disk. A trial restored from the marker has nothing left to train."""
+    """Turn an ended trial's checkpoint into a marker (keeping its small pmargin.npy): nothing trains the
+    trial again, so its model and optimizer state (1.9 MB for digits' CNN, gigabytes for a fine-tuned BERT)
+    would only fill the disk. A trial restored from the marker has nothing left to train."""
     (checkpoint_dir / FINISHED_FILE).touch()  # first: a kill between the two steps leaves a whole checkpoint
     (checkpoint_dir / STATE_FILE).unlink(missing_ok=True)
 
 
-def run_trial(config: dict[str, Any], data: Any, task: Any, reporter: Reporter, restore_dir: Path | None = None) -> None:
+def run_trial(config: dict[str, Any], data: Any, task: Any, reporter: Reporter,
+              restore_dir: Path | None = None) -> None:
     Trial(config, data, task, reporter, restore_dir).run()
