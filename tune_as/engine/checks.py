@@ -1,7 +1,8 @@
-"""The checks planning runs before anything is written (engine.plan): the losses apply to the task, the
-storage and data-cache folders are writable, sequences fit the backbone, a setting only some losses support is
-refused for the others, and every loss's fewest epochs train at least one optimizer step. Each failure is a
-UserError that names the option at fault. `setting_values` and `cache_dir` are shared with planning."""
+"""The checks planning runs before anything is written (engine.plan), in its order: the request and the
+folders it writes (`check_request`), the losses apply to the task, the resolved settings (`check_settings`:
+the baseline, populations, sequences that fit the backbone, a setting only some losses support), and every
+loss's fewest epochs train at least one optimizer step. Each failure is a UserError that names the option at
+fault. `setting_values` and `cache_dir` are shared with planning."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 
 from tune_as.engine.request import SearchRequest
 from tune_as.errors import UserError
-from tune_as.paths import check_writable_folder
+from tune_as.paths import check_temp_dir, check_writable_folder, resolved
 from tune_as.settings import DataSettings, TrialSettings
 from tune_as.space.search_space import SearchSpace
 from tune_as.tasks import Task
+from tune_as.training.population import applies as population_applies
 
 
 def setting_values(space: SearchSpace, base: TrialSettings, loss: str, key: str) -> list[float]:
@@ -90,3 +92,41 @@ def check_capabilities(base: TrialSettings, space: SearchSpace) -> None:
         problem = row_skipping_problem(loss) if skip or searched else None
         if problem:
             raise UserError(f"{problem}; set it per loss in the search space, or restrict --losses")
+
+
+def check_request(r: SearchRequest) -> Path:
+    """The request alone, then the folders it writes: storage, the temp folder, the data cache. The storage
+    path, resolved."""
+    r.check()
+    storage = resolved(r.storage_path, "--storage-path")
+    check_storage(storage)
+    check_temp_dir()
+    check_cache(r)
+    return storage
+
+
+def check_settings(r: SearchRequest, task: Task, space: SearchSpace, data: DataSettings,
+                   base: TrialSettings) -> None:
+    """What the resolved settings must allow: a frozen encoder has one to freeze, the baseline is searched and
+    has company, populations apply to the model, sequences fit the backbone, each setting suits its losses."""
+    if r.encoder == "frozen" and not task.uses_backbone:
+        raise UserError(f"--encoder: expected finetune for {task.name} (an image task has no pretrained "
+                        "encoder to freeze), got frozen")
+    if r.confirm or r.race:
+        from tune_as.results.ranking import baseline_for
+
+        baseline = baseline_for(task.kind, r.baseline)
+        if baseline not in space.losses:
+            raise UserError(f"--baseline: expected one of the searched losses {sorted(space.losses)} "
+                            f"(every verdict compares with it), got {baseline!r}; "
+                            "add it to --losses or choose --baseline")
+        if len(space.losses) < 2:
+            raise UserError(f"--losses: expected at least two losses to confirm a comparison, got "
+                            f"{list(space.losses)}")
+    model = data.encoder if task.uses_backbone else "cnn"  # an image task's model is its CNN
+    if r.seeds_per_trial > 1 and not population_applies(model, task.kind):
+        raise UserError(f"--seeds-per-trial: expected 1 for {task.name} with encoder {data.encoder} "
+                        f"(a population trains frozen-feature heads of sentence tasks and image CNNs), got "
+                        f"{r.seeds_per_trial}")
+    check_length(data, task)
+    check_capabilities(base, space)

@@ -21,27 +21,22 @@ from typing import Any
 
 from tune_as.engine.checks import (
     cache_dir,
-    check_cache,
-    check_capabilities,
-    check_length,
     check_losses,
     check_one_step,
+    check_request,
+    check_settings,
     check_storage,
     setting_values,
 )
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest
-from tune_as.engine.resume import check_in_place, check_unfinished, latest_search, read_state, restore_request
+from tune_as.engine.resume import check_same_search, read_state, resumed
 from tune_as.engine.state import (
-    check_ownership,
-    check_scheduler_state,
-    check_searcher_states,
     new_token,
     search_experiment,
 )
 from tune_as.errors import UserError, first_line
 from tune_as.paths import (
     absolute_sqlite,
-    check_temp_dir,
     check_tracking_store,
     resolved,
 )
@@ -56,7 +51,6 @@ from tune_as.space.search_space import (
 from tune_as.tasks import PreparedData, Task, build_task
 from tune_as.tasks.backbones import MINILM, TINY
 from tune_as.tasks.sources import hub_offline
-from tune_as.training.population import applies as population_applies
 
 # --smoke: a tiny random backbone and little data, so the whole pipeline runs in well under a minute.
 SMOKE: dict[str, Any] = {"backbone": "tiny", "max_train_samples": 256, "max_eval_samples": 128,
@@ -235,75 +229,25 @@ def prepare(spec: DataSettings, task: Task) -> PreparedData:
 
 
 def plan_search(r: SearchRequest) -> SearchPlan:
-    """Validate the request, load the space and prepare (cached) data. Writes nothing but the data cache."""
-    r.check()
-    storage = resolved(r.storage_path, "--storage-path")
-    check_storage(storage)
-    check_temp_dir()
-    check_cache(r)
-    state = None
+    """One pass, top to bottom: the request and its folders checked, the saved search restored (--resume), the
+    task and its search space, the trial settings resolved and checked, the data prepared. Writes nothing but
+    the data cache; every refusal is a UserError naming the option."""
+    storage = check_request(r)
+    state, name = None, ""
     if r.resume:
-        name = r.name or latest_search(storage, r.task or None)
-        if name is None:
-            raise UserError(f"--resume: expected a previous {r.task or ''} search under {storage}, "
-                            "found none")
-        if (storage / name).is_dir():  # before anything in it is read: Ray's resume unpickles its state
-            check_ownership(storage / name)
-        state = read_state(storage / name)
-        if state is None:
-            raise UserError(f"--resume: expected a search to resume at {storage / name}, found nothing there")
-        check_searcher_states(storage / name)
-        check_scheduler_state(storage / name)
-        r = restore_request(r, state, name)
+        r, state, name = resumed(r, storage)
     r = dataclasses.replace(r, mlflow_uri=absolute_sqlite(r.mlflow_uri))
     check_tracking_store(r.mlflow_uri or "")
-    task = build(r.task, r.task_args)
-    space = load_search_space(r.search_space or default_space_path(task.name, task.kind), task.kind)
-    if space.task != task.name:
-        raise UserError(f"{space.path}: task: expected {task.name!r} (the --task), got {space.task!r}")
-    if r.losses:
-        check_losses(r.losses, task.kind)
-        space = space.restrict(list(r.losses))
-    if r.encoder == "frozen" and not task.uses_backbone:
-        raise UserError(f"--encoder: expected finetune for {task.name} (an image task has no pretrained "
-                        "encoder to freeze), got frozen")
-    overrides = check_overrides(dict(r.overrides), space.fixed)
-    if overrides:
-        space = space.with_overrides(overrides)
-    if r.trials_per_loss or r.smoke:
-        space = dataclasses.replace(space, trials_per_loss=int(r.trials_per_loss or SMOKE_TRIALS))
+    task, space = task_and_space(r)
     if state is not None:
-        name = (r.name or latest_search(storage, task.name)) or ""
-        if state["fingerprint"] != space.fingerprint() or state["losses"] != list(space.losses):
-            raise UserError(f"--resume: the search space of {name} changed since it started (expected "
-                            f"fingerprint {state['fingerprint']} for losses {state['losses']}, got "
-                            f"{space.fingerprint()} for {list(space.losses)}); start a new search instead")
-        check_unfinished(state, r, name)
-        check_in_place(state, storage / name)
+        check_same_search(state, space.fingerprint(), list(space.losses), r, storage / name)
     else:
         name = r.name or f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         if (storage / name).exists():
             raise UserError(f"--name: expected a new search name, but {storage / name} exists; "
                             "add --resume to continue it")
-    if r.confirm or r.race:
-        from tune_as.results.ranking import baseline_for
-
-        baseline = baseline_for(task.kind, r.baseline)
-        if baseline not in space.losses:
-            raise UserError(f"--baseline: expected one of the searched losses {sorted(space.losses)} "
-                            f"(every verdict compares with it), got {baseline!r}; "
-                            "add it to --losses or choose --baseline")
-        if len(space.losses) < 2:
-            raise UserError(f"--losses: expected at least two losses to confirm a comparison, got "
-                            f"{list(space.losses)}")
     data_settings, base = resolve_settings(r, task, space)
-    model = data_settings.encoder if task.uses_backbone else "cnn"  # an image task's model is its CNN
-    if r.seeds_per_trial > 1 and not population_applies(model, task.kind):
-        raise UserError(f"--seeds-per-trial: expected 1 for {task.name} with encoder {data_settings.encoder} "
-                        f"(a population trains frozen-feature heads of sentence tasks and image CNNs), got "
-                        f"{r.seeds_per_trial}")
-    check_length(data_settings, task)
-    check_capabilities(base, space)
+    check_settings(r, task, space, data_settings, base)
     try:  # a budget that cannot pay for the answer is refused before the data is prepared
         search_trials(r, space, base)
     except ValueError as exc:
@@ -314,6 +258,23 @@ def plan_search(r: SearchRequest) -> SearchPlan:
     return SearchPlan(r, task, space, data_settings, base, data, name, storage / name,
                       r.experiment or task.name, state["search_id"] if state else name,
                       state.get("token") if state else new_token())
+
+
+def task_and_space(r: SearchRequest) -> tuple[Task, SearchSpace]:
+    """The task and its search space as the request shapes it: --losses, --set, --trials-per-loss, --smoke."""
+    task = build(r.task, r.task_args)
+    space = load_search_space(r.search_space or default_space_path(task.name, task.kind), task.kind)
+    if space.task != task.name:
+        raise UserError(f"{space.path}: task: expected {task.name!r} (the --task), got {space.task!r}")
+    if r.losses:
+        check_losses(r.losses, task.kind)
+        space = space.restrict(list(r.losses))
+    overrides = check_overrides(dict(r.overrides), space.fixed)
+    if overrides:
+        space = space.with_overrides(overrides)
+    if r.trials_per_loss or r.smoke:
+        space = dataclasses.replace(space, trials_per_loss=int(r.trials_per_loss or SMOKE_TRIALS))
+    return task, space
 
 
 def plan_confirmation(r: SearchRequest, data_settings: DataSettings,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_as.engine.request import RESULT_OPTIONS, SearchRequest, flag
-from tune_as.engine.state import TOKEN
+from tune_as.engine.state import TOKEN, check_ownership, check_scheduler_state, check_searcher_states
 from tune_as.errors import SUCCESS, Ending, UserError, first_line
 from tune_as.paths import absolute_sqlite
 from tune_as.tracking import schema
@@ -206,3 +206,33 @@ def latest_search(storage: Path, task: str | None) -> str | None:
     found = [folder / schema.SEARCH_STATE_FILE for folder, state in schema.search_states(storage)
              if task is None or state.get("task") == task]
     return max(found, key=lambda p: p.stat().st_mtime).parent.name if found else None
+
+
+def resumed(r: SearchRequest, storage: Path) -> tuple[SearchRequest, dict[str, Any], str]:
+    """The search `--resume` continues (--name, else the latest under `storage`): its folder checked before
+    anything in it is read (Ray's resume unpickles its state), its saved request restored with this call's
+    runtime options. (request, saved state, name)."""
+    name = r.name or latest_search(storage, r.task or None)
+    if name is None:
+        raise UserError(f"--resume: expected a previous {r.task or ''} search under {storage}, found none")
+    if (storage / name).is_dir():
+        check_ownership(storage / name)
+    state = read_state(storage / name)
+    if state is None:
+        raise UserError(f"--resume: expected a search to resume at {storage / name}, found nothing there")
+    check_searcher_states(storage / name)
+    check_scheduler_state(storage / name)
+    return restore_request(r, state, name), state, name
+
+
+def check_same_search(state: dict[str, Any], fingerprint: str, losses: list[str], r: SearchRequest,
+                      search_dir: Path) -> None:
+    """The resumed search is the saved one: the same search space and losses, something left to do, and the
+    folder where it was saved."""
+    name = search_dir.name
+    if state["fingerprint"] != fingerprint or state["losses"] != losses:
+        raise UserError(f"--resume: the search space of {name} changed since it started (expected "
+                        f"fingerprint {state['fingerprint']} for losses {state['losses']}, got {fingerprint} "
+                        f"for {losses}); start a new search instead")
+    check_unfinished(state, r, name)
+    check_in_place(state, search_dir)
