@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import uuid
 from pathlib import Path
 
@@ -195,6 +196,17 @@ def test_a_step_down_claim_is_marked_and_the_note_says_which_look_made_it() -> N
                                 failures={}),
                          trials, confirmations)
     assert not any(n.startswith(STEP_DOWN_MARK) for n in plain.table.notes)
+    # for scripts: the same answer as JSON, numbers as numbers, the mark as a field of its own
+    doc = json.loads(answered.render("json", r))
+    by_loss = {row["loss"]: row for row in doc["losses"]}
+    assert by_loss["x"]["verdict"] == "loss" and by_loss["x"]["interval_shows_verdict"] is False
+    assert by_loss["a"]["interval_shows_verdict"] is True and by_loss["a"]["decided_at_look"] == 1
+    assert by_loss["x"]["test_points"]["values"] == pytest.approx(100 * np.array(values["x"]))
+    assert by_loss["x"]["diff_points"] == pytest.approx(100 * (np.mean(values["x"]) - 0.80))
+    assert by_loss["softmax"]["baseline"] and by_loss["softmax"]["verdict"] is None
+    assert doc["alpha"] == 0.1
+    assert [row["loss"] for row in doc["losses"]] == [row[1] for row in answered.table.rows]
+    assert answered.render("csv", r) == answered.table.csv(), "the other formats are the table's"
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ folder), and every other `python -m tune_as.*` command parses with the real CLI.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import shlex
@@ -128,3 +129,17 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     # the report prints the search's own answer, replayed from its runs: the same table, byte for byte
     (answer,) = (tmp_path / "report").glob("answer_*.csv")
     assert answer.read_text() == logged
+    # any finished search's answer, printed again from its record for a script: JSON, numbers as numbers, the
+    # same verdicts and differences as the table it logged
+    run = subprocess.run([sys.executable, "-m", "tune_as.report", "--experiment", "digits", "--print",
+                          "json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(run.stdout)
+    by_loss = {row["loss"]: row for row in doc["losses"]}
+    assert set(by_loss) == set(rows) and doc["baseline"] == "softmax" and doc["margin_points"] == 0.5
+    for loss, cells in rows.items():
+        row = by_loss[loss]
+        assert row["rank"] == int(cells[0].rstrip("=")) and len(row["test_points"]["values"]) == row["seeds"]
+        if loss != "softmax":
+            assert row["verdict"] == unmarked(cells[7]).split(" (")[0], (row, cells)
+            assert f"{row['diff_points']:+.2f}" == cells[6].split()[0], (row, cells)

@@ -94,7 +94,7 @@ def run_search(r: SearchRequest, head: Head | None = None, answer_to: TextIO | N
         answered = answer_table(record, trials, confirmed.runs)  # the decision, as the report replays it
         compute = Compute(search_epochs, confirmed.epochs, sum(map(len, grids)), len(confirmed.runs),
                           time.monotonic() - tic, r.budget)
-        show(session, answered, compute, answer_to or sys.stdout)
+        show(session, answered, record, compute, answer_to or sys.stdout)
         keep(session, record, answered, compute)
         if not any(row.val for row in answered.rows):
             raise NoResult(f"no loss has a result: every trial failed, diverged or was stopped early "
@@ -162,11 +162,12 @@ def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGri
                                         search_scheduler(plan), sum(lost.values())), sum(lost.values())))
 
 
-def show(session: Session, answered: Answered, compute: Compute, answer_to: TextIO) -> None:
+def show(session: Session, answered: Answered, record: AnswerRecord, compute: Compute,
+         answer_to: TextIO) -> None:
     """The answer in the request's format; in a machine format it is alone on `answer_to`, what it cost and
     where to look go to stdout apart."""
     r = session.plan.request
-    shown = answered.table.render(r.output_format)
+    shown = answered.render(r.output_format, record)
     tail = compute.line() + "\n" + schema.ui_line(session.tracker.shown, str(session.tracker.experiment_id))
     if r.output_format in MACHINE_FORMATS:
         print(shown, end="", file=answer_to, flush=True)

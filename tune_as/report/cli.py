@@ -28,7 +28,7 @@ from tune_as.report.answers import Replayed, column_labels, replay, search_name
 from tune_as.report.runs import connect, experiment_ids, history, search_all, trial_runs
 from tune_as.report.tables import confirmation_table, selection_csv, table2, table3, table4, table6
 from tune_as.results.forest import forest
-from tune_as.results.render import Table
+from tune_as.results.render import FORMATS, Table
 from tune_as.results.selection import (
     PAPER_TASKS,
     Cell,
@@ -135,6 +135,21 @@ def searches_of(client: MlflowClient, ids: Sequence[str], wanted: Sequence[str])
                             f"({', '.join(sorted(names)) or 'none'}), received {', '.join(missing)}")
         found = [r for r in found if search_name(r) in wanted]
     return sorted(found, key=lambda r: (r.info.start_time or 0, search_name(r)))
+
+
+def answer_text(experiments: Sequence[str], tracking_uri: str, searches: Sequence[str], fmt: str) -> str:
+    """One search's answer replayed from its record (`--print`), in `fmt`: what the search printed, or its
+    structured JSON. UserError unless exactly one search is chosen and its answer can be replayed."""
+    client = connect(tracking_uri)
+    parents = searches_of(client, list(experiment_ids(client, experiments, tracking_uri)), searches)
+    if len(parents) != 1:
+        raise UserError(f"--print: expected one search, found {len(parents)}"
+                        + (f" ({', '.join(search_name(p) for p in parents)}): choose one with --search"
+                           if parents else ""))
+    replayed = replay(client, parents[0])
+    if isinstance(replayed, str):
+        raise UserError(f"--print: {replayed}")
+    return replayed.answered.render(fmt, replayed.record)
 
 
 def per_search(runs: list[TrialRun], labels: dict[str, str], keep_other: bool) -> list[TrialRun]:
@@ -276,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for tables and figures (default: tune_as_report)")
     p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"),
                    help="MLflow tracking URI (default: env MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    p.add_argument("--print", dest="print_format", choices=FORMATS, default=None, metavar="FORMAT",
+                   help="print one search's answer, replayed from its record, in FORMAT (table, markdown, "
+                        "csv, json: numbers as numbers) on stdout, and write nothing else")
     p.add_argument("--confirm", type=int, default=0, metavar="N",
                    help="re-run each selected setting with N new seeds and compare with softmax")
     p.add_argument("--optuna-storage", type=Path, default=None, metavar="PATH",
@@ -308,12 +326,16 @@ def _report(args: argparse.Namespace) -> int:
     if args.confirm < 0 or args.confirm == 1:
         raise UserError(f"--confirm: expected 0 or at least 2 seeds (a paired interval needs 2), received "
                         f"{args.confirm}")
+    experiments = [e.strip() for e in args.experiment.split(",") if e.strip()]
+    searches = [n.strip() for n in args.search.split(",") if n.strip()]
+    if args.print_format:
+        print(answer_text(experiments, args.tracking_uri, searches, args.print_format), end="")
+        return 0
     placement = SearchRequest(task="", address=args.address, storage_path=args.storage_path,
                               cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                               max_concurrent=args.max_concurrent)
-    report = build_report([e.strip() for e in args.experiment.split(",") if e.strip()], args.out,
-                          args.tracking_uri, args.confirm, args.optuna_storage, placement,
-                          [n.strip() for n in args.search.split(",") if n.strip()])
+    report = build_report(experiments, args.out, args.tracking_uri, args.confirm, args.optuna_storage,
+                          placement, searches)
     show(report)
     return 0
 

@@ -133,6 +133,12 @@ class Answered:
     table: Table
     decision: racing.Answer | None
 
+    def render(self, fmt: str, record: AnswerRecord | None = None) -> str:
+        """The answer in one of render.FORMATS; "json" is the structured answer (`structured`) when the record
+        is given, numbers as numbers."""
+        return (json.dumps(structured(self, record), indent=1, ensure_ascii=False) + "\n"
+                if fmt == "json" and record is not None else self.table.render(fmt))
+
 
 def answer_table(record: AnswerRecord, trials: Sequence[TrialRun],
                  confirmations: Sequence[TrialRun]) -> Answered:
@@ -293,3 +299,49 @@ def summary(answered: Answered, margin_points: float) -> tuple[dict[str, float],
         tags["best_set"] = ", ".join(sorted(decision.best))
         tags["winner"] = decision.best[0] if len(decision.best) == 1 else "tie: " + tags["best_set"]
     return metrics, tags
+
+
+def _stats(values: Sequence[float]) -> dict[str, Any] | None:
+    """Values of the metric (fractions) in points: their mean, standard deviation (None for one) and each."""
+    if not values:
+        return None
+    pts = [100 * v for v in values]
+    return {"mean": float(np.mean(pts)), "std": float(np.std(pts, ddof=1)) if len(pts) > 1 else None,
+            "values": pts}
+
+
+def structured(answered: Answered, record: AnswerRecord) -> dict[str, Any]:
+    """The answer for scripts (`--format json`): per loss, in the table's order, its exact setting, trials,
+    validation and test in points (mean, std, per seed), and against the baseline the difference and its
+    simultaneous interval in points, the adjusted p, the verdict (win, loss, equivalent, undecided), whether
+    the interval shows it (else Holm's step-down made it: the table's mark) and the look that decided it;
+    the best set; the notes. The same runs give the same document (it is built from the replayed answer)."""
+    decision = answered.decision
+    margin = verdicts.points(record.margin_points)
+    rows = []
+    tied = sum(row.best for row in answered.rows) > 1  # the best set's members share rank 1, as in the table
+    for rank, row in enumerate(answered.rows, 1):
+        comparison = next((c for c in decision.rows if c.loss == row.loss), None) if decision else None
+        rows.append({
+            "rank": (1 if row.best and tied else rank) if row.val else None, "loss": row.loss,
+            "setting": row.setting, "trials": row.trials,
+            "completed": row.completed, "confirmed": row.confirmed,
+            "seeds": len(row.val) if row.confirmed else 0,
+            "val_points": _stats(row.val), "test_points": _stats(row.test),
+            "baseline": row.loss == record.baseline,
+            "diff_points": None if comparison is None or comparison.mean_diff is None
+            else 100 * comparison.mean_diff,
+            "interval_points": None if comparison is None or comparison.interval is None
+            else [100 * x for x in comparison.interval],
+            "p_adjusted": None if comparison is None else comparison.p_adjusted,
+            "verdict": None if comparison is None else comparison.verdict,
+            "interval_shows_verdict": (None if comparison is None
+                                       else verdicts.interval_shows(comparison, margin)),
+            "decided_at_look": None if comparison is None else comparison.decided_at,
+            "best_set": row.best, "failure": row.failure or None})
+    return {"task": record.task, "title": record.title, "metric": record.metric, "baseline": record.baseline,
+            "margin_points": record.margin_points, "alpha": record.alpha,
+            "verdicts_on": decision.metric if decision else None,
+            "best_set": sorted(decision.best) if decision else [], "losses": rows,
+            "notes": answered.table.notes}
+
