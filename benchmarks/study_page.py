@@ -141,7 +141,7 @@ def speed_vs_as(uri: str, tasks: list[str], alpha: float = 0.05) -> dict[str, st
     """task -> 'AS-Speed minus AS-Softmax' cell: mean difference [simultaneous interval] (n seeds) and the
     direction the interval shows, on the confirmation runs' test metric (validation where a task has no test
     labels: rte, cola)."""
-    from tune_as.report.cli import connect, experiment_ids, trial_runs
+    from tune_as.report.runs import connect, experiment_ids, trial_runs
     from tune_as.results.verdicts import paired_differences, simultaneous_interval
     from tune_as.tracking import schema
 

@@ -107,7 +107,7 @@ def test_a_race_is_reproducible_replayed_exactly_and_never_pooled(tmp_path: Path
     column, never pooled with the first."""
     from tune_as.engine import SearchRequest
     from tune_as.engine.run import run_search
-    from tune_as.report.cli import build_report
+    from tune_as.report.build import build_report
 
     space = tmp_path / "digits.yaml"
     space.write_text(RACE_SPACE)
@@ -219,7 +219,7 @@ def test_the_report_replays_a_clinc_oos_race_and_its_raised_margin(tmp_path: Pat
 
     from tune_as.engine import SearchRequest
     from tune_as.engine.run import run_search
-    from tune_as.report.cli import build_report
+    from tune_as.report.build import build_report
 
     experiment = f"answer-clinc-{uuid.uuid4().hex[:6]}"
     outcome = run_search(SearchRequest(
@@ -251,7 +251,7 @@ def test_a_race_with_populations_gives_the_answer_of_one_seed_per_trial(tmp_path
 
     from tune_as.engine import SearchRequest
     from tune_as.engine.run import run_search
-    from tune_as.report.cli import build_report
+    from tune_as.report.build import build_report
 
     experiment = f"answer-pop-{uuid.uuid4().hex[:6]}"
     common = dict(task="clinc_oos", data_dir=shared_data("clinc_oos"), losses=("softmax", "as_softmax"),

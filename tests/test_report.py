@@ -16,7 +16,8 @@ import pytest
 from conftest import free_port
 
 from tune_as.report import figures as figs
-from tune_as.report.cli import build_report, main
+from tune_as.report.build import build_report
+from tune_as.report.cli import main
 from tune_as.report.tables import table2, table3, table4, table6
 from tune_as.results.selection import (
     TrialRun,
@@ -624,7 +625,7 @@ def test_the_optuna_figure_of_a_multilabel_task_is_its_multilabel_as_softmax_stu
     runs trained: Eq. 18's on a multi-label task, whose row is the paper's as_softmax once selected (the
     eurlex study's report said 'expected study eurlex-as_softmax' and drew none; a test on hand-keyed cells
     missed it)."""
-    from tune_as.report.cli import as_softmax_study
+    from tune_as.report.build import as_softmax_study
 
     eurlex = [dataclasses.replace(r, task="eurlex") for r in (
         run(0, "1e-3", 0.8, loss="multilabel_softmax"), run(1, "1e-3", 0.9, loss="multilabel_as_softmax"))]

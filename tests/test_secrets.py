@@ -25,7 +25,7 @@ from mlflow.environment_variables import MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKI
 from mlflow.tracking import MlflowClient
 
 from tune_as.errors import UserError
-from tune_as.report import cli as report
+from tune_as.report import runs as report
 from tune_as.tracking import client as tracking
 from tune_as.tracking import schema
 from tune_as.tracking.tracker import MlflowTracker

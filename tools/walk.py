@@ -2,10 +2,10 @@
 
     python tools/walk.py tune_as.engine.run:run_search [--depth N] [--show]
 
-Depth first from the function, in the order its calls appear, each tune_as function read once: a call is followed
-when it names a tune_as function (imported by name, through an imported tune_as module, or in the same module).
-Methods on objects are not followed (a static walk cannot know the type). A "stop" is a function read; a "return"
-is a stop in a file the walk had entered before and then left. Issue 68 asks for at most 15 returns.
+Depth first from the function, in the order its calls appear, each tune_as function read once: a call is
+followed when it names a tune_as function (imported by name, through an imported tune_as module, or in the
+same module). Methods on objects are not followed (a static walk cannot know the type). A "stop" is a
+function read; a "return" is a stop in a file the walk had entered before and then left.
 """
 
 from __future__ import annotations
@@ -25,14 +25,16 @@ class Module:
     def __init__(self, name: str) -> None:
         self.name, self.path = name, _source(name)
         tree = ast.parse(self.path.read_text()) if self.path else ast.Module(body=[], type_ignores=[])
-        self.functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.functions = {n.name: n for n in tree.body
+                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.names: dict[str, tuple[str, str | None]] = {}  # local name -> (module, function or None)
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tune_as"):
                 for alias in node.names:
                     sub = f"{node.module}.{alias.name}"
                     is_module = importlib.util.find_spec(sub) is not None if _package(node.module) else False
-                    self.names[alias.asname or alias.name] = (sub, None) if is_module else (node.module, alias.name)
+                    self.names[alias.asname or alias.name] = ((sub, None) if is_module
+                                                              else (node.module, alias.name))
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.startswith("tune_as"):
