@@ -4,6 +4,7 @@ type), orphaned runs, deleted experiments, two processes opening a fresh SQLite 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -22,6 +23,7 @@ from mlflow.tracking import MlflowClient
 from tune_as.errors import UserError
 from tune_as.tracking import client as tracking
 from tune_as.tracking import schema
+from tune_as.tracking.client import OutageVoice
 from tune_as.tracking.tracker import MlflowTracker
 
 TAGS = {schema.ROLE: "trial", schema.LOSS: "softmax"}
@@ -222,8 +224,15 @@ def test_a_locked_sqlite_store_is_an_outage(tmp_path: Path) -> None:
     client = tracking.open_client(f"sqlite:///{tmp_path / 'm.db'}")
     with closing(sqlite3.connect(tmp_path / "m.db", isolation_level=None)) as other_writer:
         other_writer.execute("BEGIN EXCLUSIVE")
+        before = OutageVoice.dropped
         locked = _raised(lambda: client.create_experiment("x"))  # after MLflow's own 20 s busy timeout
     assert "database is locked" in str(locked) and tracking.is_outage(locked)
+    # one voice (issue 70, case 12): MLflow's traceback of the locked database was kept out; the tracker says
+    # the outage itself, once. A record of anything else still passes.
+    assert OutageVoice.dropped > before
+    other = logging.LogRecord("mlflow.store.db.utils", logging.ERROR, __file__, 1, "boom: %s",
+                              (ValueError("not an outage"),), None)
+    assert all(f.filter(other) for f in logging.getLogger("mlflow.store.db.utils").filters)
 
 
 # -- a name the experiment holds already -----------------------------------------------------------------

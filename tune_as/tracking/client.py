@@ -83,6 +83,49 @@ def is_outage(exc: BaseException) -> bool:
                for e in _chain(exc))
 
 
+# Loggers of the libraries under MLflow that print a traceback for each failed request while a store is away
+# (MLflow's database layer logs every OperationalError with its traceback; SQLAlchemy's pools, a failed
+# connection reset). A filter on a logger sees only its own records, hence each name.
+OUTAGE_LOGGERS = ("mlflow.store.db.utils", "sqlalchemy.pool.base", "sqlalchemy.pool.impl.QueuePool",
+                  "sqlalchemy.pool.impl.NullPool", "sqlalchemy.pool.impl.SingletonThreadPool")
+
+
+def _database_away(exc: BaseException) -> bool:
+    """A database driver's or SQLAlchemy's "cannot reach / cannot use the database now" (MLflow turns
+    SQLAlchemy's OperationalError into TEMPORARILY_UNAVAILABLE, which `is_outage` reads)."""
+    return any(type(e).__name__ in ("OperationalError", "InterfaceError")
+               and type(e).__module__.split(".")[0] in ("sqlalchemy", "sqlite3", "psycopg2", "psycopg",
+                                                         "pymysql")
+               for e in _chain(exc))
+
+
+class OutageVoice(logging.Filter):
+    """Drops a library's record of an outage (its exception `is_outage`, or a database away): the tracker
+    says it once, in one line with its duration ("MLflow unreachable at ...; buffering", "reachable again
+    after N s"), the same for SQLite, PostgreSQL and HTTP stores. Every other record passes. `dropped` counts
+    what it kept out."""
+
+    dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None and record.args:  # MLflow passes the exception as the message's argument
+            exc = next((a for a in (record.args if isinstance(record.args, tuple) else ())
+                        if isinstance(a, BaseException)), None)
+        if exc is not None and (is_outage(exc) or _database_away(exc)):
+            OutageVoice.dropped += 1
+            return False
+        return True
+
+
+def one_voice() -> None:
+    """Install `OutageVoice` on the outage loggers, once per process."""
+    for name in OUTAGE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, OutageVoice) for f in logger.filters):
+            logger.addFilter(OutageVoice())
+
+
 def failure_reason(exc: BaseException, uri: str) -> str:
     """Why a call to MLflow at `uri` failed, in one line without secrets: the operating system's reason for a
     network failure ("Connection refused", "Name or service not known"), else the exception's first line."""
@@ -157,6 +200,7 @@ def open_client(uri: str) -> MlflowClient:
     - MLflow prints no "View run ... at URL" line per run: the CLIs print their own summary;
     - the first use of a fresh SQLite file is serialized across processes (`_first_use_lock`)."""
     check_database_port(uri)
+    one_voice()
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # Fail fast instead of MLflow's default minutes of blocking retries: our own queue retries instead (MLflow
