@@ -330,7 +330,7 @@ def test_settings_print_to_the_fewest_digits_that_keep_distinct_settings_distinc
 def test_the_forest_plot_draws_the_answers_own_differences_intervals_and_verdicts(tmp_path: Path) -> None:
     """The headline figure: one row per loss with a difference, its point and interval in points (the table's
     numbers), coloured by its verdict word; nothing drawn for an answer without confirmation."""
-    from tune_as.results.forest import VERDICT_COLOURS, forest
+    from tune_as.results.forest import BEST_MARK, VERDICT_COLOURS, forest
 
     plan = racing.Plan.fixed(("softmax", "a", "b"), "softmax", (5, 6, 7, 8), 4, resolution_points=100 / 359)
     r = record(losses=("softmax", "a", "b"), race=plan, mode="fixed", trials={"s": True}, failures={},
@@ -344,7 +344,12 @@ def test_the_forest_plot_draws_the_answers_own_differences_intervals_and_verdict
     fig = forest(answered, 0.5, "softmax", "accuracy", tmp_path / "answer.png", "digits")
     assert fig is not None and (tmp_path / "answer.png").stat().st_size > 0
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["b", "a"]  # the larger difference on top
+    best = set(answered.decision.best)
+    assert best, "equal validation: a tied best set"
+    # the larger difference on top; the best set's members starred, and the legend says what the star means
+    assert [t.get_text() for t in ax.get_yticklabels()] == \
+        [f"{BEST_MARK} {loss}" if loss in best else loss for loss in ("b", "a")]
+    assert any(t.get_text().startswith(f"{BEST_MARK} in the best set") for t in ax.get_legend().get_texts())
     points = [line for line in ax.get_lines() if line.get_marker() == "o"]
     rows = {row.loss: row for row in answered.decision.rows}
     for y, loss in enumerate(("b", "a")):

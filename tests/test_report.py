@@ -528,7 +528,7 @@ def test_fig2_draws_stopped_trials_hollow_and_grey(tmp_path: Path) -> None:
     for ax in drawing.figure.axes:  # validation and test panels
         done, stopped = ax.collections
         assert [tuple(p) for p in done.get_offsets()][:1] == \
-            [(0.1, pytest.approx(0.80 if ax is drawing.figure.axes[0] else 0.5))]
+            [(0.1, pytest.approx(80.0 if ax is drawing.figure.axes[0] else 50.0))]  # in points
         assert len(done.get_offsets()) == len(stopped.get_offsets()) == 2
         assert tuple(done.get_facecolors()[0]) == to_rgba(figs.style("as_softmax").colour)  # filled
         assert stopped.get_facecolors().size == 0 or stopped.get_facecolors()[0][3] == 0  # hollow
@@ -592,6 +592,7 @@ def test_every_loss_has_its_own_colour_blind_safe_style_in_every_figure() -> Non
 
     styles = {loss: figs.style(loss) for loss in LOSSES}
     assert len(set(styles.values())) == len(styles)  # no two losses look alike
+    assert len({s.colour for s in styles.values()}) == len(styles), "every loss a colour of its own"
     assert {s.colour for s in styles.values()} <= set(figs.PALETTE)
     assert figs.STOPPED_COLOUR not in figs.PALETTE
     # the paper's protagonists get three different colours, not just different markers

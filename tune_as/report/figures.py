@@ -5,8 +5,11 @@ drawn as stopped early), or a one-line note saying why the figure was skipped (e
 AS-Softmax for that task).
 
 Conventions, the same in every figure (docs/report.md, "Figures"):
-- a loss has one colour and one marker everywhere (`style`): Okabe-Ito's colour-blind-safe colours, and
-  since there are more losses than such colours, a marker that tells apart two losses sharing a colour;
+- a loss has one colour and one marker everywhere (`style`): a colour of its own (Okabe-Ito's colour-blind
+  safe seven first, then Paul Tol's muted ones), and a marker too, which tells apart two colours a reader's
+  eyes may not;
+- metrics in points (%), as the tables print them; an axis spans at least `MIN_SPAN` points, so a spread of
+  a few test items is not drawn as a trend;
 - a run early stopping cut before its last epoch is drawn hollow (dashed when a line, grey in Figure 2) and
   named in the legend, so a 1-epoch point is never read as a peer of a 10-epoch point;
 - legends sit outside the axes, never over the data.
@@ -36,11 +39,14 @@ if TYPE_CHECKING:
 AS_ROWS = ("as_softmax", "as_speed")
 Cells = Mapping[tuple[str, str], Cell]
 
-# Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision deficiencies.
-# Their yellow (#F0E442) is left out: too faint on white.
-PALETTE = ("#000000", "#D55E00", "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9")
-# 9 markers against 7 colours: (colour, marker) pairs repeat only after 63 losses.
+# Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision deficiencies
+# (their yellow, #F0E442, is left out: too faint on white); then Paul Tol's muted scheme and three more, so
+# every loss the code knows has a colour of its own (tests/test_report.py checks it).
+PALETTE = ("#000000", "#D55E00", "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9",
+           "#882255", "#117733", "#332288", "#999933", "#AA4499", "#44AA99", "#DDCC77", "#CC6677",
+           "#661100", "#6699CC", "#BBCC33")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+MIN_SPAN = 2.0  # points: the least span of a metric axis
 STOPPED_COLOUR = "#999999"  # Figure 2: the stopped trials of the one loss it shows
 # The paper's protagonists take the first, most distinct colours:
 # softmax black, AS-Softmax vermillion, AS-Speed blue.
@@ -105,6 +111,14 @@ def _legend_outside(ax: Axes) -> None:
               frameon=False)
 
 
+def _points_axis(ax: Axes) -> None:
+    """A metric axis (already in points) at least MIN_SPAN points tall, centred on what it shows."""
+    low, high = ax.get_ylim()
+    if high - low < MIN_SPAN:
+        mid = (low + high) / 2
+        ax.set_ylim(mid - MIN_SPAN / 2, mid + MIN_SPAN / 2)
+
+
 def _save(fig: Figure, path: Path, stopped: Sequence[str] = ()) -> Drawing:
     fig.savefig(path, dpi=120, bbox_inches="tight")  # the outside legends are part of the image
     _pyplot().close(fig)
@@ -152,7 +166,8 @@ def fig2_delta(task: str, trials: Sequence[TrialRun], out: Path) -> Drawn:
     metric, s = runs[0].metric, style("as_softmax")
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharex=True, layout="constrained")
     done, stopped = [r for r in runs if not r.stopped_early], [r for r in runs if r.stopped_early]
-    for ax, value in ((left, lambda r: r.best_val), (right, lambda r: r.last.get(f"test_{metric}", np.nan))):
+    for ax, value in ((left, lambda r: 100 * r.best_val),
+                      (right, lambda r: 100 * r.last.get(f"test_{metric}", np.nan))):
         for group, look, label in (
             (done, {"color": s.colour}, f"completed its epochs ({len(done)})"),
             (stopped, {"facecolors": "none", "edgecolors": STOPPED_COLOUR},
@@ -161,10 +176,12 @@ def fig2_delta(task: str, trials: Sequence[TrialRun], out: Path) -> Drawn:
             if group:
                 ax.scatter([float(r.params["loss.delta"]) for r in group], [value(r) for r in group],
                            marker=s.marker, label=label, **look)
-    left.set(xlabel="δ (loss.delta)", ylabel=f"best validation {metric}",
+    left.set(xlabel="δ (loss.delta)", ylabel=f"best validation {metric} (%)",
              title=f"Figure 2: {metric} vs δ, {task} ({len(runs)} trials)")
-    right.set(xlabel="δ (loss.delta)", ylabel=f"test {metric} at the best-validation checkpoint",
+    right.set(xlabel="δ (loss.delta)", ylabel=f"test {metric} at the best-validation checkpoint (%)",
               title="test")
+    for ax in (left, right):
+        _points_axis(ax)
     _legend_outside(right)
     return _save(fig, out / f"fig2_delta_{task}.png", [r.run_id for r in stopped])
 
@@ -179,14 +196,15 @@ def fig3_curves(task: str, cells: Cells, histories: Mapping[str, History], out: 
         run = cells[task, row].runs[0]
         h = histories.get(run.run_id, {})
         x, y = joined(h, "optimizer_steps", f"val_{metric}")
-        _curve(left, x, y, row, run.stopped_early)
+        _curve(left, x, 100 * y, row, run.stopped_early)
         x, loss = joined(h, "optimizer_steps", "val_loss")
         span = np.ptp(loss) if loss.size else 0.0
         # Losses live on different scales (an AS-Softmax loss reaches 0): min-max normalise each curve.
         _curve(right, x, (loss - loss.min()) / span if span > 0 else loss * 0, row, run.stopped_early)
         stopped += [run.run_id] if run.stopped_early else []
-    left.set(xlabel="optimizer steps", ylabel=f"validation {metric}",
+    left.set(xlabel="optimizer steps", ylabel=f"validation {metric} (%)",
              title=f"Figure 3: validation {metric}, {task}")
+    _points_axis(left)
     right.set(xlabel="optimizer steps", ylabel="normalised validation loss",
               title="normalised validation loss")
     _legend_outside(right)

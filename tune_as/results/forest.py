@@ -3,8 +3,8 @@ coloured by its verdict, against the equivalence margin (a forest plot, `answer.
 run and in the report).
 
 Drawn from the answer's own decision (`Answered.decision`), never re-derived: the points, intervals and words
-are the table's. Axes in points of the metric, as the tables are. Losses without a difference (no result, or
-the baseline itself) are not drawn: the table lists them.
+are the table's. Axes in points of the metric, as the tables are; the best set's members are starred. Losses
+without a difference (no result, or the baseline itself) are not drawn: the table lists them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 # Okabe & Ito's colour-blind-safe colours, one per verdict word (the first word of verdict_word's text)
 VERDICT_COLOURS = {"win": "#009E73", "loss": "#D55E00", "equivalent": "#0072B2", "undecided": "#999999"}
+BEST_MARK = "\u2605"  # a star before a loss of the best set
 
 
 def forest(answered: Answered, margin_points: float, baseline: str, metric: str, path: Path,
@@ -53,7 +54,11 @@ def forest(answered: Answered, margin_points: float, baseline: str, metric: str,
         ax.plot([low, high], [y, y], color=colour, lw=2.2, solid_capstyle="butt")
         ax.plot([mean], [y], "o", color=colour, ms=6)
         words.append(f"{word}  {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
-    ax.set_yticks(range(len(drawn)), [r.loss for r in drawn])
+    best = set(decision.best)
+    ax.set_yticks(range(len(drawn)), [f"{BEST_MARK} {r.loss}" if r.loss in best else r.loss for r in drawn])
+    if best & {r.loss for r in drawn} or baseline in best:
+        ax.plot([], [], " ", label=f"{BEST_MARK} in the best set on validation (tied, not ranked)"
+                                   + (f"; {baseline} too" if baseline in best else ""))
     ax.set_xlabel(f"difference to {baseline}, points of {metric} (simultaneous intervals)")
     right = ax.secondary_yaxis("right")
     right.set_yticks(range(len(drawn)), words)
