@@ -64,9 +64,9 @@ def forest(answered: Answered, margin_points: float, baseline: str, metric: str,
     right.set_yticks(range(len(drawn)), words)
     right.tick_params(length=0)
     ax.set_ylim(-0.7, len(drawn) - 0.3)
-    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False, fontsize="small")
-    if title:
-        ax.set_title(title, loc="left", fontsize="medium", pad=22)
+    legend = ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False, fontsize="small")
+    if title:  # above the legend's lines
+        ax.set_title(title, loc="left", fontsize="medium", pad=8 + 14 * len(legend.get_texts()))
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return fig
