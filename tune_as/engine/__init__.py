@@ -21,6 +21,7 @@ Modules (tests/test_imports.py keeps this list equal to the package's):
 - progress: the live view of the trials
 - cluster: start or join Ray, resources and concurrency
 - head: a local search's Ray, started at the CLI's first line
+- lifeline: a joined cluster's head, polled: its loss ends the search in seconds
 - interrupt: signals that reach Ray too
 - disk: a full disk ends the search cleanly
 - folder: the search's folder: lock, state, resume hint

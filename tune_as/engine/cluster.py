@@ -13,6 +13,7 @@ import threading
 import urllib.parse
 from typing import Any
 
+from tune_as.engine import lifeline
 from tune_as.engine.head import Head
 from tune_as.engine.request import refuse_ray_client
 from tune_as.errors import UserError, excerpt, first_line
@@ -99,6 +100,7 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
             env = trial_env()
             ctx = ray.init(address=address, log_to_driver=False, logging_level=level,
                            runtime_env={"env_vars": env} if env else None)
+            lifeline.keep()  # a head lost under the search ends it in seconds, not Ray's 60
         elif joined:  # the driver joins the CLI's head on loopback
             ctx = ray.init(address=joined, log_to_driver=False, logging_level=level,
                            _node_ip_address="127.0.0.1")
