@@ -183,16 +183,6 @@ def resources(cpus_per_trial: float, gpus_per_trial: float | None) -> dict[str, 
     return {"cpu": cpus_per_trial, "gpu": gpus}
 
 
-def concurrency(max_concurrent: int | None, res: dict[str, float]) -> int:
-    if max_concurrent:
-        return max_concurrent
-    import ray
-
-    total = ray.cluster_resources()
-    fits = total.get("GPU", 0) / res["gpu"] if res["gpu"] else total.get("CPU", 1) / res["cpu"]
-    return max(1, min(8, int(fits)))
-
-
 # Ray's documented switch for its single-machine mode, read once, when Ray is imported.
 SINGLE_MACHINE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
