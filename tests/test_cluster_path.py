@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import closing, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,6 +191,9 @@ class RayCluster:
     gcs_port: int
     dashboard_port: int
     nodes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # the fault hook's settings for every trial (tests/faults.py; workers inherit the nodes' environment): by
+    # default a search's first two trials meet before they go on, so each node certainly runs one
+    hooks: dict[str, str] = field(default_factory=lambda: {"TUNE_AS_MEET": "2"})
 
     @property
     def address(self) -> str:
@@ -206,10 +209,9 @@ class RayCluster:
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token, RAY_USAGE_STATS_ENABLED="0",
                    # Ray jobs run `python` from the PATH of `ray start`: make it this environment's.
                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-                   # tests/faults.py in every trial of the cluster (workers inherit the nodes' environment): a
-                   # search's first two trials meet before they go on, so each node certainly runs one
+                   # tests/faults.py in every trial of the cluster, set by `hooks`
                    TUNE_AS_TRIAL_HOOK="faults:hook", TUNE_AS_FAULT_DIR=str(self.temp_dir / "faults"),
-                   TUNE_AS_MEET="2",
+                   **self.hooks,
                    PYTHONPATH=os.pathsep.join(filter(None,
                                                      [str(REPO / "tests"), os.environ.get("PYTHONPATH")])))
         return env
@@ -263,21 +265,34 @@ class RayCluster:
         for proc in reversed(self.nodes):  # workers first, then the head
             _stop_session(proc)
 
+    def start_head(self) -> None:
+        """The head (again, after it was lost: on the same ports), once its GCS answers."""
+        self.start_node("--head", f"--port={self.gcs_port}", "--dashboard-host=127.0.0.1",
+                        f"--dashboard-port={self.dashboard_port}",
+                        f"--ray-client-server-port={free_port()}", f"--temp-dir={self.temp_dir}")
+        _wait_http(f"{self.dashboard}/api/gcs_healthz", self.nodes[-1],
+                   self.temp_dir / f"node{len(self.nodes) - 1}.log", timeout=120)
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[RayCluster]:
+    def add_node(self, *args: str) -> None:
+        """One more node, once the cluster counts it alive."""
+        self.start_node(f"--address={self.address}", *args)
+        self.wait_for_nodes(len(self.nodes))
+
+
+@contextmanager
+def started(nodes: int = 2, hooks: dict[str, str] | None = None) -> Iterator[RayCluster]:
+    """A head and `nodes - 1` more nodes (with the resource `node_b`), one CPU each, stopped with every
+    process of theirs at the end."""
     # A short temp dir: Ray puts unix sockets under it and socket paths are limited to 107 bytes.
     cluster = RayCluster(token=secrets.token_hex(32), temp_dir=Path(tempfile.mkdtemp(prefix="ta-ray-")),
                          gcs_port=free_port(), dashboard_port=free_port())
+    if hooks is not None:
+        cluster.hooks = hooks
     (cluster.temp_dir / "faults").mkdir()
     try:
-        cluster.start_node("--head", f"--port={cluster.gcs_port}", "--dashboard-host=127.0.0.1",
-                           f"--dashboard-port={cluster.dashboard_port}",
-                           f"--ray-client-server-port={free_port()}", f"--temp-dir={cluster.temp_dir}")
-        head_log = cluster.temp_dir / "node0.log"
-        _wait_http(f"{cluster.dashboard}/api/gcs_healthz", cluster.nodes[0], head_log, timeout=120)
-        cluster.start_node(f"--address={cluster.address}", '--resources={"node_b": 1}')
-        cluster.wait_for_nodes(2)
+        cluster.start_head()
+        for _ in range(nodes - 1):
+            cluster.add_node('--resources={"node_b": 1}')
         yield cluster
     finally:
         cluster.stop()
@@ -286,6 +301,12 @@ def ray_cluster() -> Iterator[RayCluster]:
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(cluster.temp_dir, ignore_errors=True)
         assert not leftovers, f"`ray start --block` left processes behind after SIGTERM: {leftovers}"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[RayCluster]:
+    with started() as cluster:
+        yield cluster
 
 
 # --- the tests --------------------------------------------------------------------------------------

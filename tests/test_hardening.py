@@ -41,16 +41,21 @@ def test_a_search_name_is_claimed_by_one_process_at_a_time(tmp_path: Path) -> No
     claim(folder, resume=True).close()  # free again once its holder is gone
 
 
+# a search on a cluster resumes on it (a resume without --address would start a local Ray)
+@pytest.mark.parametrize("address", [None, "10.0.0.5:6379"], ids=["local", "cluster"])
 def test_resume_hint_is_one_shell_command_that_works_from_any_folder(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     address: str | None) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # the parser's default for --address
     uri = f"sqlite:///{tmp_path / 'my runs' / 'm.db'}?timeout=30&x=1"
     plan = plan_search(SearchRequest(task="digits", storage_path=Path("my results"), name="n1",
-                                     mlflow_uri=uri, max_train_samples=64, cache_dir=tmp_path / "cache"))
+                                     mlflow_uri=uri, max_train_samples=64, cache_dir=tmp_path / "cache",
+                                     address=address))
     hint = resume_hint(plan)
     assert shlex.split(hint)[:3] == ["python", "-m", "tune_as.search"]
     args = build_parser().parse_args(shlex.split(hint)[3:])
-    assert (args.resume, args.name, args.mlflow_uri) == (True, "n1", uri)
+    assert (args.resume, args.name, args.mlflow_uri, args.address) == (True, "n1", uri, address)
     assert args.storage_path == tmp_path / "my results"  # absolute: the hint also works from another folder
 
 

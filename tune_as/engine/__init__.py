@@ -19,8 +19,10 @@ Modules (tests/test_imports.py keeps this list equal to the package's):
 - callbacks: the driver's side of a trial (MLflow runs, names, checkpoints dropped)
 - worker: what a Ray worker runs
 - progress: the live view of the trials
-- cluster: start or join Ray, resources and concurrency
+- cluster: start or join Ray, a trial's resources
+- concurrency: trials at a time, following the cluster's resources while a search runs
 - head: a local search's Ray, started at the CLI's first line
+- lifeline: a joined cluster's head, polled: its loss ends the search in seconds
 - interrupt: signals that reach Ray too
 - disk: a full disk ends the search cleanly
 - folder: the search's folder: lock, state, resume hint

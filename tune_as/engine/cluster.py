@@ -13,6 +13,7 @@ import threading
 import urllib.parse
 from typing import Any
 
+from tune_as.engine import lifeline
 from tune_as.engine.head import Head
 from tune_as.engine.request import refuse_ray_client
 from tune_as.errors import UserError, excerpt, first_line
@@ -99,6 +100,7 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
             env = trial_env()
             ctx = ray.init(address=address, log_to_driver=False, logging_level=level,
                            runtime_env={"env_vars": env} if env else None)
+            lifeline.keep()  # a head lost under the search ends it in seconds, not Ray's 60
         elif joined:  # the driver joins the CLI's head on loopback
             ctx = ray.init(address=joined, log_to_driver=False, logging_level=level,
                            _node_ip_address="127.0.0.1")
@@ -179,16 +181,6 @@ def resources(cpus_per_trial: float, gpus_per_trial: float | None) -> dict[str, 
         raise UserError(f"--cpus-per-trial: expected at most {max_cpus:g} (the most CPUs on any node), got "
                         f"{cpus_per_trial:g}")
     return {"cpu": cpus_per_trial, "gpu": gpus}
-
-
-def concurrency(max_concurrent: int | None, res: dict[str, float]) -> int:
-    if max_concurrent:
-        return max_concurrent
-    import ray
-
-    total = ray.cluster_resources()
-    fits = total.get("GPU", 0) / res["gpu"] if res["gpu"] else total.get("CPU", 1) / res["cpu"]
-    return max(1, min(8, int(fits)))
 
 
 # Ray's documented switch for its single-machine mode, read once, when Ray is imported.

@@ -40,9 +40,11 @@ def write_state(search_dir: Path, state: dict[str, Any]) -> None:
 
 def resume_hint(plan: SearchPlan) -> str:
     """The command that resumes this search, to paste in a shell as is (from any folder: the path is
-    absolute)."""
+    absolute), on the cluster it ran on (an address holds no password: `cluster.check_address`)."""
     storage = shlex.quote(str(plan.search_dir.parent))
     hint = f"python -m tune_as.search --resume --name {plan.name} --storage-path {storage}"
+    if plan.request.address:
+        hint += f" --address {shlex.quote(plan.request.address)}"
     uri = plan.request.mlflow_uri
     if uri and redact_uri(uri) == uri:  # a URI with a password is not printed: pass it again
         hint += f" --mlflow-uri {shlex.quote(uri)}"

@@ -180,7 +180,8 @@ class SearchRequest:
     cpus_per_trial: float = option(1.0, result=False, unit="CPUs", help="CPUs per trial")
     max_concurrent: int | None = option(
         None, result=False, unit="trials",
-        help="cap on concurrent trials (default: what the cluster's resources allow, at most 8)")
+        help="cap on concurrent trials (default: what the cluster's resources allow, followed as nodes "
+             "join or leave, at most 8)")
     eval_every_steps: int | None = option(None, result=True, unit="optimizer steps",
                                           help="evaluate every N optimizer steps (default: once per epoch)")
     address: str | None = option(

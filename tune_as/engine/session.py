@@ -17,9 +17,9 @@ from typing import Any
 
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
-from ray.tune.search import ConcurrencyLimiter, Searcher
+from ray.tune.search import Searcher
 
-from tune_as.engine import callbacks, cluster, disk, interrupt, storage, worker
+from tune_as.engine import callbacks, cluster, concurrency, disk, interrupt, storage, worker
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.head import Head
 from tune_as.engine.plan import SearchPlan
@@ -175,6 +175,6 @@ def per_loss(session: Session) -> PerLossSearcher:
 
 
 def limited(session: Session, searcher: Searcher) -> Searcher:
-    """`searcher` with at most as many trials running as the cluster holds (counted by the searcher)."""
-    return ConcurrencyLimiter(searcher, cluster.concurrency(session.plan.request.max_concurrent,
-                                                            session.resources))
+    """`searcher` with at most --max-concurrent trials running, else as many as the cluster holds while it
+    runs (counted by the searcher)."""
+    return concurrency.limited(searcher, session.plan.request.max_concurrent, session.resources)
