@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tune_as.engine import interrupt
-from tune_as.errors import UserError
+from tune_as.errors import INTERRUPTED, UserError
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # `ray start` colours its lines even in a file
 READY = "Ray runtime started."  # what `ray start` prints once its GCS and raylet answer
@@ -227,7 +227,8 @@ class Head:
             # what `ray start` left of its session
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            interrupt.abandon(1, f"the local Ray ended (`ray start` exited {code}: {self.output(2)[-300:]})")
+            interrupt.abandon(INTERRUPTED,
+                              f"the local Ray ended (`ray start` exited {code}: {self.output(2)[-300:]})")
 
     def stop(self) -> None:
         """The head ended at once: SIGKILL to its process group (`ray start`, GCS, raylet, agents) and to the
