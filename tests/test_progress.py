@@ -359,3 +359,18 @@ def test_a_population_shows_its_best_member_so_far() -> None:
     assert best_of({POPULATION: [1, 2, 3]}, last, "accuracy") == 0.93
     assert best_of({}, {"best_val_accuracy": 0.5}, "accuracy") == 0.5
     assert best_of({POPULATION: [1]}, {"epoch": 0.0}, "accuracy") is None
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_the_lines_that_end_a_search_fit_the_terminal(width: int) -> None:
+    """What a search prints after its answer (what it cost, where its runs are) wraps to the terminal's
+    width (at 80 columns both ran past the pane); an address wider than the pane stays whole, on a line of
+    its own."""
+    from tune_as.engine.record import Compute
+    from tune_as.results.render import fit
+    from tune_as.tracking.schema import ui_line
+
+    url = "http://127.0.0.1:5000/#/experiments/1?workflowType=machine_learning"
+    tail = fit(Compute(115, 325, 23, 65, 163.0).line() + "\n" + ui_line("sqlite:///mlflow.db", "1"), width)
+    assert all(len(line) <= width or line.strip() == url for line in tail.splitlines()), tail
+    assert url in tail.splitlines()[-1]

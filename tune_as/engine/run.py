@@ -119,8 +119,8 @@ def _where(session: Session) -> None:
     print(f"MLflow: {session.tracker.shown}\n  experiment {plan.experiment!r}, parent run "
           f"{session.tracker.parent_id}")
     studies = schema.optuna_url(_shown(plan.search_dir))
-    print(f"Optuna studies: {studies}" if importlib.util.find_spec("optuna_dashboard") is None else
-          f"Optuna studies: optuna-dashboard {studies}")
+    print(fitted(f"Optuna studies: {studies}" if importlib.util.find_spec("optuna_dashboard") is None else
+                 f"Optuna studies: optuna-dashboard {studies}"))
     for note in plan.data.notes:  # what was done to the data (carved splits, cut texts), built or cached
         print(fitted(f"Data: {note}"))
 
@@ -171,7 +171,8 @@ def show(session: Session, answered: Answered, compute: Compute, answer_to: Text
     where to look go to stdout apart."""
     r = session.plan.request
     shown = answered.table.render(r.output_format)
-    tail = compute.line() + "\n" + schema.ui_line(session.tracker.shown, str(session.tracker.experiment_id))
+    tail = fitted(compute.line() + "\n" + schema.ui_line(session.tracker.shown,
+                                                         str(session.tracker.experiment_id)))
     if r.output_format in MACHINE_FORMATS:
         print(shown, end="", file=answer_to, flush=True)
         print(tail)
