@@ -280,10 +280,10 @@ def test_elsewhere_a_line_only_when_something_changed_and_the_block_as_its_phase
                  "b": TrialStatus("softmax", "TERMINATED", 2.0, 2.0, 0.8, "")}, done=True)
     lines = out.getvalue().splitlines()
     assert "\x1b" not in out.getvalue()
-    assert lines[0].startswith("search: 0/2 trials ended, 1 running · digits   0%")
-    assert lines[1].startswith("search: 1/2 trials ended, 1 running · digits  75%"), lines
-    assert lines[2].startswith("digits 100%") and lines[3] == "search: 2/2 trials ended, 0 running"
-    assert len(lines) == 2 + 2 + 2 + 1 and lines[-1] == "", "two lines, the block (4 lines), a blank line"
+    assert lines[0].startswith("digits   0% [") and lines[1] == "search: 0/2 trials ended, 1 running"
+    assert lines[2].startswith("digits  75% [") and lines[3] == "search: 1/2 trials ended, 1 running", lines
+    assert lines[4].startswith("digits 100% [") and lines[5] == "search: 2/2 trials ended, 0 running"
+    assert len(lines) == 2 + 2 + 4 + 1 and lines[-1] == "", "two changes, the block (4 lines), a blank line"
 
 
 def test_progress_goes_to_stderr_and_tune_s_reporter_finds_its_view_after_a_pickle(

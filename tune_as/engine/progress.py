@@ -6,8 +6,8 @@ running"), then one line per loss (trials done, running, stopped early, failed; 
 far and its setting). Every line is cut to the terminal's width. In a terminal the block is redrawn in place
 (up over the rows it drew, counted at the width now: a terminal that reflows shows a line wider than its new
 width on more rows) and stays as it ended when its phase ends: one block per phase in the scrollback.
-Elsewhere (a pipe, a log) a line is printed only when a phase's counts changed, at most every `every_s`, and
-the block once, as its phase ends; never an escape sequence.
+Elsewhere (a pipe, a log) the run's and the phase's lines are printed only when the phase's counts changed, at
+most every `every_s`, and the block once, as its phase ends; never an escape sequence.
 
 The run's trial-epochs: the search's (each loss's trials times their epochs, corrected as trials end: ASHA
 stops some early, some fail) plus every confirmation round that may still run (the race's plan: the seeds each
@@ -106,8 +106,7 @@ def clock(seconds: float) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"{minutes}:{secs:02d}"
 
 
-def run_line(title: str, done: float, total: float, elapsed: float, left: float | None, width: int,
-             bar: bool = True) -> str:
+def run_line(title: str, done: float, total: float, elapsed: float, left: float | None, width: int) -> str:
     """The run's line: the title, the share done and a bar over the trial-epochs as wide as the line leaves it
     (10 to 40 columns, none when there is no room), the time left (when known), the time elapsed and the
     trial-epochs; the parts a narrow line has no room for are left out from the last."""
@@ -119,7 +118,7 @@ def run_line(title: str, done: float, total: float, elapsed: float, left: float 
     while parts and len(" ".join([head, " · ".join(parts)])) > width:
         parts.pop()
     text = " · ".join(parts)
-    room = min(40, width - len(head) - len(text) - 4) if bar else 0
+    room = min(40, width - len(head) - len(text) - 4)
     drawn = f"[{'#' * round(room * share)}{'.' * (room - round(room * share))}]" if room >= 10 else ""
     return _fit(" ".join(x for x in (head, drawn, text) if x), width)
 
@@ -140,7 +139,7 @@ def loss_lines(trials: Sequence[TrialStatus], metric: str, width: int) -> list[s
         lines.append(f"{_fit(loss, LOSS_WIDTH):<{LOSS_WIDTH}} {len(ended) - stopped:>4} "
                      f"{sum(t.status == 'RUNNING' for t in mine):>4} {stopped:>4} {failed:>4} {value:>14}  "
                      + (best.setting if best else ""))
-    return [_fit(line, width) for line in lines]
+    return [_fit(line.rstrip(), width) for line in lines]
 
 
 def screen(stream: TextIO) -> tuple[int, int]:
@@ -272,9 +271,8 @@ class RunView:
         return [self.run_line(width), _fit(phase.line(), width),
                 *loss_lines(list(phase.trials.values()), self.metric, width)]
 
-    def run_line(self, width: int, bar: bool = True) -> str:
-        return run_line(self.title, self.done(), self.total(), self.sampled - self.start, self.left(), width,
-                        bar)
+    def run_line(self, width: int) -> str:
+        return run_line(self.title, self.done(), self.total(), self.sampled - self.start, self.left(), width)
 
     def _show(self, done: bool) -> None:
         width, height = self.size()
@@ -293,8 +291,7 @@ class RunView:
             if done:
                 self.stream.write("".join(f"{x}\n" for x in lines) + "\n")
             elif said != self.printed and self.sampled - self.printed_at >= self.every_s:
-                self.stream.write(_fit(f"{lines[1]} · {self.run_line(width - len(lines[1]) - 3, bar=False)}",
-                                       width) + "\n")
+                self.stream.write(f"{lines[0]}\n{lines[1]}\n")  # the run's line and the phase's
             else:
                 return
             self.printed, self.printed_at = said, self.sampled
