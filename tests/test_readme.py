@@ -74,12 +74,13 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     assert "Ray: wrote a new token to ~/.ray/auth_token" in run.stdout, run.stdout[:600]
     token = home / ".ray" / "auth_token"
     assert len(token.read_text()) == 64 and token.stat().st_mode & 0o077 == 0, "the token is the user's alone"
-    # The progress view: one line per loss, within 100 columns (Ray's wide per-trial table only with
-    # --verbose)
-    blocks = [b for b in run.stdout.split("\n\n")
-              if re.match(r"\s*digits (search|confirmation): \d+/\d+ trials", b)]
+    # The progress view, on stderr (stdout: the answer): a block per phase as it ends, one line per loss,
+    # within 100 columns (Ray's wide per-trial table only with --verbose)
+    blocks = [b for b in run.stderr.split("\n\n")
+              if re.search(r"^(search|confirmation round \d+ of [^:]+): \d+/\d+ trials ended", b, re.M)]
     assert blocks and all(len(line) <= 100 for b in blocks for line in b.strip().splitlines()), blocks[:1]
-    assert "| Trial name" not in run.stdout, "Ray's per-trial table is for --verbose"
+    assert "trials ended" not in run.stdout, "progress is on stderr"
+    assert "| Trial name" not in run.stdout + run.stderr, "Ray's per-trial table is for --verbose"
     # The answer: printed as a table that fits the terminal (COLUMNS=100: no line of the search's output is
     # wider, Ray's included), and logged as ranking.csv: every loss ranked on 3 or 5 confirmation seeds (the
     # race); none judged on fewer epochs than another.

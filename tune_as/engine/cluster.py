@@ -17,6 +17,7 @@ from tune_as.engine import lifeline
 from tune_as.engine.head import Head
 from tune_as.engine.request import refuse_ray_client
 from tune_as.errors import UserError, excerpt, first_line
+from tune_as.results.render import fit
 from tune_as.tracking.client import redact_uri
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -119,8 +120,8 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
     url = getattr(ctx, "dashboard_url", None)
     if url:
         port = str(url).rsplit(":", 1)[-1]  # the port Ray bound (8265, or the next free one)
-        print(f"Ray dashboard: http://{url}  (from a laptop: ssh -L {port}:127.0.0.1:{port} HEAD)\n"
-              f"  token auth: the token is in ~/.ray/auth_token locally, RAY_AUTH_TOKEN on a cluster")
+        print(fit(f"Ray dashboard: http://{url}  (from a laptop: ssh -L {port}:127.0.0.1:{port} HEAD)\n"
+                  f"  token auth: the token is in ~/.ray/auth_token locally, RAY_AUTH_TOKEN on a cluster"))
 
 
 def join_hints(address: str | None, exc: BaseException) -> str:

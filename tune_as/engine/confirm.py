@@ -9,12 +9,14 @@ parent run.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from functools import partial
 
 from ray.tune.schedulers import FIFOScheduler
 
 from tune_as.engine import members, storage
 from tune_as.engine.plan import git_commit, plan_confirmation
+from tune_as.engine.progress import round_bounds
 from tune_as.engine.record import Confirmed, margin_points, reach, resolution_points, trial_runs
 from tune_as.engine.request import SearchRequest
 from tune_as.engine.searcher import FixedConfigs
@@ -91,12 +93,17 @@ def confirm(session: Session, trials: list[TrialRun], search_epochs: float) -> C
             break
         attempted |= set(wanted)
         configs = [dataclasses.replace(_settings(cells[loss]), seed=s) for loss, s in wanted]
-        print(f"\nConfirmation round {round_no}: {len(configs)} runs of {len(answer.next_seeds)} losses, "
-              f"no early stopping (seeds {', '.join(map(str, sorted({seed for _, seed in wanted})))})")
-        new, spent = run_round(session, configs, round_no)
+        session.progress.note(f"Confirmation round {round_no}: {len(configs)} runs of "
+                              f"{len(answer.next_seeds)} losses, no early stopping "
+                              f"(seeds {', '.join(map(str, sorted({seed for _, seed in wanted})))})")
+        # the rounds that may follow: the seeds their looks add, for the losses still racing at most
+        later = round_bounds(race.looks, len(answer.active), per_run, after=round_no)
+        session.progress.rounds_left(later)
+        new, spent = run_round(session, configs, round_no, round_no + len(later))
         runs += new
         rounds.append(tuple(run.run_id for run in new))
         epochs += spent
+    session.progress.rounds_left([])
     results = ranking.race_results(runs, plan.metric)
     if r.budget is not None and not racing.decide(results, race, None).done:
         notes.append(f"--budget {r.budget:g} trial-epochs spent before every verdict was decided.")
@@ -109,12 +116,16 @@ def _settings(cell: Cell) -> TrialSettings:
     return settings
 
 
-def run_round(session: Session, configs: list[TrialSettings],
-              round_no: int = 1) -> tuple[list[TrialRun], float]:
+def run_round(session: Session, configs: list[TrialSettings], round_no: int = 1,
+              rounds: int = 1) -> tuple[list[TrialRun], float]:
     """Run complete trial settings to the end as confirmation child runs, in a resumable Tune experiment of
     their own (`--seeds-per-trial N`: populations, engine.members); a lost run runs again in `<round>.part2`.
-    Returns the runs and the trial-epochs they took."""
+    `rounds`: how many the race may have. Returns the runs and the trial-epochs they took."""
     plan = session.plan
+    runs_of = Counter(c.loss for c in configs)
+    of = f"at most {rounds}" if rounds > round_no else str(rounds)
+    session.progress.begin(f"confirmation round {round_no} of {of}",
+                           {c.loss: (runs_of[c.loss], c.epochs) for c in configs})
     path = plan.search_dir / round_name(plan.search_dir, plan.token or plan.search_id, round_no)
     todo, notes = members.group(configs, plan.request.seeds_per_trial,
                                 partial(members.population_problem, plan.data))
@@ -138,9 +149,9 @@ def run_round(session: Session, configs: list[TrialSettings],
             raise RuntimeError(f"{where.name}: expected a trial for each of its configs, got none for "
                                f"{todo[0]}")
         if todo:
-            print(fitted(f"Confirmation round {round_no}: Ray's saved state of {where.name} lacks "
-                         f"{len(todo)} of its runs (the driver was killed while Ray copied it); they "
-                         "run now."))
+            session.progress.note(f"Confirmation round {round_no}: Ray's saved state of {where.name} lacks "
+                                  f"{len(todo)} of its runs (the driver was killed while Ray copied it); "
+                                  "they run now.")
         part += 1
     return runs, epochs
 

@@ -28,6 +28,7 @@ from tune_as.engine.confirm import confirm
 from tune_as.engine.folder import write_state
 from tune_as.engine.head import Head
 from tune_as.engine.plan import git_commit, plan_search, state_of
+from tune_as.engine.progress import planned
 from tune_as.engine.record import (
     Compute,
     Confirmed,
@@ -84,6 +85,7 @@ def run_search(r: SearchRequest, head: Head | None = None, answer_to: TextIO | N
     tags = {schema.DATA_WARNINGS: " | ".join(plan.data.warnings)[:5000]} if plan.data.warnings else {}
     with open_session(plan, parent_params(plan, git_commit()), tags, state, head=head) as session:
         _where(session)
+        session.progress.expect(*planned(plan))
         tic = time.monotonic()
         grids = search(session)
         trials = trial_runs(grids, plan)
@@ -117,8 +119,8 @@ def _where(session: Session) -> None:
     print(f"MLflow: {session.tracker.shown}\n  experiment {plan.experiment!r}, parent run "
           f"{session.tracker.parent_id}")
     studies = schema.optuna_url(_shown(plan.search_dir))
-    print(f"Optuna studies: {studies}" if importlib.util.find_spec("optuna_dashboard") is None else
-          f"Optuna studies: optuna-dashboard {studies}")
+    print(fitted(f"Optuna studies: {studies}" if importlib.util.find_spec("optuna_dashboard") is None else
+                 f"Optuna studies: optuna-dashboard {studies}"))
     for note in plan.data.notes:  # what was done to the data (carved splits, cut texts), built or cached
         print(fitted(f"Data: {note}"))
 
@@ -126,6 +128,7 @@ def _where(session: Session) -> None:
 def search(session: Session) -> list[tune.ResultGrid]:
     """The search's trials: one Tuner (a resume restores it), and the parts that run trials its state lost."""
     plan = session.plan
+    session.progress.begin("search")
     if plan.request.resume and storage.restorable(plan.experiment_dir):
         return _lost_trials(session, fit(session, restored(session, plan.experiment_dir, per_loss(session)),
                                          None))
@@ -152,12 +155,13 @@ def _lost_trials(session: Session, grid: tune.ResultGrid) -> list[tune.ResultGri
         if not lost:
             return grids
         where = part_dir(plan.search_dir, plan.experiment_dir, len(grids) + 1)
+        session.progress.begin("search")
         if storage.restorable(where):
             grids.append(fit(session, restored(session, where, per_loss(session), dict(ran)), None))
             continue
-        print(fitted(f"Search: Ray's saved state of {plan.experiment_dir.name} lacks {sum(lost.values())} "
-                     f"trial(s) of {', '.join(sorted(lost))} (the driver was killed while Ray copied it); "
-                     "they run now."))
+        session.progress.note(f"Search: Ray's saved state of {plan.experiment_dir.name} lacks "
+                              f"{sum(lost.values())} trial(s) of {', '.join(sorted(lost))} (the driver was "
+                              "killed while Ray copied it); they run now.")
         grids.append(fit(session, tuner(session, where, schema.ROLE_TRIAL, _searcher(session, dict(ran)),
                                         search_scheduler(plan), sum(lost.values())), sum(lost.values())))
 
@@ -168,7 +172,8 @@ def show(session: Session, answered: Answered, record: AnswerRecord, compute: Co
     where to look go to stdout apart."""
     r = session.plan.request
     shown = answered.render(r.output_format, record)
-    tail = compute.line() + "\n" + schema.ui_line(session.tracker.shown, str(session.tracker.experiment_id))
+    tail = fitted(compute.line() + "\n" + schema.ui_line(session.tracker.shown,
+                                                         str(session.tracker.experiment_id)))
     if r.output_format in MACHINE_FORMATS:
         print(shown, end="", file=answer_to, flush=True)
         print(tail)

@@ -23,7 +23,7 @@ from tune_as.engine import callbacks, cluster, concurrency, disk, interrupt, sto
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.head import Head
 from tune_as.engine.plan import SearchPlan
-from tune_as.engine.progress import reporter
+from tune_as.engine.progress import RunView, reporter, view_for
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import PerLossSearcher, catch_up
 from tune_as.engine.state import SCHEDULER_FILE
@@ -43,12 +43,14 @@ class SearchInterrupted(KeyboardInterrupt, Ending):
 
 @dataclasses.dataclass(frozen=True)
 class Session:
-    """A planned search with the outside world open: its tracker, a trial's resources, its resume line."""
+    """A planned search with the outside world open: its tracker, a trial's resources, its resume line, its
+    progress view (on stderr)."""
 
     plan: SearchPlan
     tracker: tracking.MlflowTracker
     resources: dict[str, float]
     hint: str
+    progress: RunView
 
 
 @contextmanager
@@ -80,7 +82,7 @@ def open_session(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     if tracker.replay(skip_search_end=True):
         print(f"MLflow: delivering {len(tracker.pending)} writes kept in {tracking.JOURNAL} first")
     callbacks.MlflowCallback.register(tracker)
-    session = Session(plan, tracker, res, hint or resume_hint(plan))
+    session = Session(plan, tracker, res, hint or resume_hint(plan), view_for(plan))
     interrupt.register(tracker, session.hint)
     status = "FAILED"
     try:
@@ -117,7 +119,7 @@ def tuner(session: Session, path: Path, role: str, search_alg: Searcher, schedul
         # no state file cut short by a killed driver (engine.storage)
         storage_filesystem=storage.whole_files(),
         callbacks=[callback, *callbacks.common()], verbose=min(r.verbose, 1),
-        progress_reporter=reporter(plan, role),
+        progress_reporter=reporter(plan),
         failure_config=tune.FailureConfig(max_failures=r.max_failures),
         stop=disk.StopOnFullDisk(),  # a worker's full disk ends the search (engine.disk), not only its trial
         # one: Ray snapshots the experiment once a trial saved a checkpoint (a killed driver forgets no trial)
