@@ -280,5 +280,9 @@ def test_format_json_puts_the_answer_alone_on_stdout(tmp_path: Path, mlflow_serv
     assert code == 0, err[-3000:]
     answer = json.loads(out)
     assert answer["title"].startswith("digits: which loss wins")
-    assert {row["loss"] for row in answer["rows"]} == {"softmax", "sparsemax"}
+    assert {row["loss"] for row in answer["losses"]} == {"softmax", "sparsemax"}
+    # numbers as numbers: the structured answer (results.answer.structured), not the table's display strings
+    sparsemax = next(row for row in answer["losses"] if row["loss"] == "sparsemax")
+    assert isinstance(sparsemax["diff_points"], float) and len(sparsemax["interval_points"]) == 2
+    assert len(sparsemax["test_points"]["values"]) == sparsemax["seeds"] == 2
     assert "Compute: " in err and "MLflow: " in err and "digits: a search of losses softmax, sparsemax" in err
