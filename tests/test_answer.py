@@ -308,6 +308,16 @@ def test_the_answer_fits_a_terminal_of_100_columns_and_keeps_every_cell() -> Non
         assert word in flat, word
     assert "m=0.896," in text and "Holm, family-wise 2.5%, margin ±0.5 points" in flat
     assert [line.split()[:2] for line in lines if line.split()[:2] in (["1", "sm_softmax"], ["-", "bce"])]
+    # narrower (issue 69): no number is ever cut; the columns that do not fit whole move to more blocks,
+    # each headed by the rank and the loss
+    for width in (60, 80):
+        narrow = table.terminal(width)
+        assert "\u2026" not in narrow and max(map(len, narrow.splitlines())) <= width, narrow
+        flat = " ".join(narrow.split())
+        for word in ("81.00", "[+2.79,", "+7.35]", "equivalent\u2020", "m=0.896,",
+                     "multilabel_sparse_softmax"):
+            assert word in flat, (width, word)
+    assert "(continued)" in table.terminal(60) and "(continued)" not in text
     wide = table.terminal(200)
     assert "backward=inf, m=0.896, n=6" in wide, "on a wide terminal a row is one line"
     assert json.loads(table.render("json"))["rows"][0]["loss"] == "sm_softmax"

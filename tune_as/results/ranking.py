@@ -195,4 +195,5 @@ def table(rows: Sequence[Row], title: str, baseline: str, margin_points: float, 
                       f"seeds; Δ vs {baseline}: test points [simultaneous interval] (val where no test); "
                       f"verdict: Holm, family-wise {alpha / 2:.1%}, margin ±{margin_points:g} points; "
                       f"best: in the best set (tied)"),
-                 keep_whole=(0, 1), fold=(2,), shown=table_rows(rows, exact=False))
+                 keep_whole=(0, 1), fold=(2,), shown=table_rows(rows, exact=False),
+                 spill=(4, 3, 8, 2))  # narrow: val %, trials, best, the setting go to a second block

@@ -8,10 +8,12 @@ import json
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 FORMATS = ("table", "markdown", "csv", "json")
 MACHINE_FORMATS = ("csv", "json")  # for scripts: the answer alone on stdout
 NARROWEST = 60  # a terminal narrower than this still gets a table this wide (its lines then wrap)
+FOLD_FLOOR = 24  # a folded column (a setting) keeps words this long whole; longer ones fold
 
 
 def terminal_width() -> int:
@@ -85,6 +87,9 @@ class Table:
     # the rows as a person reads them (Markdown, the terminal; [] = rows): settings to a few digits, where the
     # CSV and JSON keep them exact
     shown: list[list[str]] = field(default_factory=list)
+    # in a terminal too narrow for every column whole: the columns moved to a second block, in this order
+    # (the keep_whole columns head both blocks); a number is never cut
+    spill: tuple[int, ...] = ()
 
     def markdown(self) -> str:
         lines = [f"### {self.title}", "", "| " + " | ".join(self.header) + " |",
@@ -114,46 +119,82 @@ class Table:
 
     def terminal(self, width: int | None = None) -> str:
         """The table as a person reads it in a terminal: boxed, `width` columns wide at most (default: the
-        terminal's, $COLUMNS, else 100), each cell wrapped inside its column (a long setting folds onto more
-        lines of its row: no line of the output is wider than `width`), the notes wrapped beneath. Rich lays
-        it out; no colour, so the text is the same on a TTY, in a pipe and in a log."""
-        from rich import box
+        terminal's, $COLUMNS, else 100), each cell wrapped inside its column at spaces (no line of the output
+        is wider than `width`), the notes wrapped beneath. Where the columns cannot all be whole at this width
+        (each at least its longest word), the `spill` columns move to a second block headed by the
+        keep_whole columns: a number is never cut. Rich lays it out; no colour, so the text is the same on a
+        TTY, in a pipe and in a log."""
         from rich.console import Console
         from rich.markup import escape
-        from rich.table import Table as RichTable
 
         width = max(NARROWEST, width or terminal_width())
         out = io.StringIO()
         console = Console(file=out, width=width, color_system=None, highlight=False, emoji=False)
-        rich_table = RichTable(title=escape(self.title), box=box.SIMPLE_HEAD, pad_edge=False,
-                               collapse_padding=True, title_justify="left")
         header = self.short_header or self.header
-        for i, (name, cells) in enumerate(zip(header, self._widths(header, width - 2 * len(header)),
-                                              strict=True)):
-            rich_table.add_column(escape(name), width=cells, no_wrap=i in self.keep_whole,
-                                  overflow="fold" if i in self.fold else "ellipsis")
-        for row in self.shown or self.rows:
-            rich_table.add_row(*map(escape, row))
-        console.print(rich_table)
+
+        def fits(columns: list[int]) -> bool:
+            return sum(self._floors(header, columns)) + 2 * len(columns) <= width
+
+        columns = list(range(len(header)))
+        moved: list[int] = []
+        for i in self.spill:
+            if fits(columns):
+                break
+            columns.remove(i)
+            moved.append(i)
+        blocks = [columns]
+        keys = [i for i in self.keep_whole if i not in moved]
+        while moved:  # the moved columns in as few more blocks as fit, each headed by the keys
+            block = [*keys]
+            for i in sorted(moved):
+                if len(block) == len(keys) or fits(sorted([*block, i])):
+                    block.append(i)
+            moved = [i for i in moved if i not in block]
+            blocks.append(sorted(block))
+        for n, block in enumerate(blocks):
+            console.print(self._rich(header, block, width, escape(self.title) if n == 0 else "(continued)"))
         for note in ([self.key] if self.key else []) + self.notes:
             console.print(escape(note))
         return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
 
-    def _widths(self, header: list[str], room: int) -> list[int]:
-        """Column widths that fit `room` characters: each column as wide as its longest cell, then the widest
-        wrappable column narrowed one character at a time, never below its longest word (a folded column: 10)
-        nor a kept-whole one at all. Hand-written: rich shares the room in proportion to the widest cells,
-        which left 10 characters to "81.00 ±" while "equivalent" was cut to "equivale…"."""
-        columns = [[name, *(row[i] for row in self.shown or self.rows)] for i, name in enumerate(header)]
-        widths = [max(len(cell) for cell in column) for column in columns]
-        floors = [w if i in self.keep_whole else
-                  min(10, max(len(word) for cell in column for word in cell.split() or [""]))
-                  if i in self.fold else
-                  max(len(word) for cell in column for word in cell.split() or [""])
-                  for i, (w, column) in enumerate(zip(widths, columns, strict=True))]
+    def _rich(self, header: list[str], columns: list[int], width: int, title: str) -> Any:
+        """A rich table of `columns` (indexes into the header and the rows), fitted to `width`."""
+        from rich import box
+        from rich.markup import escape
+        from rich.table import Table as RichTable
+
+        table = RichTable(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                          title_justify="left")
+        for i, cells in zip(columns, self._widths(header, columns, width - 2 * len(columns)), strict=True):
+            table.add_column(escape(header[i]), width=cells, no_wrap=i in self.keep_whole,
+                             overflow="fold" if i in self.fold else "ellipsis")
+        for row in self.shown or self.rows:
+            table.add_row(*(escape(row[i]) for i in columns))
+        return table
+
+    def _floors(self, header: list[str], columns: list[int]) -> list[int]:
+        """Each column's least width: a kept-whole column's widest cell, else its longest word (a folded
+        column's at most FOLD_FLOOR: longer words fold onto the next line)."""
+        rows = self.shown or self.rows
+        out = []
+        for i in columns:
+            cells = [header[i], *(row[i] for row in rows)]
+            longest = max(len(word) for cell in cells for word in cell.split() or [""])
+            out.append(max(map(len, cells)) if i in self.keep_whole else min(FOLD_FLOOR, longest)
+                       if i in self.fold else longest)
+        return out
+
+    def _widths(self, header: list[str], columns: list[int], room: int) -> list[int]:
+        """Widths of `columns` that fit `room` characters: each as wide as its longest cell, then the widest
+        wrappable column narrowed one character at a time, never below its floor (`_floors`). Hand-written:
+        rich shares the room in proportion to the widest cells, which left 10 characters to "81.00 ±" while
+        "equivalent" was cut to "equivale…"."""
+        rows = self.shown or self.rows
+        widths = [max(len(cell) for cell in [header[i], *(row[i] for row in rows)]) for i in columns]
+        floors = self._floors(header, columns)
         while sum(widths) > room:
-            slack, i = max((w - f, i) for i, (w, f) in enumerate(zip(widths, floors, strict=True)))
+            slack, k = max((w - f, k) for k, (w, f) in enumerate(zip(widths, floors, strict=True)))
             if slack <= 0:
                 break  # narrower than every column's floor: rich wraps the lines
-            widths[i] -= 1
+            widths[k] -= 1
         return widths
