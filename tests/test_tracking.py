@@ -371,6 +371,23 @@ def test_writes_mlflow_never_took_are_kept_in_the_folder_and_delivered_later(mlf
         "expected a search's folder" in capsys.readouterr().err
 
 
+def _kept_then_resumed(uri: str, experiment: str, folder: Path,
+                       status: str) -> tuple[MlflowTracker, MlflowTracker]:
+    """A search whose MLflow went away before trial t1's result and end (kept in `folder`'s journal) and
+    ended `status`, and the tracker of its resume (reachable, not started)."""
+    first = MlflowTracker(uri, experiment, experiment, final_flush_s=0.2, journal_dir=folder)
+    first.check_reachable()
+    first.start_search(params={"task": "digits"}, tags={schema.TASK: "digits"})
+    first.trial_started("t1", {"loss": "softmax"}, TAGS)
+    _away(first)
+    first.trial_result("t1", {"training_iteration": 1, "val_accuracy": 0.5})
+    first.trial_ended("t1", "FINISHED")
+    assert not first.search_ended(status)
+    resumed = MlflowTracker(uri, experiment, experiment, final_flush_s=5, journal_dir=folder)
+    resumed.check_reachable()
+    return first, resumed
+
+
 @pytest.mark.slow
 def test_a_resumed_search_delivers_the_kept_writes_first(mlflow_server, tmp_path: Path) -> None:
     """`--resume` of a search that kept writes: its tracker queues the journal before its own writes (leaving
@@ -378,19 +395,8 @@ def test_a_resumed_search_delivers_the_kept_writes_first(mlflow_server, tmp_path
     once everything is delivered."""
     from tune_as.tracking.tracker import JOURNAL
 
-    first = MlflowTracker(mlflow_server.uri, "trk-resume-journal", "kept-2", final_flush_s=0.2,
-                          journal_dir=tmp_path)
-    first.check_reachable()
-    first.start_search(params={"task": "digits"}, tags={schema.TASK: "digits"})
-    first.trial_started("t1", {"loss": "softmax"}, TAGS)
-    _away(first)
-    first.trial_result("t1", {"training_iteration": 1, "val_accuracy": 0.5})
-    first.trial_ended("t1", "FINISHED")
-    assert not first.search_ended("KILLED") and (tmp_path / JOURNAL).is_file()
-
-    resumed = MlflowTracker(mlflow_server.uri, "trk-resume-journal", "kept-2", final_flush_s=5,
-                            journal_dir=tmp_path)
-    resumed.check_reachable()
+    first, resumed = _kept_then_resumed(mlflow_server.uri, "trk-resume-journal", tmp_path, "KILLED")
+    assert (tmp_path / JOURNAL).is_file()
     assert resumed.start_search(params={}, tags={}) == first.parent_id
     assert resumed.replay(skip_search_end=True) == 2 and resumed.pending[0][1]["op"] == "result"
     resumed.trial_started("t2", {"loss": "softmax"}, TAGS)  # the resumed search's own writes come after
@@ -409,19 +415,7 @@ def test_a_kept_write_delivered_on_resume_is_no_trial_left_running(mlflow_server
     of a trial the resumed driver never started was delivered before its kept end, and in between the trial
     counted as running (`unfinished`), which the search takes for an interruption. A replayed write is no
     running trial."""
-    first = MlflowTracker(mlflow_server.uri, "trk-resume-running", "kept-3", final_flush_s=0.2,
-                          journal_dir=tmp_path)
-    first.check_reachable()
-    first.start_search(params={"task": "digits"}, tags={schema.TASK: "digits"})
-    first.trial_started("t1", {"loss": "softmax"}, TAGS)
-    _away(first)
-    first.trial_result("t1", {"training_iteration": 1, "val_accuracy": 0.5})
-    first.trial_ended("t1", "FINISHED")
-    assert not first.search_ended("FINISHED")
-
-    resumed = MlflowTracker(mlflow_server.uri, "trk-resume-running", "kept-3", final_flush_s=5,
-                            journal_dir=tmp_path)
-    resumed.check_reachable()
+    _, resumed = _kept_then_resumed(mlflow_server.uri, "trk-resume-running", tmp_path, "FINISHED")
     resumed.start_search(params={}, tags={})
     assert resumed.replay(skip_search_end=True) == 3  # t1's result and end, the orphans' check
     _, op = resumed.pending.popleft()
