@@ -64,6 +64,9 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
             assert 0.05 <= float(params["loss.delta"]) <= 0.5 and "warmup_r" in params
         else:
             assert "loss.delta" not in params
+        # the answer's unit beside the fraction the report reads
+        assert metrics["test_accuracy_pct"] == round(100 * metrics["test_accuracy"], 2)
+        assert metrics["best_val_accuracy_pct"] == round(100 * metrics["best_val_accuracy"], 2)
     # the paper's Table 6 setting was evaluated first, as a warm start
     first_as = min((c for c in children if c.data.params["loss"] == "as_softmax"),
                    key=lambda c: c.info.start_time)

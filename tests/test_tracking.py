@@ -454,6 +454,19 @@ def test_the_ui_line_opens_the_runs_table_of_the_experiment(tmp_path: Path,
         "sqlite:////elsewhere/m.db")
 
 
+def test_headline_metrics_are_logged_again_in_percent_and_readers_see_the_fractions() -> None:
+    """A person reads 93.21 where the answer says 93.21; the search and the report read the fractions they
+    always read: `fractions` leaves out exactly what `with_percent` added."""
+    result = {"best_val_accuracy": 0.9320588, "test_accuracy": 0.9, "best_val_macro_f1": 0.5,
+              "val_accuracy": 0.91, "val_loss": 0.3, "epoch": 2.0, "error": None}
+    shown = schema.with_percent(result)
+    assert {k: v for k, v in shown.items() if k not in result} == {
+        "best_val_accuracy_pct": 93.21, "test_accuracy_pct": 90.0, "best_val_macro_f1_pct": 50.0}
+    assert schema.fractions(shown) == result
+    assert schema.with_percent(shown) == shown  # a copy is never copied again
+    assert [k for k in schema.with_percent({"val_loss": 0.3, "epoch": 1.0})] == ["val_loss", "epoch"]
+
+
 def test_the_database_file_of_a_store_uri() -> None:
     assert schema.sqlite_file("sqlite:////data/m.db") == Path("/data/m.db")
     assert schema.sqlite_file("sqlite:///m.db?mode=ro") == Path("m.db")

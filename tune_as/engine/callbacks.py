@@ -129,7 +129,8 @@ class MlflowCallback(Settles):
                         **info: Any) -> None:
         for member in members(trial.trial_id, trial.config, result):
             if member.fresh:
-                self.tracker.trial_result(member.run_id, member.metrics)
+                # the headline metrics again in percent, for a person reading MLflow (schema.with_percent)
+                self.tracker.trial_result(member.run_id, schema.with_percent(member.metrics))
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, settle: bool = False,
                           **info: Any) -> None:

@@ -43,6 +43,33 @@ ANSWER_TAG_PREFIX = "tune_as."
 
 ROLE_SEARCH, ROLE_TRIAL, ROLE_CONFIRMATION, ROLE_REPORT = "search", "trial", "confirmation", "report"
 
+# -- metrics ----------------------------------------------------------------------------------------------
+# A child run logs its task's metrics as fractions (what the search and the report read) and, for a person
+# reading the MLflow UI, the headline ones (`best_val_<m>`, `test_<m>`) again in percent, as the answer prints
+# them: `best_val_accuracy_pct` = 93.21 beside `best_val_accuracy` = 0.93206...
+PERCENT_SUFFIX = "_pct"
+HEADLINE_PREFIXES = ("best_val_", "test_")
+
+
+def with_percent(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A result's metrics and, for each headline metric (`best_val_<m>`, and `test_<m>` where the task scores
+    the test split), its copy in percent to two decimals (the answer's points: a test item of digits is 0.28
+    points)."""
+    tasks = {k.removeprefix("best_val_") for k in metrics
+             if k.startswith("best_val_") and not k.endswith(PERCENT_SUFFIX)}
+    copies = {f"{prefix}{m}{PERCENT_SUFFIX}": round(100 * float(v), 2)
+              for prefix in HEADLINE_PREFIXES for m in tasks
+              if isinstance(v := metrics.get(prefix + m), (int, float)) and not isinstance(v, bool)}
+    return {**metrics, **copies}
+
+
+def fractions(metrics: dict[str, float]) -> dict[str, float]:
+    """A run's metrics as the search reported them: the copies in percent (`with_percent`) left out, so a
+    reader of `test_*` or of every metric sees what it saw before they were logged."""
+    return {k: v for k, v in metrics.items()
+            if not (k.endswith(PERCENT_SUFFIX) and k.startswith(HEADLINE_PREFIXES))}
+
+
 # -- artifacts --------------------------------------------------------------------------------------------
 PMARGIN_FILE = "pmargin.npy"  # p_t - max p_i on the test split, of the best-validation model (Figure 4)
 RANKING_MD, RANKING_CSV = "ranking.md", "ranking.csv"  # the search's final answer, on its parent run
