@@ -62,8 +62,8 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
         assert child.info.run_name.startswith(params["loss"] + "_"), "run names carry the loss"
         if params["loss"] == "as_softmax":
             assert 0.05 <= float(params["loss.delta"]) <= 0.5 and "warmup_r" in params
-        else:
-            assert "loss.delta" not in params
+        else:  # a loss without AS warm-up or row skipping logs neither (settings.unused)
+            assert not {"loss.delta", "warmup_r", "skip_masked_rows"} & set(params)
         # the answer's unit beside the fraction the report reads
         assert metrics["test_accuracy_pct"] == round(100 * metrics["test_accuracy"], 2)
         assert metrics["best_val_accuracy_pct"] == round(100 * metrics["best_val_accuracy"], 2)
@@ -111,6 +111,8 @@ def test_asha_stops_bad_trials_early(tmp_path: Path, mlflow_server, ray_local) -
     assert stopped, "ASHA stopped no trial"
     assert all(c.data.metrics["epoch"] < 4 for c in stopped)
     assert all(c.data.metrics["epoch"] == pytest.approx(4) for c in full)
+    # an image task's CNN has no tokenizer and no encoder to freeze: those settings are not logged
+    assert not {"max_length", "encoder", "encode_precision"} & {k for c in children for k in c.data.params}
     assert max(c.data.metrics["best_val_accuracy"] for c in full) > 0.8
     # optuna-dashboard shows the cut trials as pruned, valued by the evaluation they were cut at
     (search_dir,) = (tmp_path / "results").iterdir()

@@ -16,6 +16,7 @@ from ray.tune.logger import JsonLoggerCallback
 from tune_as.engine import interrupt
 from tune_as.engine.members import POPULATION, members
 from tune_as.engine.plan import git_commit
+from tune_as.settings import unused
 from tune_as.tracking import schema
 from tune_as.tracking import tracker as tracking
 from tune_as.training.trial import drop_weights
@@ -72,11 +73,14 @@ class MlflowCallback(Settles):
     names its search and finds the tracker that the driver registered for it (`register`) before running."""
 
     _trackers: dict[str, tracking.MlflowTracker] = {}
+    # what a callback pickled by an older search lacks (Ray restores that copy on --resume)
+    uses_backbone = True
 
-    def __init__(self, tracker: tracking.MlflowTracker, metric: str, role: str,
-                 data_params: dict[str, Any]) -> None:
+    def __init__(self, tracker: tracking.MlflowTracker, metric: str, role: str, data_params: dict[str, Any],
+                 uses_backbone: bool = True) -> None:
         self.search_id, self.metric, self.role = tracker.search_id, metric, role
         self.data_params = data_params  # the search's DataSettings, logged beside each trial's own settings
+        self.uses_backbone = uses_backbone  # the task's (settings.unused: what it ignores is not logged)
         self.register(tracker)
 
     @classmethod
@@ -110,13 +114,16 @@ class MlflowCallback(Settles):
         # each member of a population is a run of its own (tune_as.engine.members), with a solo trial's params
         for member in members(trial.trial_id, trial.config, {}):
             config = {**self.data_params, **member.config, "git_commit": git_commit()}
+            ignored = unused(config, self.uses_backbone)
+            loss = str(member.config["loss"])
             # a search trial is `<loss>_<number>`; a confirmation
             # run says which seed it confirms: `<loss>_seed<seed>`
             name = trial_name(trial) if self.role != schema.ROLE_CONFIRMATION else \
-                f"{member.config.get('loss', 'trial')}_seed{member.config.get('seed')}"
-            self.tracker.trial_started(member.run_id, config, name=name, settle=settle, tags={
-                schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]),
-                schema.LOSS: str(member.config["loss"]), schema.METRIC: f"val_{self.metric}"})
+                f"{loss}_seed{member.config.get('seed')}"
+            tags = {schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]), schema.LOSS: loss,
+                    schema.METRIC: f"val_{self.metric}"}
+            self.tracker.trial_started(member.run_id, {k: v for k, v in config.items() if k not in ignored},
+                                       name=name, settle=settle, tags=tags)
         if (trial.last_result or {}).get("training_iteration"):
             # Restored after a driver restart (or retried): what it reported before may never have reached
             # MLflow (a killed driver's queue dies with it), though Ray's snapshot counts it. Ray's own record

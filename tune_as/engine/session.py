@@ -111,7 +111,9 @@ def tuner(session: Session, path: Path, role: str, search_alg: Searcher, schedul
           num_samples: int) -> tune.Tuner:
     """A new Tune experiment at `path` whose trials are `role` runs (trial or confirmation) of the search."""
     plan, r = session.plan, session.plan.request
-    callback = callbacks.MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
+    callback = callbacks.MlflowCallback(
+        session.tracker, plan.metric, role, plan.data_settings.to_params(),
+        uses_backbone=plan.task.uses_backbone)
     run_config = tune.RunConfig(
         name=path.name, storage_path=str(path.parent),  # an experiment of the search's (engine.state)
         # no state file cut short by a killed driver (engine.storage)
