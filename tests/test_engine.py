@@ -174,6 +174,17 @@ def test_searcher_gives_each_loss_its_quota_warm_start_first_and_seeds_for_param
     searcher.on_trial_complete("t0", {"error": "diverged"})  # told twice (a restart): ignored
 
 
+def test_a_finished_runs_description_says_its_scores_in_percent_its_epochs_and_setting() -> None:
+    """The MLflow run page opens on the run's description: the answer's numbers for this one run."""
+    from tune_as.engine.callbacks import run_note
+
+    config = {"loss": "as_softmax", "epochs": 5.0, "loss.delta": 0.3}
+    assert run_note(config, {"best_val_accuracy": 0.93206, "test_accuracy": 0.9, "epoch": 2.0}, "accuracy",
+                    "delta=0.3") == ("**as_softmax**: validation accuracy 93.21 %, test accuracy 90.00 % "
+                                     "(2 of 5 epochs); setting: delta=0.3")
+    assert run_note(config, {"epoch": 0.0}, "f1", "delta=0.3").startswith("**as_softmax**: no score (0 of 5")
+
+
 def test_optuna_trials_mirror_ray_trials_and_those_cut_early_are_pruned(tmp_path: Path) -> None:
     """What optuna-dashboard reads: a trial early stopping cut before its epochs is PRUNED, valued by the last
     evaluation it reached (TPE ranks pruned trials by how far they got); one that trained all its epochs

@@ -62,11 +62,16 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
         assert child.info.run_name.startswith(params["loss"] + "_"), "run names carry the loss"
         if params["loss"] == "as_softmax":
             assert 0.05 <= float(params["loss.delta"]) <= 0.5 and "warmup_r" in params
+            assert child.data.tags["tune_as.setting"] == (f"delta={float(params['loss.delta']):.4g}, "
+                                                          f"warmup_r={float(params['warmup_r']):.4g}")
         else:  # a loss without AS warm-up or row skipping logs neither (settings.unused)
             assert not {"loss.delta", "warmup_r", "skip_masked_rows"} & set(params)
-        # the answer's unit beside the fraction the report reads
+            assert child.data.tags["tune_as.setting"] == "none searched"
+        # the answer's unit beside the fraction the report reads; the run page opens on its scores
         assert metrics["test_accuracy_pct"] == round(100 * metrics["test_accuracy"], 2)
         assert metrics["best_val_accuracy_pct"] == round(100 * metrics["best_val_accuracy"], 2)
+        assert child.data.tags["mlflow.note.content"].startswith(
+            f"**{params['loss']}**: validation accuracy {100 * metrics['best_val_accuracy']:.2f} %")
     # the paper's Table 6 setting was evaluated first, as a warm start
     first_as = min((c for c in children if c.data.params["loss"] == "as_softmax"),
                    key=lambda c: c.info.start_time)
@@ -81,6 +86,9 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
                               storage=f"sqlite:///{search_dir / 'optuna.db'}")
     assert len(study.trials) == 3 and all(t.state.name == "COMPLETE" for t in study.trials)
     assert study.metric_names == ["best_val_accuracy"]  # the objective is named in optuna-dashboard
+    # the runs table's saved view of this search, the address the search prints (tune_as.tracking.views)
+    views = client.get_experiment(parent.info.experiment_id).tags
+    assert f"mlflow.sharedViewState.{parent.data.tags['tune_as.search_id']}" in views
 
 
 ASHA_SPACE = """task: digits

@@ -56,7 +56,8 @@ class RayTrial:
 def logged(data: DataSettings, settings: TrialSettings) -> Started:
     tracker = Started()
     callback = MlflowCallback(tracker, "accuracy", schema.ROLE_TRIAL,  # type: ignore[arg-type]
-                              data.to_params(), uses_backbone=TASKS[data.task].uses_backbone)
+                              data.to_params(), uses_backbone=TASKS[data.task].uses_backbone,
+                              searched={settings.loss: tuple(f"loss.{k}" for k in settings.loss_params)})
     callback.on_trial_start(0, [], RayTrial(settings.to_dict()))
     return tracker
 
@@ -92,3 +93,11 @@ def test_a_setting_a_loss_ignores_is_still_logged_when_it_is_not_the_default() -
     assert unused({"loss": "as_softmax", "warmup_r": 0.0, "skip_masked_rows": False}, uses_backbone=True) == \
         set()
 
+
+def test_a_runs_tags_say_its_setting_as_the_answer_prints_it() -> None:
+    settings = TrialSettings(loss="as_softmax", epochs=1.0, batch_size=8, lr=1e-3,
+                             loss_params={"delta": 0.123456}, warmup_r=0.1)
+    tags = logged(DATA["text"], settings).tags
+    assert tags[schema.SETTING] == "delta=0.1235" and tags[schema.LOSS] == "as_softmax"
+    plain = TrialSettings("softmax", 1.0, 8, 1e-3)
+    assert logged(DATA["text"], plain).tags[schema.SETTING] == "none searched"

@@ -18,7 +18,7 @@ from ray.tune import CLIReporter, ProgressReporter
 
 from tune_as.engine.members import members
 from tune_as.engine.plan import SearchPlan
-from tune_as.results.render import short_settings
+from tune_as.results.render import one_setting
 from tune_as.space.search_space import config_key
 from tune_as.tracking import schema
 
@@ -133,8 +133,7 @@ class LossProgress(ProgressReporter):
     def _status(self, trial: Any) -> TrialStatus:
         config, last = trial.config or {}, trial.last_result or {}
         loss = str(config.get("loss", "?"))
-        setting = short_settings([{k: str(config[k]) for k in self.searched.get(loss, ()) if k in config}],
-                                 least=4)[0]
+        setting = one_setting(config, self.searched.get(loss, ()))
         return TrialStatus(loss, str(trial.status), float(last.get("epoch", 0.0)),
                            float(config.get("epochs", 0.0)), best_of(config, last, self.metric), setting,
                            bool(last.get("error")))
@@ -158,6 +157,6 @@ def reporter(plan: SearchPlan, role: str) -> ProgressReporter:
                                            f"best_val_{metric}": f"best_val_{metric}",
                                            "masked_ratio": "masked"},
                            parameter_columns=params, max_report_frequency=30, sort_by_metric=False)
-    searched = {loss: tuple(config_key(d.name) for d in s.params) for loss, s in plan.space.losses.items()}
+    searched = {loss: s.searched() for loss, s in plan.space.losses.items()}
     what = "confirmation" if role == schema.ROLE_CONFIRMATION else "search"
     return LossProgress(f"{plan.task.name} {what}", metric, searched)

@@ -168,7 +168,8 @@ def show(session: Session, answered: Answered, record: AnswerRecord, compute: Co
     where to look go to stdout apart."""
     r = session.plan.request
     shown = answered.render(r.output_format, record)
-    tail = compute.line() + "\n" + schema.ui_line(session.tracker.shown, str(session.tracker.experiment_id))
+    tail = compute.line() + "\n" + schema.ui_line(session.tracker.shown, str(session.tracker.experiment_id),
+                                                  schema.view_key(session.plan.search_id))
     if r.output_format in MACHINE_FORMATS:
         print(shown, end="", file=answer_to, flush=True)
         print(tail)

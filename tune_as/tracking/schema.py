@@ -24,6 +24,8 @@ LAST_STEP = "tune_as.last_step"  # the last metric step logged (dedupes replays 
 ERROR = "tune_as.error"
 NODE = "tune_as.node_id"
 STOPPED_EARLY = "tune_as.stopped_early"  # "true" on a trial early stopping cut before its last epoch
+# a child run's searched setting, as the answer prints it ("delta=0.3, warmup_r=0.1")
+SETTING = "tune_as.setting"
 PURPOSE = "tune_as.purpose"  # on a parent run that only holds confirmations
 EXPERIMENTS = "tune_as.experiments"  # on a report run: the experiments it read
 ORPHANED = "tune_as.orphaned"
@@ -36,6 +38,9 @@ NOTE = "mlflow.note.content"
 # from MLflow 3.17 the browser's own choice wins over the tag, and only the page address (`ui_line`) opens the
 # runs table
 EXPERIMENT_KIND, MODEL_RUNS = "mlflow.experimentKind", "custom_model_development"
+# An experiment tag per saved view of the MLflow UI's runs table (its "Views" menu; the page address names one
+# with `?viewStateShareKey=<key>`): tune_as.tracking.views writes a search's
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # On a search's parent run, from its answer (tune_as.results.answer.summary): tags tune_as.winner,
 # tune_as.best_set and tune_as.verdict.<loss>; metrics delta_<loss>, delta_low_<loss>, delta_high_<loss>
 # (points).
@@ -115,11 +120,25 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-def ui_line(shown_uri: str, experiment_id: str) -> str:
-    """Where a person sees a search's runs: the MLflow UI's runs table of its experiment (the parent run holds
-    the answer). `shown_uri` is the store without its password: a server's address, or a store `mlflow ui`
-    serves."""
-    page = f"#/experiments/{experiment_id}?workflowType=machine_learning"
+def view_key(search_id: str, grouped: bool = False) -> str:
+    """The key of a search's saved view of the runs table (`VIEW_TAG_PREFIX` + key on its experiment): its
+    runs, or (`grouped`) its confirmation runs by loss."""
+    return f"{search_id}-by-loss" if grouped else search_id
+
+
+def ui_page(experiment_id: str, view: str | None = None) -> str:
+    """The MLflow UI's runs table of an experiment (in a saved view, if `view` names one), as a page address
+    after the server's: `workflowType` because MLflow 3.17 opens an experiment in its GenAI view otherwise."""
+    if view is None:
+        return f"#/experiments/{experiment_id}?workflowType=machine_learning"
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={view}&workflowType=machine_learning"
+
+
+def ui_line(shown_uri: str, experiment_id: str, view: str | None = None) -> str:
+    """Where a person sees a search's runs: the MLflow UI's runs table of its experiment, in the search's
+    saved view when `view` names it (the parent run holds the answer). `shown_uri` is the store without its
+    password: a server's address, or a store `mlflow ui` serves."""
+    page = ui_page(experiment_id, view)
     if shown_uri.startswith(("http://", "https://")):
         return f"MLflow UI: {shown_uri.rstrip('/')}/{page}"
     prefix = "sqlite:///"
