@@ -72,6 +72,12 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
         assert metrics["best_val_accuracy_pct"] == round(100 * metrics["best_val_accuracy"], 2)
         assert child.data.tags["mlflow.note.content"].startswith(
             f"**{params['loss']}**: validation accuracy {100 * metrics['best_val_accuracy']:.2f} %")
+        # the run names its Optuna trial, which names the run and its Ray trial back
+        study = optuna.load_study(study_name=child.data.tags["tune_as.optuna_study"],
+                                  storage=parent.data.tags["tune_as.optuna_storage"])
+        assert study.study_name == f"clinc_oos-{params['loss']}"
+        assert study.trials[int(child.data.tags["tune_as.optuna_trial"])].user_attrs == {
+            "ray_trial_id": child.data.tags["tune_as.trial_id"], "mlflow_run_name": child.info.run_name}
     # the paper's Table 6 setting was evaluated first, as a warm start
     first_as = min((c for c in children if c.data.params["loss"] == "as_softmax"),
                    key=lambda c: c.info.start_time)

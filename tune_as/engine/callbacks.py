@@ -16,6 +16,7 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from tune_as.engine import interrupt
+from tune_as.engine.links import OptunaLinks
 from tune_as.engine.members import POPULATION, members
 from tune_as.engine.plan import git_commit
 from tune_as.results.render import one_setting
@@ -79,13 +80,16 @@ class MlflowCallback(Settles):
     # what a callback pickled by an older search lacks (Ray restores that copy on --resume)
     uses_backbone = True
     searched: Mapping[str, Sequence[str]] = MappingProxyType({})
+    optuna: OptunaLinks | None = None
 
     def __init__(self, tracker: tracking.MlflowTracker, metric: str, role: str, data_params: dict[str, Any],
-                 uses_backbone: bool = True, searched: Mapping[str, Sequence[str]] | None = None) -> None:
+                 uses_backbone: bool = True, searched: Mapping[str, Sequence[str]] | None = None,
+                 optuna: OptunaLinks | None = None) -> None:
         self.search_id, self.metric, self.role = tracker.search_id, metric, role
         self.data_params = data_params  # the search's DataSettings, logged beside each trial's own settings
         self.uses_backbone = uses_backbone  # the task's (settings.unused: what it ignores is not logged)
         self.searched = dict(searched or {})  # per loss, the config keys its trials differ by
+        self.optuna = optuna  # a search's studies: each trial's run names its Optuna trial
         self.register(tracker)
 
     @classmethod
@@ -131,6 +135,8 @@ class MlflowCallback(Settles):
                 f"{loss}_seed{member.config.get('seed')}"
             tags = {schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]), schema.LOSS: loss,
                     schema.METRIC: f"val_{self.metric}", schema.SETTING: self.setting(member.config)}
+            if self.optuna is not None:
+                tags.update(self.optuna.tags(trial.trial_id, loss, name))
             self.tracker.trial_started(member.run_id, {k: v for k, v in config.items() if k not in ignored},
                                        name=name, settle=settle, tags=tags)
         if (trial.last_result or {}).get("training_iteration"):

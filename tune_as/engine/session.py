@@ -22,6 +22,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 from tune_as.engine import callbacks, cluster, disk, interrupt, storage, worker
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.head import Head
+from tune_as.engine.links import OptunaLinks
 from tune_as.engine.plan import SearchPlan
 from tune_as.engine.progress import reporter
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
@@ -75,7 +76,8 @@ def open_session(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     if state is not None:
         write_state(plan.search_dir, state)
     tracker.start_search(params=params, tags={
-        schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max", **tags})
+        schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max",
+        schema.OPTUNA_STORAGE: schema.optuna_url(plan.search_dir.resolve()), **tags})
     # the runs table with loss, metric in percent and setting (tracking.views): the address the search prints
     views.save(tracker.client, str(tracker.experiment_id), plan.search_id, plan.metric, plan.confirming)
     # writes an earlier run of this search could not deliver go first
@@ -113,10 +115,13 @@ def tuner(session: Session, path: Path, role: str, search_alg: Searcher, schedul
           num_samples: int) -> tune.Tuner:
     """A new Tune experiment at `path` whose trials are `role` runs (trial or confirmation) of the search."""
     plan, r = session.plan, session.plan.request
+    # a search trial's run names its Optuna trial; a confirmation has none
+    optuna = OptunaLinks(schema.optuna_url(plan.search_dir), plan.task.name) if role == schema.ROLE_TRIAL \
+        else None
     callback = callbacks.MlflowCallback(
         session.tracker, plan.metric, role, plan.data_settings.to_params(),
         uses_backbone=plan.task.uses_backbone,
-        searched={loss: s.searched() for loss, s in plan.space.losses.items()})
+        searched={loss: s.searched() for loss, s in plan.space.losses.items()}, optuna=optuna)
     run_config = tune.RunConfig(
         name=path.name, storage_path=str(path.parent),  # an experiment of the search's (engine.state)
         # no state file cut short by a killed driver (engine.storage)

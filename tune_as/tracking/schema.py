@@ -26,6 +26,9 @@ NODE = "tune_as.node_id"
 STOPPED_EARLY = "tune_as.stopped_early"  # "true" on a trial early stopping cut before its last epoch
 # a child run's searched setting, as the answer prints it ("delta=0.3, warmup_r=0.1")
 SETTING = "tune_as.setting"
+# a search trial's Optuna trial: its study and number (that trial names its Ray trial and run: RAY_TRIAL_ATTR)
+OPTUNA_STUDY, OPTUNA_TRIAL = "tune_as.optuna_study", "tune_as.optuna_trial"
+OPTUNA_STORAGE = "tune_as.optuna_storage"  # on a search's parent run: its studies' database
 PURPOSE = "tune_as.purpose"  # on a parent run that only holds confirmations
 EXPERIMENTS = "tune_as.experiments"  # on a report run: the experiments it read
 ORPHANED = "tune_as.orphaned"
@@ -109,6 +112,11 @@ def study_name(prefix: str, loss: str) -> str:
 
 def optuna_url(search_dir: Path) -> str:
     return f"sqlite:///{search_dir / OPTUNA_DB}"
+
+
+# An Optuna trial's user attributes that name its Ray trial (its MLflow runs carry tag TRIAL with the same id)
+# and its MLflow run (a search trial's run name: `<loss>_<number>`)
+RAY_TRIAL_ATTR, RUN_NAME_ATTR = "ray_trial_id", "mlflow_run_name"
 
 
 def sqlite_file(uri: str) -> Path | None:
