@@ -49,8 +49,8 @@ def states(search_id: str, metric: str, confirmed: bool) -> dict[str, tuple[str,
     mine = f"tags.`{SEARCH}` = '{search_id}'"
     runs = [val, test, column("tags", SETTING), column("tags", ROLE), column("tags", STOPPED_EARLY)]
     # wide enough for a confirmation run's name (`sm_taylor_softmax_seed10`), the metrics' names and a setting
-    widths = {NAME_COLUMN: 240, val: 175, test: 165, column("tags", SETTING): 270, column("tags", ROLE): 110,
-              column("tags", STOPPED_EARLY): 160}
+    widths = {NAME_COLUMN: 230, val: 170, test: 150, column("tags", SETTING): 240, column("tags", ROLE): 105,
+              column("tags", STOPPED_EARLY): 150}
     views = {view_key(search_id): (f"{search_id}: runs, {metric} %", {
         "searchFilter": mine, "orderByKey": val, "orderByAsc": False, "selectedColumns": runs,
         "columnOrder": [*FIXED_COLUMNS, *runs], "columnWidths": widths})}
