@@ -443,18 +443,17 @@ def test_writes_that_cannot_be_kept_either_are_said_to_be_lost(tmp_path: Path) -
 def test_the_ui_line_opens_the_runs_table_of_the_experiment(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """MLflow 3.17 opens an experiment on its GenAI overview whatever its kind tag says: the printed address
-    asks for the runs table, in the search's saved view; a store under the working folder is named as a person
+    names the runs page, in the search's saved view; a store under the working folder is named as a person
     would type it."""
     monkeypatch.chdir(tmp_path)
-    page = "#/experiments/7?workflowType=machine_learning"
-    assert schema.ui_line("http://127.0.0.1:5000/", "7") == f"MLflow UI: http://127.0.0.1:5000/{page}"
-    assert schema.ui_line(f"sqlite:///{tmp_path}/runs/m.db", "7").splitlines() == [
+    page = "#/experiments/7/runs?viewStateShareKey=digits-1"
+    assert schema.ui_line("http://127.0.0.1:5000/", "7", "digits-1") == f"MLflow UI: http://127.0.0.1:5000/{page}"
+    assert schema.ui_line(f"sqlite:///{tmp_path}/runs/m.db", "7", "digits-1").splitlines() == [
         "MLflow UI: mlflow ui --backend-store-uri sqlite:///runs/m.db",
         f"  then open http://127.0.0.1:5000/{page}"]
-    assert schema.ui_line("sqlite:////elsewhere/m.db", "7").splitlines()[0].endswith(
+    assert schema.ui_line("sqlite:////elsewhere/m.db", "7", "digits-1").splitlines()[0].endswith(
         "sqlite:////elsewhere/m.db")
-    assert schema.ui_line("http://h:5000", "7", schema.view_key("digits-1")) == (
-        "MLflow UI: http://h:5000/#/experiments/7/runs?viewStateShareKey=digits-1&workflowType=machine_learning")
+    assert schema.view_key("digits-1", grouped=True) == "digits-1-by-loss"
 
 
 def test_headline_metrics_are_logged_again_in_percent_and_readers_see_the_fractions() -> None:

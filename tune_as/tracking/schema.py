@@ -38,7 +38,7 @@ PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
 # a run's Description in the MLflow UI: on a search's parent run, its answer's table
 NOTE = "mlflow.note.content"
 # MLflow 3 opens an experiment in its GenAI view (traces) unless this experiment tag says it holds model runs;
-# from MLflow 3.17 the browser's own choice wins over the tag, and only the page address (`ui_line`) opens the
+# from MLflow 3.17 the browser's own choice wins over the tag, and only a page address (`ui_page`) opens the
 # runs table
 EXPERIMENT_KIND, MODEL_RUNS = "mlflow.experimentKind", "custom_model_development"
 # An experiment tag per saved view of the MLflow UI's runs table (its "Views" menu; the page address names one
@@ -134,18 +134,18 @@ def view_key(search_id: str, grouped: bool = False) -> str:
     return f"{search_id}-by-loss" if grouped else search_id
 
 
-def ui_page(experiment_id: str, view: str | None = None) -> str:
-    """The MLflow UI's runs table of an experiment (in a saved view, if `view` names one), as a page address
-    after the server's: `workflowType` because MLflow 3.17 opens an experiment in its GenAI view otherwise."""
-    if view is None:
-        return f"#/experiments/{experiment_id}?workflowType=machine_learning"
-    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={view}&workflowType=machine_learning"
+def ui_page(experiment_id: str, view: str) -> str:
+    """The MLflow UI's runs table of an experiment in its saved view `view`, as a page address after the
+    server's. The runs page is named (an experiment's own address opens MLflow 3.17's GenAI overview in a
+    browser that has not chosen "Model training"); `workflowType=machine_learning` would choose it for this
+    page only, and a 100-column terminal has no room for it."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={view}"
 
 
-def ui_line(shown_uri: str, experiment_id: str, view: str | None = None) -> str:
+def ui_line(shown_uri: str, experiment_id: str, view: str) -> str:
     """Where a person sees a search's runs: the MLflow UI's runs table of its experiment, in the search's
-    saved view when `view` names it (the parent run holds the answer). `shown_uri` is the store without its
-    password: a server's address, or a store `mlflow ui` serves."""
+    saved view `view` (the parent run holds the answer). `shown_uri` is the store without its password: a
+    server's address, or a store `mlflow ui` serves."""
     page = ui_page(experiment_id, view)
     if shown_uri.startswith(("http://", "https://")):
         return f"MLflow UI: {shown_uri.rstrip('/')}/{page}"
