@@ -243,7 +243,9 @@ def test_a_loss_with_its_own_epochs_is_judged_complete_at_its_own_epochs(tmp_pat
     short = [c for c in children if c.data.params["loss"] == "label_smoothing"]
     assert [c.data.params["epochs"] for c in short] == ["1.0", "1.0"]
     assert all(c.data.tags.get("tune_as.stopped_early") != "true" for c in short)
-    assert {c.data.params["max_length"] for c in children} == {"128"}, "data settings logged with every trial"
+    assert {c.data.params["max_train_samples"] for c in children} == {"300"}, \
+        "data settings logged with every trial"
+    assert not any("max_length" in c.data.params for c in children), "an image task has no sequence length"
     assert "epochs per loss: softmax 2, label_smoothing 1" in outcome.markdown
 
 
