@@ -174,6 +174,45 @@ def test_searcher_gives_each_loss_its_quota_warm_start_first_and_seeds_for_param
     searcher.on_trial_complete("t0", {"error": "diverged"})  # told twice (a restart): ignored
 
 
+def test_an_optuna_trial_its_ray_trial_and_its_mlflow_run_name_each_other(tmp_path: Path) -> None:
+    """The searcher marks each Optuna trial with its Ray trial's id; when the trial's MLflow run opens, its
+    tags name the study and trial number, and the Optuna trial the run's name (optuna-dashboard shows both).
+    The links go through the database, so a pickled copy (Ray's, after a resume) finds them too."""
+    import pickle
+
+    import optuna
+
+    from tune_as.engine.links import OptunaLinks
+
+    searcher = _searcher(tmp_path, SPACE)
+    configs = {f"ray{i}": searcher.suggest(f"ray{i}") for i in range(4)}
+    links = pickle.loads(pickle.dumps(OptunaLinks(f"sqlite:///{tmp_path / 'optuna.db'}", "digits")))
+    for ray_id, config in configs.items():
+        assert isinstance(config, dict)
+        loss = config["loss"]
+        tags = links.tags(ray_id, loss, f"{loss}_000{ray_id[-1]}")
+        study = optuna.load_study(study_name=tags["tune_as.optuna_study"],
+                                  storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+        assert tags["tune_as.optuna_study"] == f"digits-{loss}"
+        marked = study.trials[int(tags["tune_as.optuna_trial"])]
+        assert marked.user_attrs == {"ray_trial_id": ray_id, "mlflow_run_name": f"{loss}_000{ray_id[-1]}"}
+        if loss == "as_softmax":
+            assert marked.params["delta"] == config["loss.delta"]
+    assert links.tags("unknown", "softmax", "softmax_0009") == {}  # a search from before the links
+    assert links.tags("ray0", "no_such_loss", "x") == {}
+
+
+def test_a_finished_runs_description_says_its_scores_in_percent_its_epochs_and_setting() -> None:
+    """The MLflow run page opens on the run's description: the answer's numbers for this one run."""
+    from tune_as.engine.callbacks import run_note
+
+    config = {"loss": "as_softmax", "epochs": 5.0, "loss.delta": 0.3}
+    assert run_note(config, {"best_val_accuracy": 0.93206, "test_accuracy": 0.9, "epoch": 2.0}, "accuracy",
+                    "delta=0.3") == ("**as_softmax**: validation accuracy 93.21 %, test accuracy 90.00 % "
+                                     "(2 of 5 epochs); setting: delta=0.3")
+    assert run_note(config, {"epoch": 0.0}, "f1", "delta=0.3").startswith("**as_softmax**: no score (0 of 5")
+
+
 def test_optuna_trials_mirror_ray_trials_and_those_cut_early_are_pruned(tmp_path: Path) -> None:
     """What optuna-dashboard reads: a trial early stopping cut before its epochs is PRUNED, valued by the last
     evaluation it reached (TPE ranks pruned trials by how far they got); one that trained all its epochs

@@ -91,10 +91,10 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     assert "Best set on validation " in table and "Compute: " in table
     assert "Noise: moderated (docs/verdicts.md, section 12)" in " ".join(table.split()), \
         "the default noise model"
-    # where to see it: the MLflow UI's runs table (MLflow 3.17 opens the GenAI view without the page's
-    # address)
+    # where to see it: the MLflow UI's runs table, in the search's saved view (MLflow 3.17 opens the GenAI
+    # view without the page's address)
     assert "MLflow UI: mlflow ui --backend-store-uri sqlite:///mlflow.db\n  then open " \
-           "http://127.0.0.1:5000/#/experiments/1?workflowType=machine_learning" in table, table[-600:]
+           "http://127.0.0.1:5000/#/experiments/1/runs?viewStateShareKey=digits-" in table, table[-600:]
     # what it would take to decide the undecided, and how to ask for it (this race cannot take more seeds)
     assert re.search(r"What would decide the undecided .*a new search with --race --max-seeds \d+ "
                      r"asks for them", " ".join(table.split())), table[-3000:]
@@ -102,6 +102,7 @@ def test_newcomer_search_and_report_run_as_written(tmp_path: Path) -> None:
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (parent,) = client.search_runs([client.get_experiment_by_name("digits").experiment_id],
                                    "tags.`tune_as.role` = 'search'")
+    assert f"viewStateShareKey={parent.data.tags['tune_as.search_id']}\n" in table  # its view
     logged = Path(client.download_artifacts(parent.info.run_id, "ranking.csv", str(tmp_path))).read_text()
     rows = {cells[1]: cells for cells in csv.reader(logged.splitlines()[1:])
             if re.fullmatch(r"\d+=?", cells[0])}

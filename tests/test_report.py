@@ -434,6 +434,33 @@ def run(i: int, lr: str, best: float, stopped: bool = False, *, loss: str = "sof
                     stopped_early=stopped)
 
 
+def test_the_report_reads_the_fractions_not_the_copies_in_percent(tmp_path: Path) -> None:
+    """A run logs its headline metrics again in percent for a person (`schema.with_percent`); the report reads
+    the fractions it always read: no `accuracy_pct` test column, no percent of a percent, the same replay."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    from tune_as.report.answers import engine_run
+    from tune_as.report.runs import trial_runs
+    from tune_as.tracking.schema import fractions, with_percent
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
+    exp = client.create_experiment("pct")
+    reported = {"best_val_accuracy": 0.75, "test_accuracy": 0.625, "val_accuracy": 0.75, "epoch": 2.0}
+    rid = client.create_run(exp, tags={ROLE: ROLE_TRIAL, TASK: "sst5", LOSS: "softmax", TRIAL: "t1",
+                                       METRIC: "val_accuracy"}).info.run_id
+    client.log_batch(rid, metrics=[Metric(k, v, 0, 2) for k, v in with_percent(reported).items()],
+                     params=[Param(k, v) for k, v in {"task": "sst5", "loss": "softmax", "epochs": "2.0",
+                                                      "batch_size": "8", "lr": "0.001", "seed": "0"}.items()])
+    client.set_terminated(rid)
+    run = client.get_run(rid)
+    assert run.data.metrics["test_accuracy_pct"] == 62.5  # what the MLflow UI shows
+    (read,) = trial_runs(client, [exp], ROLE_TRIAL, [])
+    assert read.last == reported and read.test_metrics() == {"accuracy": 0.625}
+    replayed = engine_run(run, "accuracy", True)
+    assert replayed is not None and replayed.last == fractions(run.data.metrics) == reported
+
+
 def test_runs_stopped_early_never_compete_with_completed_ones() -> None:
     """Setting A: one completed seed at 0.80 and one stopped at 0.30; setting B: completed at 0.70; setting C:
     stopped at 0.95. Averaging the stopped run in would pick B (0.55 < 0.70), letting C compete would pick a

@@ -62,8 +62,22 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
         assert child.info.run_name.startswith(params["loss"] + "_"), "run names carry the loss"
         if params["loss"] == "as_softmax":
             assert 0.05 <= float(params["loss.delta"]) <= 0.5 and "warmup_r" in params
-        else:
-            assert "loss.delta" not in params
+            assert child.data.tags["tune_as.setting"] == (f"delta={float(params['loss.delta']):.4g}, "
+                                                          f"warmup_r={float(params['warmup_r']):.4g}")
+        else:  # a loss without AS warm-up or row skipping logs neither (settings.unused)
+            assert not {"loss.delta", "warmup_r", "skip_masked_rows"} & set(params)
+            assert child.data.tags["tune_as.setting"] == "none searched"
+        # the answer's unit beside the fraction the report reads; the run page opens on its scores
+        assert metrics["test_accuracy_pct"] == round(100 * metrics["test_accuracy"], 2)
+        assert metrics["best_val_accuracy_pct"] == round(100 * metrics["best_val_accuracy"], 2)
+        assert child.data.tags["mlflow.note.content"].startswith(
+            f"**{params['loss']}**: validation accuracy {100 * metrics['best_val_accuracy']:.2f} %")
+        # the run names its Optuna trial, which names the run and its Ray trial back
+        study = optuna.load_study(study_name=child.data.tags["tune_as.optuna_study"],
+                                  storage=parent.data.tags["tune_as.optuna_storage"])
+        assert study.study_name == f"clinc_oos-{params['loss']}"
+        assert study.trials[int(child.data.tags["tune_as.optuna_trial"])].user_attrs == {
+            "ray_trial_id": child.data.tags["tune_as.trial_id"], "mlflow_run_name": child.info.run_name}
     # the paper's Table 6 setting was evaluated first, as a warm start
     first_as = min((c for c in children if c.data.params["loss"] == "as_softmax"),
                    key=lambda c: c.info.start_time)
@@ -78,6 +92,9 @@ def test_smoke_search_on_clinc_tracks_every_trial(tmp_path: Path, mlflow_server,
                               storage=f"sqlite:///{search_dir / 'optuna.db'}")
     assert len(study.trials) == 3 and all(t.state.name == "COMPLETE" for t in study.trials)
     assert study.metric_names == ["best_val_accuracy"]  # the objective is named in optuna-dashboard
+    # the runs table's saved view of this search, the address the search prints (tune_as.tracking.views)
+    views = client.get_experiment(parent.info.experiment_id).tags
+    assert f"mlflow.sharedViewState.{parent.data.tags['tune_as.search_id']}" in views
 
 
 ASHA_SPACE = """task: digits
@@ -108,6 +125,8 @@ def test_asha_stops_bad_trials_early(tmp_path: Path, mlflow_server, ray_local) -
     assert stopped, "ASHA stopped no trial"
     assert all(c.data.metrics["epoch"] < 4 for c in stopped)
     assert all(c.data.metrics["epoch"] == pytest.approx(4) for c in full)
+    # an image task's CNN has no tokenizer and no encoder to freeze: those settings are not logged
+    assert not {"max_length", "encoder", "encode_precision"} & {k for c in children for k in c.data.params}
     assert max(c.data.metrics["best_val_accuracy"] for c in full) > 0.8
     # optuna-dashboard shows the cut trials as pruned, valued by the evaluation they were cut at
     (search_dir,) = (tmp_path / "results").iterdir()
@@ -224,7 +243,9 @@ def test_a_loss_with_its_own_epochs_is_judged_complete_at_its_own_epochs(tmp_pat
     short = [c for c in children if c.data.params["loss"] == "label_smoothing"]
     assert [c.data.params["epochs"] for c in short] == ["1.0", "1.0"]
     assert all(c.data.tags.get("tune_as.stopped_early") != "true" for c in short)
-    assert {c.data.params["max_length"] for c in children} == {"128"}, "data settings logged with every trial"
+    assert {c.data.params["max_train_samples"] for c in children} == {"300"}, \
+        "data settings logged with every trial"
+    assert not any("max_length" in c.data.params for c in children), "an image task has no sequence length"
     assert "epochs per loss: softmax 2, label_smoothing 1" in outcome.markdown
 
 

@@ -446,15 +446,55 @@ def test_writes_that_cannot_be_kept_either_are_said_to_be_lost(tmp_path: Path) -
 def test_the_ui_line_opens_the_runs_table_of_the_experiment(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """MLflow 3.17 opens an experiment on its GenAI overview whatever its kind tag says: the printed address
-    asks for the runs table; a store under the working folder is named as a person would type it."""
+    names the runs page, in the search's saved view; a store under the working folder is named as a person
+    would type it."""
     monkeypatch.chdir(tmp_path)
-    page = "#/experiments/7?workflowType=machine_learning"
-    assert schema.ui_line("http://127.0.0.1:5000/", "7") == f"MLflow UI: http://127.0.0.1:5000/{page}"
-    assert schema.ui_line(f"sqlite:///{tmp_path}/runs/m.db", "7").splitlines() == [
+    page = "#/experiments/7/runs?viewStateShareKey=digits-1"
+    assert schema.ui_line("http://127.0.0.1:5000/", "7", "digits-1") == f"MLflow UI: http://127.0.0.1:5000/{page}"
+    assert schema.ui_line(f"sqlite:///{tmp_path}/runs/m.db", "7", "digits-1").splitlines() == [
         "MLflow UI: mlflow ui --backend-store-uri sqlite:///runs/m.db",
         f"  then open http://127.0.0.1:5000/{page}"]
-    assert schema.ui_line("sqlite:////elsewhere/m.db", "7").splitlines()[0].endswith(
+    assert schema.ui_line("sqlite:////elsewhere/m.db", "7", "digits-1").splitlines()[0].endswith(
         "sqlite:////elsewhere/m.db")
+    assert schema.view_key("digits-1", grouped=True) == "digits-1-by-loss"
+
+
+def test_headline_metrics_are_logged_again_in_percent_and_readers_see_the_fractions() -> None:
+    """A person reads 93.21 where the answer says 93.21; the search and the report read the fractions they
+    always read: `fractions` leaves out exactly what `with_percent` added."""
+    result = {"best_val_accuracy": 0.9320588, "test_accuracy": 0.9, "best_val_macro_f1": 0.5,
+              "val_accuracy": 0.91, "val_loss": 0.3, "epoch": 2.0, "error": None}
+    shown = schema.with_percent(result)
+    assert {k: v for k, v in shown.items() if k not in result} == {
+        "best_val_accuracy_pct": 93.21, "test_accuracy_pct": 90.0, "best_val_macro_f1_pct": 50.0}
+    assert schema.fractions(shown) == result
+    assert schema.with_percent(shown) == shown  # a copy is never copied again
+    assert [k for k in schema.with_percent({"val_loss": 0.3, "epoch": 1.0})] == ["val_loss", "epoch"]
+
+
+def test_a_searchs_saved_views_show_loss_metric_in_percent_and_setting(tmp_path: Path) -> None:
+    """The runs table's columns come from the experiment's saved views (MLflow's own JSON: a name, times, and
+    the state as a string); a confirmed search adds its confirmation runs grouped by loss."""
+    from tune_as.tracking import views
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
+    experiment = client.create_experiment("views")
+    views.save(client, experiment, "digits-1", "accuracy", confirmed=True)
+    tags = client.get_experiment(experiment).tags
+    assert sorted(tags) == [schema.VIEW_TAG_PREFIX + "digits-1", schema.VIEW_TAG_PREFIX + "digits-1-by-loss"]
+    saved = json.loads(tags[schema.VIEW_TAG_PREFIX + "digits-1"])
+    assert saved["name"] == "digits-1: runs, accuracy %" and isinstance(saved["createdAt"], int)
+    state = json.loads(saved["state"])
+    assert state["selectedColumns"] == ["metrics.`best_val_accuracy_pct`", "metrics.`test_accuracy_pct`",
+                                        "tags.`tune_as.setting`", "tags.`tune_as.role`",
+                                        "tags.`tune_as.stopped_early`"]
+    assert state["searchFilter"] == "tags.`tune_as.search_id` = 'digits-1'"
+    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`best_val_accuracy_pct`", False)
+    grouped = json.loads(json.loads(tags[schema.VIEW_TAG_PREFIX + "digits-1-by-loss"])["state"])
+    assert grouped["groupBy"] == {"aggregateFunction": "average",
+                                  "groupByKeys": [{"mode": "tag", "groupByData": "tune_as.loss"}]}
+    assert grouped["searchFilter"].endswith("and tags.`tune_as.role` = 'confirmation'")
+    assert list(views.states("digits-2", "f1", confirmed=False)) == ["digits-2"]
 
 
 def test_the_database_file_of_a_store_uri() -> None:

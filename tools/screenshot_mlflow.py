@@ -2,12 +2,18 @@
 
     python tools/screenshot_mlflow.py --store sqlite:///mlflow.db --experiment digits --out docs/mlflow
 
-Starts `mlflow ui` on the store (127.0.0.1, a free port), opens the address the search prints at its end (the
-experiment's runs table: `tune_as.tracking.schema.ui_line`) and the parent run of the experiment's latest
-search, writes `<out>_runs.png` and `<out>_parent.png`, and checks the rendered pages: the runs table lists
-the parent run, and the parent run's page shows the answer (the winner tag and a verdict tag of every compared
-loss). Exit 1 when a check fails, 2 when Chromium or the store is missing. Needs a Chromium
-(`apt-get install chromium`); not a test: CI has no browser.
+Starts `mlflow ui` on the store (127.0.0.1, a free port) and opens, with Playwright driving a Chromium,
+what the experiment's latest search links to: the address it prints at its end (its runs in the saved view
+`tune_as.tracking.views` made: `<out>_runs.png`), a confirmed search's confirmation runs grouped by loss
+(`<out>_by_loss.png`), and its parent run, its Description expanded (`<out>_parent.png`). Then it checks
+the rendered pages: the runs table shows the best run's name, its validation and test metric in percent and
+its setting; the grouped view shows each compared loss; the parent run's page shows the answer (its table,
+the winner tag and every loss's verdict tag). The browser is as after a person's two clicks of a first visit
+(docs/search.md): MLflow 3.17's Assistant panel closed, its "Model training" layout chosen. Exit 1 when a
+check fails, 2 when Chromium, Playwright or the store is missing.
+
+Needs `pip install playwright` and a Chromium (`apt-get install chromium`: no browser download); not a test:
+CI has no browser.
 """
 
 from __future__ import annotations
@@ -17,17 +23,24 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tune_as.tracking import schema  # noqa: E402
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
+# MLflow's own local-storage keys, as after the two clicks docs/search.md asks of a person once: its Assistant
+# panel closed, its "Model training" layout chosen (else an experiment's pages have the GenAI sidebar)
+ONCE = ("localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');"
+        "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');"
+        "localStorage.setItem('mlflow.workflowType_v1', JSON.stringify('machine_learning'));")
+LOAD_S = 60  # the longest a page may take to show what it is waited for
 
 
 def free_port() -> int:
@@ -36,74 +49,138 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def chromium(browser: str, url: str, *args: str) -> str:
-    """Chromium headless on `url`, with time for the page's scripts to fetch and render the runs."""
-    with tempfile.TemporaryDirectory() as profile:
-        run = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                              f"--user-data-dir={profile}", "--window-size=1600,1000",
-                              "--virtual-time-budget=20000", *args, url],
-                             capture_output=True, text=True, timeout=180)
-    if run.returncode != 0:
-        raise SystemExit(f"error: {browser} exited {run.returncode}: {run.stderr[-400:]}")
-    return run.stdout
+def shown(value: float) -> str:
+    """A metric as the runs table prints it (JavaScript's shortest form: 98, 93.21)."""
+    return repr(value).removesuffix(".0")
+
+
+def latest_search(client: MlflowClient, experiment_id: str) -> Run | None:
+    found = client.search_runs([experiment_id], f"tags.`{schema.ROLE}` = '{schema.ROLE_SEARCH}'",
+                               order_by=["attributes.start_time DESC"], max_results=1)
+    return found[0] if found else None
+
+
+def expected(client: MlflowClient, parent: Run) -> dict[str, Any]:
+    """What the pages must show, read from the store: the search's best run by validation (name, metrics in
+    percent, setting) and the losses its confirmation runs compare."""
+    search = parent.data.tags[schema.SEARCH]
+    metric = parent.data.tags[schema.METRIC].removeprefix("val_")
+    val, test = (f"{p}{metric}{schema.PERCENT_SUFFIX}" for p in ("best_val_", "test_"))
+    (best,) = client.search_runs([parent.info.experiment_id], f"tags.`{schema.SEARCH}` = '{search}'",
+                                 order_by=[f"metrics.`{val}` DESC"], max_results=1)
+    confirmed = client.search_runs([parent.info.experiment_id], f"tags.`{schema.SEARCH}` = '{search}' and "
+                                   f"tags.`{schema.ROLE}` = '{schema.ROLE_CONFIRMATION}'", max_results=5000)
+    return {"search": search, "columns": [val, test, schema.SETTING], "best": best.info.run_name,
+            "values": [shown(best.data.metrics[val]), shown(best.data.metrics[test]),
+                       best.data.tags[schema.SETTING]],
+            "losses": sorted({r.data.tags[schema.LOSS] for r in confirmed}),
+            "verdicts": sorted(k for k in parent.data.tags
+                               if k.startswith(schema.ANSWER_TAG_PREFIX + "verdict."))}
+
+
+def serve(store: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`mlflow ui` on the store, once it answers /health."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store,
+                               "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/health", timeout=5)
+            return server, base
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.terminate()
+                raise SystemExit(f"error: `mlflow ui` on {store} did not start") from None
+            time.sleep(0.5)
+
+
+def pages(browser: str, base: str, experiment_id: str, parent: Run, want: dict[str, Any],
+          out: Path) -> tuple[dict[str, bool], list[str]]:
+    """Open the search's pages, write the screenshots, and say which checks passed and what was written."""
+    from playwright.sync_api import sync_playwright
+
+    runs_url = f"{base}/{schema.ui_page(experiment_id, schema.view_key(want['search']))}"
+    grouped_url = f"{base}/{schema.ui_page(experiment_id, schema.view_key(want['search'], grouped=True))}"
+    parent_url = f"{base}/#/experiments/{experiment_id}/runs/{parent.info.run_id}"
+    checks: dict[str, bool] = {}
+    written: list[str] = []
+
+    def screenshot(page: Any, name: str) -> str:
+        page.wait_for_timeout(2000)  # the grid settles its column widths
+        written.append(f"{out}_{name}.png")
+        page.screenshot(path=written[-1])
+        return str(page.inner_text("body"))
+
+    with sync_playwright() as playwright:
+        chrome = playwright.chromium.launch(executable_path=browser, args=["--no-sandbox"])
+        context = chrome.new_context(viewport={"width": 1600, "height": 1000})
+        context.add_init_script(ONCE)
+        page = context.new_page()
+
+        page.goto(runs_url)
+        page.get_by_text(want["best"], exact=True).first.wait_for(timeout=LOAD_S * 1000)
+        text = screenshot(page, "runs")
+        checks["the printed address opens the runs table in the search's view"] = \
+            "/runs?viewStateShareKey=" in page.url
+        checks[f"the runs table has columns {', '.join(want['columns'])}"] = \
+            all(c in text for c in want["columns"])
+        checks[f"its best run {want['best']} shows {' | '.join(want['values'])}"] = \
+            want["best"] in text and all(v in text for v in want["values"])
+
+        if want["losses"]:
+            page.goto(grouped_url)
+            page.get_by_text(f"Group: {want['losses'][0]}").first.wait_for(timeout=LOAD_S * 1000)
+            text = screenshot(page, "by_loss")
+            checks[f"the grouped view has a group for each of {len(want['losses'])} losses, with means"] = \
+                all(f"Group: {loss}" in text for loss in want["losses"]) and "(average)" in text
+
+        page.goto(parent_url)
+        page.get_by_text("Show more").first.click(timeout=LOAD_S * 1000)  # the Description: the answer
+        text = screenshot(page, "parent")
+        checks["the parent run's page shows the answer's table"] = "selected setting" in text
+        checks["the parent run's page shows the winner tag"] = "tune_as.winner" in text
+        checks[f"the parent run's page shows the {len(want['verdicts'])} verdict tags"] = \
+            all(v in text for v in want["verdicts"])
+        chrome.close()
+    return checks, written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default="sqlite:///mlflow.db", help="the MLflow store the search wrote")
     parser.add_argument("--experiment", default="digits")
-    parser.add_argument("--out", type=Path, default=Path("docs/mlflow"), help="prefix of the two PNG files")
+    parser.add_argument("--out", type=Path, default=Path("docs/mlflow"), help="prefix of the PNG files")
     args = parser.parse_args(argv)
-    browser = next((b for b in CHROMIUM if shutil.which(b)), None)
+    browser = next((path for b in CHROMIUM if (path := shutil.which(b))), None)
     if browser is None:
         print(f"error: expected a Chromium on the PATH ({', '.join(CHROMIUM)}), found none", file=sys.stderr)
         return 2
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        print("error: expected the playwright package (pip install playwright), found none", file=sys.stderr)
+        return 2
     client = MlflowClient(args.store)
     experiment = client.get_experiment_by_name(args.experiment)
-    if experiment is None:
-        print(f"error: expected experiment {args.experiment!r} in {args.store}, found none", file=sys.stderr)
+    parent = latest_search(client, experiment.experiment_id) if experiment is not None else None
+    if experiment is None or parent is None:
+        print(f"error: expected a search's parent run in experiment {args.experiment!r} of {args.store}, "
+              "found none", file=sys.stderr)
         return 2
-    parents = client.search_runs([experiment.experiment_id], f"tags.`{schema.ROLE}` = '{schema.ROLE_SEARCH}'",
-                                 order_by=["attributes.start_time DESC"], max_results=1)
-    if not parents:
-        print(f"error: expected a search's parent run in {args.experiment!r}, found none", file=sys.stderr)
-        return 2
-    parent = parents[0]
-    verdicts = sorted(k for k in parent.data.tags if k.startswith(schema.ANSWER_TAG_PREFIX + "verdict."))
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", args.store,
-                               "--host", "127.0.0.1", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    want = expected(client, parent)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    server, base = serve(args.store)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:  # the server answers /health once it serves
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=5)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    print(f"error: `mlflow ui` on {args.store} did not start", file=sys.stderr)
-                    return 2
-                time.sleep(0.5)
-        runs_url = schema.ui_line(base, experiment.experiment_id).removeprefix("MLflow UI: ")
-        parent_url = runs_url.replace("?", f"/runs/{parent.info.run_id}?")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        chromium(browser, runs_url, f"--screenshot={args.out}_runs.png")
-        chromium(browser, parent_url, f"--screenshot={args.out}_parent.png")
-        runs_dom, parent_dom = (chromium(browser, runs_url, "--dump-dom"),
-                                chromium(browser, parent_url, "--dump-dom"))
+        checks, written = pages(browser, base, experiment.experiment_id, parent, want, args.out)
     finally:
         server.terminate()
         server.wait(timeout=30)
-    name = parent.info.run_name or parent.info.run_id
-    checks = {f"the runs table lists the parent run {name!r}": name in runs_dom,
-              "the parent run's page shows the winner tag": "tune_as.winner" in parent_dom,
-              f"the parent run's page shows the {len(verdicts)} verdict tags":
-                  all(v in parent_dom for v in verdicts)}
     for what, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {what}")
-    print(f"wrote {args.out}_runs.png and {args.out}_parent.png")
+    print(f"wrote {', '.join(written)}")
     return 0 if all(checks.values()) else 1
 
 

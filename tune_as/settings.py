@@ -208,6 +208,9 @@ TRIAL_FIELDS: dict[str, Any] = {k: v for k, v in typing.get_type_hints(TrialSett
                                 if k != "loss_params"}
 DATA_FIELDS: dict[str, Any] = {k: v for k, v in typing.get_type_hints(DataSettings).items()
                                if k != "cache_dir"}
+# Each field's default (none for the required ones): what `from_params` gives a field that was not logged.
+DEFAULTS: dict[str, Any] = {f.name: f.default for cls in (DataSettings, TrialSettings)
+                            for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
 
 def coerce_finite(value: Any, hint: Any) -> Any:
@@ -244,6 +247,28 @@ def trial_problem(settings: dict[str, Any]) -> str | None:
     except (ValueError, TypeError) as exc:
         return str(exc).splitlines()[0]
     return None
+
+
+def unused(params: dict[str, Any], uses_backbone: bool) -> set[str]:
+    """The settings among a trial's flat `params` (data and trial settings, as MLflow logs them) that its
+    task or loss ignores while they hold their default: a sequence length, an encoder and its precision on an
+    image task (its CNN has no tokenizer and nothing to freeze), an encoder's precision unless it is frozen,
+    the AS warm-up (`warmup_r`) and row skipping of a loss without them. MLflow need not log them:
+    `from_params` gives a field that is absent its default, so the settings read back are the same. A value
+    other than the default is kept (it says what was asked, and reads back as asked)."""
+    from tune_as.losses import LOSSES
+
+    ignored = set()
+    if not uses_backbone:
+        ignored |= {"max_length", "encoder", "encode_precision"}
+    elif params.get("encoder", DEFAULT_ENCODER) != "frozen":
+        ignored.add("encode_precision")
+    loss = LOSSES.get(str(params.get("loss")))
+    if loss is not None and not loss.supports_warmup:
+        ignored.add("warmup_r")
+    if loss is not None and not loss.supports_row_skipping:
+        ignored.add("skip_masked_rows")
+    return {k for k in ignored if k in params and params[k] == DEFAULTS[k]}
 
 
 def from_params(params: dict[str, str]) -> tuple[DataSettings, TrialSettings]:

@@ -17,6 +17,7 @@ Modules (tests/test_imports.py keeps this list equal to the package's):
 - schedulers: ASHA rungs per loss
 - members: populations (seeds of one setting in one trial) and their fan-out
 - callbacks: the driver's side of a trial (MLflow runs, names, checkpoints dropped)
+- links: an Optuna trial, its MLflow run and its Ray trial name each other
 - worker: what a Ray worker runs
 - progress: the live view of the trials
 - cluster: start or join Ray, a trial's resources

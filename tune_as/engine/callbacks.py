@@ -7,15 +7,20 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from tune_as.engine import interrupt
+from tune_as.engine.links import OptunaLinks
 from tune_as.engine.members import POPULATION, members
 from tune_as.engine.plan import git_commit
+from tune_as.results.render import one_setting
+from tune_as.settings import unused
 from tune_as.tracking import schema
 from tune_as.tracking import tracker as tracking
 from tune_as.training.trial import drop_weights
@@ -72,11 +77,19 @@ class MlflowCallback(Settles):
     names its search and finds the tracker that the driver registered for it (`register`) before running."""
 
     _trackers: dict[str, tracking.MlflowTracker] = {}
+    # what a callback pickled by an older search lacks (Ray restores that copy on --resume)
+    uses_backbone = True
+    searched: Mapping[str, Sequence[str]] = MappingProxyType({})
+    optuna: OptunaLinks | None = None
 
-    def __init__(self, tracker: tracking.MlflowTracker, metric: str, role: str,
-                 data_params: dict[str, Any]) -> None:
+    def __init__(self, tracker: tracking.MlflowTracker, metric: str, role: str, data_params: dict[str, Any],
+                 uses_backbone: bool = True, searched: Mapping[str, Sequence[str]] | None = None,
+                 optuna: OptunaLinks | None = None) -> None:
         self.search_id, self.metric, self.role = tracker.search_id, metric, role
         self.data_params = data_params  # the search's DataSettings, logged beside each trial's own settings
+        self.uses_backbone = uses_backbone  # the task's (settings.unused: what it ignores is not logged)
+        self.searched = dict(searched or {})  # per loss, the config keys its trials differ by
+        self.optuna = optuna  # a search's studies: each trial's run names its Optuna trial
         self.register(tracker)
 
     @classmethod
@@ -105,18 +118,27 @@ class MlflowCallback(Settles):
             ended = self.on_trial_complete if trial.status == "TERMINATED" else self.on_trial_error
             ended(0, trials, trial, settle=True)
 
+    def setting(self, config: dict[str, Any]) -> str:
+        """A run's searched setting as the answer prints it ("delta=0.3, warmup_r=0.1")."""
+        return one_setting(config, self.searched.get(str(config["loss"]), ())) or "none searched"
+
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, settle: bool = False,
                        **info: Any) -> None:
         # each member of a population is a run of its own (tune_as.engine.members), with a solo trial's params
         for member in members(trial.trial_id, trial.config, {}):
             config = {**self.data_params, **member.config, "git_commit": git_commit()}
+            ignored = unused(config, self.uses_backbone)
+            loss = str(member.config["loss"])
             # a search trial is `<loss>_<number>`; a confirmation
             # run says which seed it confirms: `<loss>_seed<seed>`
             name = trial_name(trial) if self.role != schema.ROLE_CONFIRMATION else \
-                f"{member.config.get('loss', 'trial')}_seed{member.config.get('seed')}"
-            self.tracker.trial_started(member.run_id, config, name=name, settle=settle, tags={
-                schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]),
-                schema.LOSS: str(member.config["loss"]), schema.METRIC: f"val_{self.metric}"})
+                f"{loss}_seed{member.config.get('seed')}"
+            tags = {schema.ROLE: self.role, schema.TASK: str(self.data_params["task"]), schema.LOSS: loss,
+                    schema.METRIC: f"val_{self.metric}", schema.SETTING: self.setting(member.config)}
+            if self.optuna is not None:
+                tags.update(self.optuna.tags(trial.trial_id, loss, name))
+            self.tracker.trial_started(member.run_id, {k: v for k, v in config.items() if k not in ignored},
+                                       name=name, settle=settle, tags=tags)
         if (trial.last_result or {}).get("training_iteration"):
             # Restored after a driver restart (or retried): what it reported before may never have reached
             # MLflow (a killed driver's queue dies with it), though Ray's snapshot counts it. Ray's own record
@@ -129,7 +151,8 @@ class MlflowCallback(Settles):
                         **info: Any) -> None:
         for member in members(trial.trial_id, trial.config, result):
             if member.fresh:
-                self.tracker.trial_result(member.run_id, member.metrics)
+                # the headline metrics again in percent, for a person reading MLflow (schema.with_percent)
+                self.tracker.trial_result(member.run_id, schema.with_percent(member.metrics))
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, settle: bool = False,
                           **info: Any) -> None:
@@ -139,6 +162,9 @@ class MlflowCallback(Settles):
             tags = {}
             if not error and not completed(member.metrics, float(trial.config["epochs"])):
                 tags[schema.STOPPED_EARLY] = "true"
+            if not error:  # the run's page opens on its description: what it scored, with what
+                tags[schema.NOTE] = run_note(member.config, member.metrics, self.metric,
+                                             self.setting(member.config))
             margin = (f"seed_{member.config['seed']}/{schema.PMARGIN_FILE}" if population
                       else schema.PMARGIN_FILE)
             self.tracker.trial_ended(member.run_id, "FAILED" if error else "FINISHED", error=error,
@@ -190,6 +216,18 @@ class NoticeInterrupt(tune.Callback):
             else:
                 raise KeyboardInterrupt
         signal.signal(signal.SIGINT, noted)
+
+
+def run_note(config: dict[str, Any], result: dict[str, Any], metric: str, setting: str) -> str:
+    """A finished run's description, in the answer's words: its loss, validation and test metric in percent
+    (of the best-validation checkpoint), the epochs it trained and its searched setting."""
+    scores = []
+    for split, key in (("validation", f"best_val_{metric}"), ("test", f"test_{metric}")):
+        value = result.get(key)
+        if isinstance(value, (int, float)):
+            scores.append(f"{split} {metric} {100 * float(value):.2f} %")
+    epochs = f"{float(result.get('epoch', 0.0)):g} of {float(config['epochs']):g} epochs"
+    return f"**{config['loss']}**: {', '.join(scores) or 'no score'} ({epochs}); setting: {setting}"
 
 
 def completed(result: dict[str, Any], epochs: float) -> bool:

@@ -173,7 +173,8 @@ def show(session: Session, answered: Answered, record: AnswerRecord, compute: Co
     r = session.plan.request
     shown = answered.render(r.output_format, record)
     tail = fitted(compute.line() + "\n" + schema.ui_line(session.tracker.shown,
-                                                         str(session.tracker.experiment_id)))
+                                                         str(session.tracker.experiment_id),
+                                                         schema.view_key(session.plan.search_id)))
     if r.output_format in MACHINE_FORMATS:
         print(shown, end="", file=answer_to, flush=True)
         print(tail)

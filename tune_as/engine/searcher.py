@@ -33,6 +33,7 @@ from typing import Any
 import optuna
 from ray.tune.search import Searcher
 
+from tune_as.engine import links
 from tune_as.engine.callbacks import completed
 from tune_as.engine.state import (
     SEARCHER_FILES,
@@ -181,6 +182,7 @@ class PerLossSearcher(_Searcher):
             # every point of its space has been tried: its remaining trials are not run
             self.exhausted.add(loss)
         trial, params = asked
+        links.mark(trial, trial_id)  # its MLflow run finds it by this (tune_as.engine.links)
         space = self.space.losses[loss]
         if not space.params:  # nothing to tune: repeat over seeds, so every loss is "best of N" alike
             params["seed"] = self.base["seed"] + self.suggested[loss]

@@ -22,13 +22,14 @@ from ray.tune.search import Searcher
 from tune_as.engine import callbacks, cluster, concurrency, disk, interrupt, storage, worker
 from tune_as.engine.folder import claim, resume_hint, write_state
 from tune_as.engine.head import Head
+from tune_as.engine.links import OptunaLinks
 from tune_as.engine.plan import SearchPlan
 from tune_as.engine.progress import RunView, reporter, view_for
 from tune_as.engine.schedulers import PerLossASHA, default_grace_period
 from tune_as.engine.searcher import PerLossSearcher, catch_up
 from tune_as.engine.state import SCHEDULER_FILE
 from tune_as.errors import INTERRUPTED, Ending
-from tune_as.tracking import schema
+from tune_as.tracking import schema, views
 from tune_as.tracking import tracker as tracking
 
 
@@ -77,7 +78,10 @@ def open_session(plan: SearchPlan, params: dict[str, Any], tags: dict[str, str],
     if state is not None:
         write_state(plan.search_dir, state)
     tracker.start_search(params=params, tags={
-        schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max", **tags})
+        schema.TASK: plan.task.name, schema.METRIC: f"val_{plan.metric}", schema.MODE: "max",
+        schema.OPTUNA_STORAGE: schema.optuna_url(plan.search_dir.resolve()), **tags})
+    # the runs table with loss, metric in percent and setting (tracking.views): the address the search prints
+    views.save(tracker.client, str(tracker.experiment_id), plan.search_id, plan.metric, plan.confirming)
     # writes an earlier run of this search could not deliver go first
     if tracker.replay(skip_search_end=True):
         print(f"MLflow: delivering {len(tracker.pending)} writes kept in {tracking.JOURNAL} first")
@@ -113,7 +117,13 @@ def tuner(session: Session, path: Path, role: str, search_alg: Searcher, schedul
           num_samples: int) -> tune.Tuner:
     """A new Tune experiment at `path` whose trials are `role` runs (trial or confirmation) of the search."""
     plan, r = session.plan, session.plan.request
-    callback = callbacks.MlflowCallback(session.tracker, plan.metric, role, plan.data_settings.to_params())
+    # a search trial's run names its Optuna trial; a confirmation has none
+    optuna = OptunaLinks(schema.optuna_url(plan.search_dir), plan.task.name) if role == schema.ROLE_TRIAL \
+        else None
+    callback = callbacks.MlflowCallback(
+        session.tracker, plan.metric, role, plan.data_settings.to_params(),
+        uses_backbone=plan.task.uses_backbone,
+        searched={loss: s.searched() for loss, s in plan.space.losses.items()}, optuna=optuna)
     run_config = tune.RunConfig(
         name=path.name, storage_path=str(path.parent),  # an experiment of the search's (engine.state)
         # no state file cut short by a killed driver (engine.storage)

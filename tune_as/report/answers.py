@@ -59,7 +59,7 @@ def engine_run(run: Run, metric: str, completed: bool) -> TrialRun | None:
     data, settings = from_params(dict(run.data.params))
     number = (run.info.run_name or "").rsplit("_", 1)[-1]
     return ranking.trial_run(run.data.tags.get(schema.TRIAL, run.info.run_id), data, settings,
-                             dict(run.data.metrics), metric, completed,
+                             schema.fractions(dict(run.data.metrics)), metric, completed,
                              int(number) if number.isdigit() else 0)
 
 

@@ -81,8 +81,8 @@ def trial_runs(client: MlflowClient, ids: Sequence[str], role: str, notes: list[
             continue
         runs.append(TrialRun(run.info.run_id, tags.get(TASK, run.data.params.get("task", "")),
                              tags.get(LOSS, run.data.params.get("loss", "")), dict(run.data.params), metric,
-                             best, dict(metrics), run.info.start_time or 0, run.info.experiment_id,
-                             tags.get(PARENT, ""), tags.get(STOPPED_EARLY) == "true"))
+                             best, schema.fractions(dict(metrics)), run.info.start_time or 0,
+                             run.info.experiment_id, tags.get(PARENT, ""), tags.get(STOPPED_EARLY) == "true"))
     if skipped:
         notes.append(f"{skipped} {role} run(s) not FINISHED or without a finite validation metric "
                      "were left out")

@@ -70,6 +70,12 @@ def short_settings(settings: Sequence[Mapping[str, str]], least: int = 3) -> lis
             for setting in settings]
 
 
+def one_setting(config: Mapping[str, object], keys: Sequence[str]) -> str:
+    """A trial's setting of `keys` (its config's searched keys) as `short_settings` prints it alone, to 4
+    significant digits ("" for none): the progress lines and the MLflow runs table show it so."""
+    return short_settings([{k: str(config[k]) for k in keys if k in config}], least=4)[0]
+
+
 @dataclass(frozen=True)
 class Table:
     name: str  # file stem, e.g. "table6"

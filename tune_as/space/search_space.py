@@ -87,6 +87,10 @@ class LossSpace:
     def constants(self) -> dict[str, Any]:
         return {config_key(k): v for k, v in self.fixed.items()}
 
+    def searched(self) -> tuple[str, ...]:
+        """The trial-config keys this loss's trials differ by (`loss.delta`, `warmup_r`)."""
+        return tuple(config_key(d.name) for d in self.params)
+
     def size(self) -> int | None:
         """How many distinct settings the search can draw; None if one is continuous or nothing is tuned (its
         trials then differ by seed)."""
