@@ -370,7 +370,8 @@ def test_the_lines_that_end_a_search_fit_the_terminal(width: int) -> None:
     from tune_as.results.render import fit
     from tune_as.tracking.schema import ui_line
 
-    url = "http://127.0.0.1:5000/#/experiments/1?workflowType=machine_learning"
-    tail = fit(Compute(115, 325, 23, 65, 163.0).line() + "\n" + ui_line("sqlite:///mlflow.db", "1"), width)
+    url = "http://127.0.0.1:5000/#/experiments/1/runs?viewStateShareKey=digits-20261207-173823"
+    tail = fit(Compute(115, 325, 23, 65, 163.0).line() + "\n"
+               + ui_line("sqlite:///mlflow.db", "1", "digits-20261207-173823"), width)
     assert all(len(line) <= width or line.strip() == url for line in tail.splitlines()), tail
     assert url in tail.splitlines()[-1]
