@@ -172,8 +172,8 @@ class Loop(ABC):
             # docstring), once for all members
             cycles = [(1, 0)] * size
             if self.loss_fn.masks_rows:
-                read = [(int(r), int(m)) for r, m in self.window[:, 1:].tolist()]
-                cycles = [(r - s[0], m - s[1]) for (r, m), s in zip(read, seen, strict=True)]
+                read = [(int(w[1]), int(w[2])) for w in self.window.tolist()]
+                cycles = [(r[0] - s[0], r[1] - s[1]) for r, s in zip(read, seen, strict=True)]
                 seen = [r if e else s for r, s, e in zip(read, seen, ending, strict=True)]
             self.close_cycles(ending, micro, steps)
             stepping = [ending[i] and alive[i] and cycles[i][0] != cycles[i][1] for i in range(size)]
