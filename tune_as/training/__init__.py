@@ -1,1 +1,2 @@
-"""The training loop of one trial (`trial`) and its stateless tools (`tools`); no Ray here."""
+"""The training loop (`loop`), run by a solo trial (`trial`: one model) or a population (`population`: P seeds
+of one model, stacked by `stacked` and `stacked_cnn`), and their stateless tools (`tools`); no Ray here."""

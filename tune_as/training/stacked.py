@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torch.optim.adamw import adamw
 
 from tune_as.tasks.models import DROPOUT, CosineHead, FrozenClassifier
-from tune_as.training.trial import EVAL_ROWS
+from tune_as.training.loop import EVAL_ROWS
 
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s: coefficient max_norm / (norm + 1e-6)
 

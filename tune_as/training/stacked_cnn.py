@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tune_as.tasks.cnn import channels_last
+from tune_as.training.loop import EVAL_ROWS
 from tune_as.training.stacked import Stacked, member_masks
-from tune_as.training.trial import EVAL_ROWS
 
 # tune_as.tasks.cnn topologies of Conv2d, ReLU, MaxPool2d, Flatten, Linear, Dropout
 STACKABLE = ("digits", "mnist")

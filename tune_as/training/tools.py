@@ -1,6 +1,7 @@
-"""Pieces of the training loop (tune_as.training.trial uses them): seeding, the learning-rate schedule, mixed
-precision, the optimizer, the p_margin measure of the paper's Section 4.5, an optional phase timer, the loop's
-counts and the micro-batches of a split."""
+"""Pieces of the training loop (tune_as.training.loop, trial and population use them): seeding, the
+learning-rate schedule, mixed precision, the optimizer, the p_margin measure of the paper's Section 4.5, an
+optional phase timer, the loop's counts, each epoch's order of the training rows and the micro-batches of a
+split."""
 
 from __future__ import annotations
 
@@ -187,8 +188,8 @@ def epoch_order(n: int, seed: int, epoch: int) -> Tensor:
 
 
 class Batches:
-    """Micro-batches of a split. The training order of an epoch depends on (seed, epoch) only, drawn once per
-    epoch; inputs are widened once and kept on the device when they fit (`Split.widened`), else per batch."""
+    """Micro-batches of a split: inputs widened once and kept on the device when they fit (`Split.widened`),
+    else per batch."""
 
     def __init__(self, split: Any, device: torch.device, resident_bytes: int = RESIDENT_BYTES) -> None:
         self.split, self.device = split, device
@@ -198,15 +199,3 @@ class Batches:
         if self.resident is not None:
             return self.resident.batch(idx.to(self.device))
         return {k: v.to(self.device, non_blocking=True) for k, v in self.split.batch(idx.cpu()).items()}
-
-    def training_order(self, counts: Counts, batch_size: int, seed: int, total: int) -> Iterator[Tensor]:
-        """Micro-batch indices from the position in `counts` to `total` samples; moves `counts.epoch`."""
-        n = len(self.split)
-        while counts.samples_seen < total:
-            order = epoch_order(n, seed, counts.epoch)
-            for start in range(counts.batch_in_epoch * batch_size, n, batch_size):
-                if counts.samples_seen >= total:
-                    return
-                yield order[start:start + batch_size]
-            counts.epoch += 1
-            counts.batch_in_epoch = 0

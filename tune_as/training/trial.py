@@ -1,32 +1,25 @@
 """One trial: fine-tune (or train a head) for a (task, loss) pair and report at every evaluation point.
 
-`Trial.run` is the loop, top to bottom: micro-steps (several per optimizer step under AS-Speed's
-accumulation), an optimizer step at the end of each cycle, an evaluation (and a checkpoint, when the reporter
-wants one) when due. Ray reaches it through a `Reporter` (tune_as.engine adapts `ray.tune.report`),
-so it runs without Ray.
-
-Schedules are functions of *training progress* = samples seen / samples planned, so AS-Speed (fewer optimizer
-steps for the same samples) gets the same learning-rate curve and the same AS warm-up as softmax.
-
-No host sync per step: the training statistics stay on the device and are read when a report is due (a
-non-finite loss ends the trial there). The reads the algorithms need happen only where they apply: a loss that
-masks rows reads its cycle's row counts once per optimizer step (an all-masked cycle must not step; AS-Speed's
-Eq. 19 needs the masked ratio), and row skipping's probe reads which examples to keep.
+A trial is the loop of tune_as.training.loop with one member: this module gives it the one model (any the
+tasks build: a fine-tuned transformer, a frozen-feature head, a CNN with BatchNorm), its optimizer (fused
+AdamW, clipping, fp16's loss scaler), row skipping, and its reports with checkpoints. Ray reaches it through
+a `Reporter` (tune_as.engine adapts `ray.tune.report`), so it runs without Ray.
 
 Row skipping (`skip_masked_rows`, the AS family): a gradient-free probe forward finds the fully masked
 examples (loss and gradient exactly 0), and forward + backward run on the others only, their mean scaled by
 kept / all rows, so the loss and every gradient are those of the full mean. No probe while the warm-up holds
-delta at 1.
+delta at 1. The probe reads which examples to keep: the one host read a step makes beyond the loop's.
+
+Checkpoints (`save`, `load`) hold tensors and plain values only, read back with `weights_only=True`.
 """
 
 from __future__ import annotations
 
-import math
 import pickle
 import shutil
 import tempfile
-import time
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
@@ -39,8 +32,8 @@ from tune_as.losses import Loss, build_loss, row_skipping_problem
 from tune_as.losses.accumulation import AdaptiveAccumulation
 from tune_as.settings import TrialSettings
 from tune_as.tracking.schema import PMARGIN_FILE
+from tune_as.training.loop import EVAL_ROWS, Evaluation, Loop
 from tune_as.training.tools import (
-    Batches,
     Counts,
     FusedAdamW,
     PhaseTimer,
@@ -50,13 +43,11 @@ from tune_as.training.tools import (
     seed_everything,
 )
 
-__all__ = ["FINISHED_FILE", "PMARGIN_FILE", "STATE_FILE", "Counts", "PhaseTimer", "Reporter", "StepStats",
-           "Trial", "drop_weights", "lr_factor", "p_margin", "run_trial"]
+__all__ = ["EVAL_ROWS", "FINISHED_FILE", "PMARGIN_FILE", "STATE_FILE", "Counts", "Evaluation", "PhaseTimer",
+           "Reporter", "StepStats", "Trial", "drop_weights", "lr_factor", "p_margin", "run_trial"]
 
 STATE_FILE = "trial_state.pt"
 FINISHED_FILE = "trial_finished"  # in a checkpoint whose weights `drop_weights` removed: the trial has ended
-# evaluation batch where batches are plain indexes (frozen features, pixels): no gradients kept
-EVAL_ROWS = 2048
 
 
 class Reporter(Protocol):
@@ -76,12 +67,6 @@ class StepStats(NamedTuple):
 
     sums: Tensor
     backward_rows: int
-
-
-class Evaluation(NamedTuple):
-    scores: dict[str, float]
-    loss: float  # the trial's own loss (at its searched delta), mean over counted rows
-    margins: np.ndarray | None  # p_margin per counted row (Section 4.5), when asked for
 
 
 @dataclass
@@ -110,9 +95,8 @@ def build_parts(cfg: TrialSettings, data: Any, device: torch.device) -> Parts:
     for name, p in model.named_parameters():
         if p.requires_grad:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    # fused: one kernel for the whole update (on this CPU 0.9 ms instead of 2.6 ms per step for a
-    # 275k-parameter head: benchmarks/bench_loop.py), the same update up to float rounding;
-    # on GPUs it is the usual choice too
+    # fused: one kernel for the whole update (faster than the foreach default on CPUs too:
+    # benchmarks/bench_loop.py --plain-foreach), the same update up to float rounding
     optimizer = FusedAdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
     autocast, use_scaler = autocast_for(cfg, device)
@@ -120,99 +104,40 @@ def build_parts(cfg: TrialSettings, data: Any, device: torch.device) -> Parts:
     return Parts(model, optimizer, loss_fn, loss_fn.make_accumulator(), scaler, autocast)
 
 
-class Trial:
-    """The state of one running trial; `run()` drives it to the end (or until ASHA stops the process)."""
+class Trial(Loop):
+    """One running trial: a population of one (tune_as.training.loop), whose model is any the tasks build;
+    `run()` drives it to the end (or until ASHA stops the process)."""
 
     def __init__(self, config: dict[str, Any], data: Any, task: Any, reporter: Reporter,
                  restore_dir: Path | None = None) -> None:
-        self.cfg = cfg = TrialSettings.from_dict(config)
-        self.data, self.task, self.reporter = data, task, reporter
+        cfg = TrialSettings.from_dict(config)
         seed_everything(cfg.seed)
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.parts = build_parts(cfg, data, self.device)
-        self.loss_fn = self.parts.loss_fn
-        self.model = self.parts.model
-        # AS warm-up (delta = 1 for the first r of training) only where the loss declares it and r > 0
-        self.warmup = cfg.warmup_r > 0 and self.loss_fn.supports_warmup
-        self.train_batches = Batches(data.train, self.device)
-        self.n_train = len(data.train)
-        self.total_samples = max(1, int(round(cfg.epochs * self.n_train)))
-        self.counts = Counts()
-        # StepStats sums since the report
-        self.window = torch.zeros(3, dtype=torch.float64, device=self.device)
-        self.window_steps = 0  # micro-steps since the report
-        self.pmargin: np.ndarray | None = None
-        self.timer: PhaseTimer | None = None  # set one to time the loop's phases (benchmarks)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.parts = parts = build_parts(cfg, data, device)
+        super().__init__([cfg], data, task, device, parts.loss_fn, parts.model, [parts.accumulator],
+                         parts.autocast)
+        self.reporter = reporter
         if restore_dir is not None:
             self.load(restore_dir)
 
     @property
-    def progress(self) -> float:
-        return self.counts.samples_seen / self.total_samples
+    def counts(self) -> Counts:
+        return self.member_counts[0]
 
-    def run(self) -> None:
-        """Train to the end: micro-steps, an optimizer step per cycle, evaluations and checkpoints when
-        due."""
-        counts, cfg, accumulator = self.counts, self.cfg, self.parts.accumulator
-        steps, micro, seen = (accumulator.steps if accumulator else 1), 0, (0, 0)
-        self.model.train()
-        tic = time.perf_counter()
-        for idx in self.train_batches.training_order(counts, cfg.batch_size, cfg.seed, self.total_samples):
-            self.apply_schedules()
-            stats = self.micro_step(idx, steps)
-            self.window += stats.sums
-            self.window_steps += 1
-            micro += 1
-            counts.samples_seen += len(idx)
-            counts.batch_in_epoch += 1
-            counts.backward_rows += stats.backward_rows
-            end_of_data = counts.samples_seen >= self.total_samples
-            epoch_done = counts.batch_in_epoch * cfg.batch_size >= self.n_train
-            if micro < steps and not (end_of_data or epoch_done):
-                # accumulate; a cycle never spans an epoch boundary, so evaluations see a settled model
-                continue
-            # (counted, masked) rows of the cycle: read only for a loss that can mask (docstring)
-            cycle = (1, 0)
-            if self.loss_fn.masks_rows:
-                rows, masked = (int(v) for v in self.window[1:].tolist())
-                cycle, seen = (rows - seen[0], masked - seen[1]), (rows, masked)
-            self.close_cycle(micro, steps)
-            stepped = self.optimizer_step(skip=cycle[0] == cycle[1])
-            if accumulator:
-                accumulator.observe(*cycle)
-                steps = accumulator.cycle_start()
-            micro = 0
-            every = cfg.eval_every_steps
-            at_step = every is not None and stepped and counts.optimizer_steps % every == 0
-            if end_of_data or at_step or (every is None and epoch_done):
-                counts.train_seconds += time.perf_counter() - tic
-                if not self.evaluate_and_report(steps):
-                    return  # diverged: reported as failed
-                seen = (0, 0)
-                self.model.train()
-                tic = time.perf_counter()
-
-    def apply_schedules(self) -> None:
-        """The learning rate (linear warm-up, then decay) and the AS warm-up, at the current progress."""
-        if self.warmup:  # AS warm-up: delta = 1 (plain cross-entropy) for the first r
-            self.loss_fn.set_warmup(self.in_warmup)
-        lr = self.cfg.lr * lr_factor(self.progress, self.cfg.lr_warmup)
-        for group in self.parts.optimizer.param_groups:
-            group["lr"] = lr
-
-    @property
-    def in_warmup(self) -> bool:
-        return self.warmup and self.progress < self.cfg.warmup_r
+    # -- the one model's training step -----------------------------------------------------------------
+    def train_step(self, idx: Tensor, steps: Sequence[int]) -> tuple[Tensor, Sequence[int]]:
+        stats = self.micro_step(idx, steps[0])
+        return stats.sums, (stats.backward_rows,)
 
     def micro_step(self, idx: Tensor, steps: int) -> StepStats:
         """Forward and backward of one micro-batch (its gradient / `steps` added to .grad), skipping the fully
         masked examples when asked (module docstring)."""
-        batch = self.train_batches.get(idx)
+        batch = self.batches.get(idx)
         # all_rows: counted rows of the whole micro-batch, when probed
         labels, all_rows = batch["labels"], None
         if self.cfg.skip_masked_rows and not self.in_warmup:
             with self.phase("probe"), torch.no_grad():
-                with self.parts.autocast:
+                with self.autocast:
                     probe = self.model(batch).float()
                 keep = ~self.loss_fn.masked_examples(probe, labels)  # (N,) bool
                 all_rows = self.loss_fn(probe, labels).n_rows.double()
@@ -220,9 +145,9 @@ class Trial:
             if n_keep == 0:  # nothing to learn from: no backward; the rows still count (all masked)
                 return StepStats(torch.stack([torch.zeros_like(all_rows), all_rows, all_rows]), 0)
             if n_keep < len(idx):  # re-batched, so that padding is trimmed to the longest kept example
-                batch = self.train_batches.get(idx[keep.to(idx.device)])
+                batch = self.batches.get(idx[keep.to(idx.device)])
         with self.phase("forward"):
-            with self.parts.autocast:
+            with self.autocast:
                 logits = self.model(batch)
             out = self.loss_fn(logits.float(), batch["labels"])
             loss, rows, masked = out.loss, out.n_rows.double(), out.n_masked.double()
@@ -236,14 +161,18 @@ class Trial:
             (self.parts.scaler.scale(scaled) if self.parts.scaler else scaled).backward()
         return StepStats(torch.stack([loss.detach().double(), rows, masked]), len(batch["labels"]))
 
+    def close_cycles(self, ending: Sequence[bool], micro: Sequence[int], steps: Sequence[int]) -> None:
+        self.close_cycle(micro[0], steps[0])
+
     def close_cycle(self, micro: int, steps: int) -> None:
-        """A cycle cut short at an epoch's end ran `micro` of its planned `steps` micro-batches, each of whose
-        gradients was divided by `steps`: rescaled, the accumulated gradient is their mean,
-        as in a full cycle."""
+        """`Loop.close_cycles` for the one model."""
         if micro < steps:  # a GradScaler's scale is one constant factor: the rescaling commutes with it
             for p in self.model.parameters():
                 if p.grad is not None:
                     p.grad.mul_(steps / micro)
+
+    def optimizer_steps(self, stepping: Sequence[bool], ending: Sequence[bool]) -> None:
+        self.optimizer_step(skip=not stepping[0])
 
     def optimizer_step(self, skip: bool) -> bool:
         """Clip and step, unless every row of the cycle was masked: the accumulated gradient is then exactly
@@ -265,69 +194,31 @@ class Trial:
         optimizer.zero_grad(set_to_none=True)
         return not skip
 
-    def phase(self, name: str) -> AbstractContextManager[None]:
-        return self.timer.phase(name) if self.timer else nullcontext()
+    def set_lr(self, lr: float) -> None:
+        for group in self.parts.optimizer.param_groups:
+            group["lr"] = lr
 
     # -- evaluation and reports ------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self, split: Any, margins: bool = False) -> Evaluation:
         """Task metrics, mean loss (at the searched delta) and, when asked, p_margin over `split`."""
-        self.model.eval()
-        if self.warmup:
-            self.loss_fn.set_warmup(False)
-        # evaluation splits are read once: never widened
-        batches = Batches(split, self.device, resident_bytes=0)
-        size = EVAL_ROWS if split.lengths is None and split.ragged is None else max(self.cfg.batch_size, 128)
-        preds, kept, loss_sum, rows = [], [], torch.zeros((), dtype=torch.float64, device=self.device), 0
-        for start in range(0, len(split), size):
-            batch = batches.get(torch.arange(start, min(start + size, len(split))))
-            with self.parts.autocast:
-                logits = self.model(batch).float()
-            out = self.loss_fn(logits, batch["labels"])
-            loss_sum += out.loss.double() * out.n_rows
-            rows += out.n_rows
-            preds.append(self.task.predict(self.loss_fn.class_scores(logits)).cpu())
-            if margins:
-                kept.append(p_margin(logits, batch["labels"]).cpu())
-        scores = self.task.score(preds, split)
-        return Evaluation(scores, float(loss_sum / max(1, int(rows))),
-                          torch.cat(kept).numpy() if margins else None)
+        return self.evaluate_members(split, [0], margins)[0]
 
-    def evaluate_and_report(self, steps: int) -> bool:
-        """Report the evaluation (test only for a new best validation). False when training diverged."""
-        loss_sum, rows, masked = self.window.tolist()
-        n_steps = max(1, self.window_steps)
-        self.window.zero_()
-        self.window_steps = 0
-        if not math.isfinite(loss_sum):
-            self.report({"error": f"non-finite training loss ({loss_sum / n_steps}) before optimizer step "
-                                  f"{self.counts.optimizer_steps}; lower the lr or the loss's scale/margin",
-                         **self.position()}, checkpoint=False)
-            return False
-        tic = time.perf_counter()
-        val = self.evaluate(self.data.validation)
-        primary, counts = self.task.metrics[0], self.counts
-        if val.scores[primary] > counts.best_val:  # test only ever follows the validation choice
-            counts.best_val = val.scores[primary]
-            counts.best = {f"best_val_{m}": v for m, v in val.scores.items()}
-            if self.data.test is not None:
-                test = self.evaluate(self.data.test, margins=True)
-                self.pmargin = test.margins
-                counts.best.update({f"test_{m}": v for m, v in test.scores.items()})
-        self.report({**{f"val_{m}": v for m, v in val.scores.items()}, **counts.best, "val_loss": val.loss,
-                     "train_loss": loss_sum / n_steps, "masked_ratio": masked / max(1.0, rows),
-                     "accum_steps": steps, "backward_rows": counts.backward_rows, **self.position(),
-                     "eval_seconds": time.perf_counter() - tic})
-        return True
+    def eval_rows(self, split: Any, members: int) -> int:
+        return EVAL_ROWS if split.lengths is None and split.ragged is None else max(self.cfg.batch_size, 128)
 
-    def position(self) -> dict[str, Any]:
-        c = self.counts
-        return {"optimizer_steps": c.optimizer_steps, "samples_seen": c.samples_seen,
-                "epoch": c.samples_seen / self.n_train, "train_seconds": c.train_seconds}
+    def eval_logits(self, batch: dict[str, Tensor], members: Tensor) -> Tensor:
+        return self.model(batch).unsqueeze(0)
 
-    def report(self, metrics: dict[str, Any], checkpoint: bool = True) -> None:
-        final = self.counts.samples_seen >= self.total_samples
-        if not (checkpoint and self.reporter.wants_checkpoint(final)):
+    def eval_losses(self, logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        out = self.loss_fn(logits[0], labels)
+        return out.loss.reshape(1), out.n_rows.reshape(1)
+
+    def publish(self, reports: dict[int, dict[str, Any]], final: bool,
+                margins: Sequence[np.ndarray | None]) -> None:
+        """The report, with a checkpoint when the reporter wants one (never with a failure's); the checkpoint
+        carries the p_margin."""
+        metrics = reports[0]
+        if "error" in metrics or not self.reporter.wants_checkpoint(final):
             self.reporter.report(metrics, None)
             return
         folder = Path(tempfile.mkdtemp(prefix="tune_as_ckpt_"))
@@ -348,8 +239,8 @@ class Trial:
                     # so a resume continues exactly
                     "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
                    path / STATE_FILE)
-        if self.pmargin is not None:
-            np.save(path / PMARGIN_FILE, self.pmargin)
+        if self.margins[0] is not None:
+            np.save(path / PMARGIN_FILE, self.margins[0])
 
     def load(self, path: Path) -> None:
         if (path / FINISHED_FILE).exists():
@@ -373,18 +264,18 @@ class Trial:
             parts.accumulator.load_state_dict(saved["accumulator"])
         # "window": checkpoints before issue 21
         loop = {k: v for k, v in saved["loop"].items() if k != "window"}
-        self.counts = Counts(**loop)
+        self.member_counts[0] = Counts(**loop)
         torch.set_rng_state(saved["rng"])
         if saved.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(saved["cuda_rng"])
         if (path / PMARGIN_FILE).exists():
-            self.pmargin = np.load(path / PMARGIN_FILE)
+            self.margins[0] = np.load(path / PMARGIN_FILE)
 
 
 def drop_weights(checkpoint_dir: Path) -> None:
     """Turn an ended trial's checkpoint into a marker (keeping its small pmargin.npy): nothing trains the
-    trial again, so its model and optimizer state (1.9 MB for digits' CNN, gigabytes for a fine-tuned BERT)
-    would only fill the disk. A trial restored from the marker has nothing left to train."""
+    trial again, so its model and optimizer state (megabytes for a CNN, gigabytes for a fine-tuned
+    transformer) would only fill the disk. A trial restored from the marker has nothing left to train."""
     (checkpoint_dir / FINISHED_FILE).touch()  # first: a kill between the two steps leaves a whole checkpoint
     (checkpoint_dir / STATE_FILE).unlink(missing_ok=True)
 
