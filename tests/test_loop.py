@@ -61,3 +61,15 @@ def test_a_trial_checkpoint_keeps_its_layout_and_resumes_exactly(tmp_path: Path)
     resumed = Keeper(tmp_path / "resumed")
     run_trial(cfg, data, task, resumed, restore_dir=full.checkpoints[1])
     assert resumed.reports == full.reports[2:]
+
+
+def test_a_multilabel_trial_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    """A multi-label task's scores were numpy scalars, kept in the checkpoint's best scores, which the safe
+    load (weights_only) refuses: a multi-label trial could not resume. Its scores are plain floats now."""
+    data, task = frozen("multilabel")
+    cfg = {**config("multilabel_softmax", eval_every_steps=2), "seed": 3}
+    full = Keeper(tmp_path / "full")
+    run_trial(cfg, data, task, full)
+    resumed = Keeper(tmp_path / "resumed")
+    run_trial(cfg, data, task, resumed, restore_dir=full.checkpoints[1])
+    assert resumed.reports == full.reports[2:]

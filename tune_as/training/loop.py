@@ -263,14 +263,14 @@ class Loop(ABC):
         val = dict(zip(finite, self.evaluate_members(self.data.validation, finite), strict=True))
         primary = self.task.metrics[0]
         better = [i for i in finite if val[i].scores[primary] > self.member_counts[i].best_val]
-        for i in better:  # test only ever follows the validation choice
-            self.member_counts[i].best_val = val[i].scores[primary]
-            self.member_counts[i].best = {f"best_val_{m}": v for m, v in val[i].scores.items()}
+        for i in better:  # test only ever follows the validation choice; plain floats: checkpoints hold them
+            self.member_counts[i].best_val = float(val[i].scores[primary])
+            self.member_counts[i].best = {f"best_val_{m}": float(v) for m, v in val[i].scores.items()}
         if better and self.data.test is not None:
             tests = self.evaluate_members(self.data.test, better, margins=True)
             for i, test in zip(better, tests, strict=True):
                 self.margins[i] = test.margins
-                self.member_counts[i].best.update({f"test_{m}": v for m, v in test.scores.items()})
+                self.member_counts[i].best.update({f"test_{m}": float(v) for m, v in test.scores.items()})
         seconds = time.perf_counter() - tic
         by_member = dict(zip(due, sums, strict=True))
         for i in finite:
