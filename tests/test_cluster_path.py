@@ -394,3 +394,28 @@ def test_search_on_the_cluster_lands_in_postgres(ray_cluster: RayCluster, mlflow
         f"trials must have run on both Ray nodes, tune_as.node_id: {nodes}"
     reported = {row["trial_id"] for row in faults.reports(ray_cluster.temp_dir / "faults")}
     assert len(reported) == len(trials), f"the meet of tests/faults.py ran in every trial: {reported}"
+
+
+def test_a_failed_trial_try_is_one_line_without_verbose() -> None:
+    """Tune logs each failed try of a trial with its traceback (a lost node's ActorUnavailableError: 17
+    lines); without --verbose it is one line naming the error (issue 70, case 11), with --verbose
+    untouched."""
+    import logging
+
+    from ray.exceptions import ActorUnavailableError
+
+    from tune_as.engine.cluster import TUNE_CONTROLLER, TrialErrorLine
+
+    try:
+        raise ActorUnavailableError("The actor is temporarily unavailable: the node died", b"\x00" * 16)
+    except ActorUnavailableError as exc:
+        lost = exc
+    record = logging.getLogger(TUNE_CONTROLLER).makeRecord(
+        TUNE_CONTROLLER, logging.ERROR, __file__, 1, "Trial task failed for trial %s", ("softmax_0001",),
+        (type(lost), lost, lost.__traceback__))
+    assert TrialErrorLine().filter(record) and record.exc_info is None
+    line = logging.Formatter().format(record)
+    assert "\n" not in line and line.startswith("Trial task failed for trial softmax_0001: "
+                                                "ActorUnavailableError: "), line
+    other = logging.LogRecord(TUNE_CONTROLLER, logging.ERROR, __file__, 1, "something else", (), None)
+    assert TrialErrorLine().filter(other) and other.getMessage() == "something else"

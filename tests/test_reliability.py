@@ -151,6 +151,10 @@ def test_trial_that_keeps_raising_is_retried_then_failed_others_finish(tmp_path:
     assert all(c.info.status == "FINISHED" for c in by_loss["as_softmax"])
     attempts = sorted(p.name for p in faults.glob("fault_*"))
     assert len(attempts) == 4, f"each softmax trial: 1 try + 1 retry, got {attempts}"
+    # one voice (issue 70, case 11): each failed try is one line of Tune's, not its 17-line traceback
+    failed = [line for line in out.splitlines() if "Trial task failed for trial softmax_" in line]
+    assert len(failed) == 4 and all("injected failure" in line for line in failed), failed
+    assert "Traceback" not in out, out[-3000:]
 
 
 def test_a_killed_worker_resumes_from_its_one_checkpoint_without_duplicates(tmp_path: Path, mlflow_server,

@@ -77,6 +77,24 @@ def _described(answer: bytes | None) -> str:
     return f"a server that answered {excerpt(answer, 40)}"
 
 
+TUNE_CONTROLLER = "ray.tune.execution.tune_controller"  # the logger of Tune's "Trial task failed" records
+
+
+class TrialErrorLine(logging.Filter):
+    """Without --verbose: Tune's "Trial task failed" record, a traceback of 17 lines and more for each failed
+    try (a lost node's ActorUnavailableError, a trial's own exception), as one line with the error's type and
+    first line. Tune retries the trial up to --max-failures; MLflow keeps its error (tag tune_as.error)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and str(record.msg).startswith("Trial task failed"):
+            cause = getattr(exc, "cause", None) or exc  # a RayTaskError: the trial's own exception
+            record.msg = (f"{record.getMessage()}: {type(cause).__name__}: {first_line(cause)[:200]} "
+                          "(--verbose shows its traceback)")
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+
 def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashboard: bool = True,
              head: Head | None = None) -> None:
     """Ray for this process: joined at `address`, or at the local `head` the CLI started (engine.head), or
@@ -95,6 +113,9 @@ def init_ray(address: str | None, dashboard_host: str, quiet: bool = True, dashb
     on_sigterm = signal.getsignal(signal.SIGTERM)
     # a head that failed to start says so in its own words (a UserError: not wrapped again below)
     joined = head.wait_ready() if head is not None and not address else None
+    controller = logging.getLogger(TUNE_CONTROLLER)
+    if quiet and not any(isinstance(f, TrialErrorLine) for f in controller.filters):
+        controller.addFilter(TrialErrorLine())
     try:
         level = logging.ERROR if quiet else logging.INFO
         if address:
