@@ -5,13 +5,13 @@ resumes exactly (fast, on synthetic frozen features; tests/test_trainable.py doe
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from test_population import SKIP, config, frozen
+from test_trainable import Recorder
 
 from tune_as.training.loop import Loop
 from tune_as.training.population import Population
@@ -23,23 +23,9 @@ SHARED = ("run", "training_order", "apply_schedules", "evaluate_members", "evalu
 LAYOUT = {"model", "optimizer", "scaler", "accumulator", "loop", "rng", "cuda_rng"}
 
 
-class Keeper:
-    """Keeps every report (timings left out) and a copy of every checkpoint."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.reports: list[dict[str, Any]] = []
-        self.checkpoints: list[Path] = []
-
-    def wants_checkpoint(self, final: bool) -> bool:
-        return True
-
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
-        self.reports.append({k: v for k, v in metrics.items() if k not in SKIP})
-        if checkpoint_dir is not None:
-            target = self.root / f"c{len(self.reports)}"
-            shutil.copytree(checkpoint_dir, target)
-            self.checkpoints.append(target)
+def _kept(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Reports without their timings."""
+    return [{k: v for k, v in r.items() if k not in SKIP} for r in reports]
 
 
 @pytest.mark.parametrize("kind", [Trial, Population])
@@ -52,15 +38,15 @@ def test_the_loop_exists_once(kind: type[Loop]) -> None:
 def test_a_trial_checkpoint_keeps_its_layout_and_resumes_exactly(tmp_path: Path) -> None:
     data, task = frozen("multiclass")
     cfg = {**config("as_speed", eval_every_steps=2, warmup_r=0.2), "seed": 3}
-    full = Keeper(tmp_path / "full")
+    full = Recorder(tmp_path / "full")
     run_trial(cfg, data, task, full)
     assert len(full.checkpoints) > 3
     saved = torch.load(full.checkpoints[1] / STATE_FILE, weights_only=True)
     assert set(saved) == LAYOUT
     assert set(saved["loop"]) == {f.name for f in dataclasses.fields(Counts)}
-    resumed = Keeper(tmp_path / "resumed")
+    resumed = Recorder(tmp_path / "resumed")
     run_trial(cfg, data, task, resumed, restore_dir=full.checkpoints[1])
-    assert resumed.reports == full.reports[2:]
+    assert _kept(resumed.reports) == _kept(full.reports[2:])
 
 
 def test_a_multilabel_trial_resumes_from_its_checkpoint(tmp_path: Path) -> None:
@@ -68,8 +54,8 @@ def test_a_multilabel_trial_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     load (weights_only) refuses: a multi-label trial could not resume. Its scores are plain floats now."""
     data, task = frozen("multilabel")
     cfg = {**config("multilabel_softmax", eval_every_steps=2), "seed": 3}
-    full = Keeper(tmp_path / "full")
+    full = Recorder(tmp_path / "full")
     run_trial(cfg, data, task, full)
-    resumed = Keeper(tmp_path / "resumed")
+    resumed = Recorder(tmp_path / "resumed")
     run_trial(cfg, data, task, resumed, restore_dir=full.checkpoints[1])
-    assert resumed.reports == full.reports[2:]
+    assert _kept(resumed.reports) == _kept(full.reports[2:])
