@@ -33,7 +33,7 @@ from ray.tune import CLIReporter, ProgressReporter
 from tune_as.engine.members import POPULATION, members
 from tune_as.engine.plan import SearchPlan
 from tune_as.results.racing import FIRST_LOOK, LOOK_STEP, look_schedule
-from tune_as.results.render import fit, short_settings, terminal_width
+from tune_as.results.render import fit, one_setting, terminal_width
 from tune_as.space.search_space import config_key
 
 LOSS_WIDTH = 22
@@ -327,7 +327,7 @@ def status(trial: Any, metric: str, searched: Mapping[str, tuple[str, ...]]) -> 
     """A Tune trial as the view sees it."""
     config, last = trial.config or {}, trial.last_result or {}
     loss = str(config.get("loss", "?"))
-    setting = short_settings([{k: str(config[k]) for k in searched.get(loss, ()) if k in config}], least=4)[0]
+    setting = one_setting(config, searched.get(loss, ()))
     return TrialStatus(loss, str(trial.status), float(last.get("epoch", 0.0)),
                        float(config.get("epochs", 0.0)), best_of(config, last, metric), setting,
                        bool(last.get("error")), len(config.get(POPULATION) or ()) or 1)
@@ -349,7 +349,7 @@ def round_bounds(looks: Sequence[int], losses: int, per_run: float, after: int =
 
 def view_for(plan: SearchPlan) -> RunView:
     """A search's view (or a confirmation batch's), registered for its reporters."""
-    searched = {loss: tuple(config_key(d.name) for d in s.params) for loss, s in plan.space.losses.items()}
+    searched = {loss: s.searched() for loss, s in plan.space.losses.items()}
     return RunView(plan.task.name, plan.metric, searched).register(plan.search_id)
 
 
