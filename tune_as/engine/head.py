@@ -154,6 +154,7 @@ class Head:
         # `ray status`) at this search's Ray ($RAY_TMPDIR first, as Ray itself reads it; then the system's
         # temporary folder, $TMPDIR included)
         temp_dir = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "tune_as"
+        self.temp_dir, self._gcs_checked = temp_dir, 0.0
         command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
                    f"--port={self.port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
                    f"--ray-client-server-port={_free_port()}",  # not 10001: two searches on one machine
@@ -206,8 +207,13 @@ class Head:
                     return self.address
             except OSError:
                 pass
+            taken = self.proc.poll() is None and self.starts_left > 0 and self._gcs_port_taken()
+            if taken:  # the GCS said so at once; `ray start` waits ~40 s on it before it exits saying so too
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
             if self.proc.poll() is not None:
-                if self.starts_left > 0 and PORT_TAKEN in self.output(40).lower():
+                if self.starts_left > 0 and (taken or PORT_TAKEN in self.output(40).lower()):
                     self.log.unlink(missing_ok=True)
                     self._start()  # a port taken between the check and `ray start`: new ports
                     continue
@@ -217,6 +223,19 @@ class Head:
                 raise UserError(f"Ray: expected a local Ray to start within {timeout:g} s, got no answer: "
                                 f"{self.output()[-600:]}")
             time.sleep(0.05)
+
+    def _gcs_port_taken(self) -> bool:
+        """Whether this start's GCS could not bind its port (its log, in the session folder `ray start` names
+        by its process id, says "Address already in use"), read at most every 0.5 s."""
+        now = time.monotonic()
+        if now < self._gcs_checked + 0.5:
+            return False
+        self._gcs_checked = now
+        for err in self.temp_dir.glob(f"session_*_{self.proc.pid}/logs/gcs_server.err"):
+            with contextlib.suppress(OSError):
+                if PORT_TAKEN in err.read_text(errors="replace").lower():
+                    return True
+        return False
 
     def _watch(self) -> None:
         """A head that ends before `stop` (one of its processes died: `--block` then ends them all, or someone
