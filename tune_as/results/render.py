@@ -127,7 +127,7 @@ class Table:
         """The table as a person reads it in a terminal: boxed, `width` columns wide at most (default: the
         terminal's, $COLUMNS, else 100), each cell wrapped inside its column at spaces (no line of the output
         is wider than `width`), the notes wrapped beneath. Where the columns cannot all be whole at this width
-        (each at least its longest word), the `spill` columns move to a second block headed by the
+        (each at least its longest word), the `spill` columns move to further blocks headed by the
         keep_whole columns: a number is never cut. Rich lays it out; no colour, so the text is the same on a
         TTY, in a pipe and in a log."""
         from rich.console import Console
@@ -138,10 +138,12 @@ class Table:
         console = Console(file=out, width=width, color_system=None, highlight=False, emoji=False)
         header = self.short_header or self.header
 
-        def fits(columns: list[int]) -> bool:
-            return sum(self._floors(header, columns)) + 2 * len(columns) <= width
-
         columns = list(range(len(header)))
+        floor = dict(zip(columns, self._floors(header, columns), strict=True))
+
+        def fits(block: list[int]) -> bool:
+            return sum(floor[i] for i in block) + 2 * len(block) <= width
+
         moved: list[int] = []
         for i in self.spill:
             if fits(columns):
@@ -153,7 +155,7 @@ class Table:
         while moved:  # the moved columns in as few more blocks as fit, each headed by the keys
             block = [*keys]
             for i in sorted(moved):
-                if len(block) == len(keys) or fits(sorted([*block, i])):
+                if len(block) == len(keys) or fits([*block, i]):
                     block.append(i)
             moved = [i for i in moved if i not in block]
             blocks.append(sorted(block))
